@@ -1,0 +1,78 @@
+"""Turning what the user gave us (an Engine or a URL) into the engine our statements use."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, create_engine, exc as sa_exc
+from sqlalchemy.engine import make_url
+
+from ._sanitize import error_text
+from .errors import ConfigurationError, DatabaseError
+
+DATABASE_URL_ENV = "SQLA_QUEUE_DATABASE_URL"
+
+
+def library_engine(engine_or_url: Engine | str) -> Engine:
+    """A view of the user's engine for our statements: READ COMMITTED, parameters hidden.
+
+    ``execution_options()`` returns a proxy that shares the user's pool but carries its own
+    options, so the host's engine keeps its isolation level and logging untouched. Claims at
+    REPEATABLE READ or SERIALIZABLE would fail with serialization errors under concurrency.
+    """
+    engine = make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
+    if not isinstance(engine, Engine):
+        raise ConfigurationError(
+            f"engine must be a sqlalchemy Engine or a database URL, got {type(engine).__name__}"
+        )
+    if engine.dialect.name != "postgresql":
+        raise ConfigurationError(f"sqla_queue needs PostgreSQL, got a {engine.dialect.name} engine")
+    ours = engine.execution_options(isolation_level="READ COMMITTED")
+    # Bound parameters carry payloads, which may hold secrets: keep them out of error messages.
+    ours.hide_parameters = True
+    return ours
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for a PostgreSQL URL; ``postgresql://`` means psycopg 3."""
+    try:
+        parsed = make_url(url)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        raise ConfigurationError(f"not a database URL: {_redacted(url)!r}") from None
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigurationError(
+            f"sqla_queue needs a postgresql:// URL, got {parsed.get_backend_name()}://"
+        )
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        return create_engine(parsed, hide_parameters=True, pool_pre_ping=True)
+    except (sa_exc.ArgumentError, ImportError) as exc:
+        raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
+
+
+def database_url_from_env() -> str | None:
+    return os.environ.get(DATABASE_URL_ENV) or None
+
+
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """Re-raise driver errors as `DatabaseError` with a sanitized message.
+
+    SQLAlchemy's own message embeds the SQL and, on engines that do not hide them, the bound
+    parameters; the chained original would print them again in a traceback. The driver error
+    stays reachable as ``.orig``.
+    """
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        error = DatabaseError(error_text(exc))
+        error.orig = exc.orig  # type: ignore[attr-defined]
+        error.connection_invalidated = exc.connection_invalidated  # type: ignore[attr-defined]
+        raise error from None
+
+
+def _redacted(url: str) -> str:
+    return error_text(url, limit=200)

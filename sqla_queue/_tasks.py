@@ -1,0 +1,86 @@
+"""The task registry behind ``@queue.task``: handler names, default queue and attempts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import _validate
+from .errors import DuplicateTaskError, UnknownTaskError
+
+Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registered handler. Calling it calls the handler directly (handy in tests)."""
+
+    name: str
+    handler: Handler
+    queue: str
+    max_attempts: int
+    timeout: timedelta | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.handler(*args, **kwargs)
+
+
+class TaskRegistry:
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task] = {}
+
+    def register(
+        self,
+        handler: Handler,
+        *,
+        name: str | None,
+        queue: str,
+        max_attempts: int,
+        timeout: timedelta | float | None = None,
+    ) -> Task:
+        if not callable(handler):
+            raise TypeError(f"@queue.task needs a callable, got {type(handler).__name__}")
+        task_name = _validate.name(name or _default_name(handler), "task name")
+        if task_name in self._tasks and self._tasks[task_name].handler is not handler:
+            raise DuplicateTaskError(f"task {task_name!r} is already registered to another handler")
+        task = Task(
+            name=task_name,
+            handler=handler,
+            queue=_validate.name(queue, "queue"),
+            max_attempts=_validate.max_attempts(max_attempts),
+            timeout=None if timeout is None else _validate.duration(timeout, "timeout", positive=True),
+        )
+        self._tasks[task_name] = task
+        return task
+
+    def resolve(self, task_or_name: Task | Handler | str) -> Task:
+        """The registered task for a Task, a name, or the decorated function itself."""
+        if isinstance(task_or_name, Task):
+            name = task_or_name.name
+        elif isinstance(task_or_name, str):
+            name = task_or_name
+        else:
+            name = next((t.name for t in self._tasks.values() if t.handler is task_or_name), None)
+            if name is None:
+                raise UnknownTaskError(f"{task_or_name!r} is not a registered task")
+        try:
+            return self._tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self._tasks)) or "none"
+            raise UnknownTaskError(f"unknown task {name!r} (registered: {known})") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._tasks)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+
+def _default_name(handler: Handler) -> str:
+    """The function's own name: short, and what the CLI's ``enqueue NAME`` expects."""
+    name = getattr(handler, "__name__", None)
+    if not name or name == "<lambda>":
+        raise TypeError("@queue.task needs name= for a handler without a usable __name__")
+    return name

@@ -1,0 +1,132 @@
+"""Input checks run before anything is sent to the database.
+
+Each raises an `InvalidInputError` (or `PayloadError`) naming the argument and what is wrong,
+so a bad call writes nothing. The rules mirror what PostgreSQL would reject later, less
+helpfully, or silently get wrong (a naive datetime is read in the session's time zone).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from .errors import ConfigurationError, InvalidInputError, PayloadError
+
+MAX_NAME_LENGTH = 128
+MAX_KEY_LENGTH = 512
+MAX_ATTEMPTS_LIMIT = 1_000_000
+
+
+def name(value: Any, what: str) -> str:
+    """Queue and task names: non-empty printable text without surrounding whitespace."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
+    if not value or not value.strip():
+        raise InvalidInputError(f"{what} must not be empty or blank")
+    if value != value.strip():
+        raise InvalidInputError(f"{what} {value.strip()[:40]!r} has leading or trailing whitespace")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidInputError(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}")
+    if not value.isprintable():
+        raise InvalidInputError(f"{what} contains control or non-printable characters")
+    return value
+
+
+def idempotency_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInputError(f"idempotency_key must be a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidInputError("idempotency_key must not be empty")
+    if len(value) > MAX_KEY_LENGTH:
+        raise InvalidInputError(
+            f"idempotency_key is {len(value)} characters long; the limit is {MAX_KEY_LENGTH}"
+        )
+    if not value.isprintable():
+        raise InvalidInputError("idempotency_key contains control or non-printable characters")
+    return value
+
+
+def max_attempts(value: Any, what: str = "max_attempts") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be an integer, got {type(value).__name__}")
+    if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidInputError(f"{what} must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {value}")
+    return value
+
+
+def aware_datetime(value: Any, what: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise InvalidInputError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(
+            f"{what} is a naive datetime; pass a timezone-aware one (e.g. datetime.now(UTC))"
+        )
+    return value
+
+
+def duration(value: Any, what: str, *, positive: bool = False) -> timedelta:
+    """A timedelta, or a number of seconds."""
+    if isinstance(value, bool):
+        raise InvalidInputError(f"{what} must be a timedelta or seconds, got bool")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"{what} must be finite, got {value!r}")
+        value = timedelta(seconds=value)
+    if not isinstance(value, timedelta):
+        raise InvalidInputError(f"{what} must be a timedelta or seconds, got {type(value).__name__}")
+    if value < timedelta(0) or (positive and value == timedelta(0)):
+        raise InvalidInputError(f"{what} must be {'positive' if positive else 'non-negative'}, got {value}")
+    return value
+
+
+def schedule(run_at: Any, delay: Any) -> tuple[datetime | None, timedelta]:
+    """run_at XOR delay; neither means "now" on the database's clock."""
+    if run_at is not None and delay is not None:
+        raise InvalidInputError("pass run_at or delay, not both")
+    if run_at is not None:
+        return aware_datetime(run_at, "run_at"), timedelta(0)
+    return None, duration(delay, "delay") if delay is not None else timedelta(0)
+
+
+def payload_json(payload: Any) -> str:
+    """The payload as JSON text that PostgreSQL's jsonb will accept unchanged."""
+    if not isinstance(payload, dict):
+        raise PayloadError(f"payload must be a dict (a JSON object), got {type(payload).__name__}")
+    _reject_nul(payload)
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except ValueError as exc:
+        raise PayloadError("payload contains NaN or Infinity, which JSON cannot represent") from exc
+    except TypeError as exc:
+        raise PayloadError(f"payload is not JSON-serializable: {exc}") from exc
+    except RecursionError as exc:
+        raise PayloadError("payload is nested too deeply (or contains a cycle)") from exc
+
+
+def _reject_nul(value: Any, depth: int = 0) -> None:
+    if depth > 200:
+        raise PayloadError("payload is nested too deeply (or contains a cycle)")
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise PayloadError("payload contains a NUL character, which jsonb cannot store")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _reject_nul(key, depth + 1)
+            _reject_nul(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _reject_nul(item, depth + 1)
+
+
+def positive_int(value: Any, what: str, *, error: type[Exception] = InvalidInputError) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise error(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def config_positive_int(value: Any, what: str) -> int:
+    return positive_int(value, what, error=ConfigurationError)

@@ -1,0 +1,102 @@
+"""Lifecycle events as standard-library log records on the ``sqla_queue`` logger.
+
+Records carry ids, names, attempts and durations as ``extra`` fields for structured handlers;
+never payloads, never claim tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..hookspecs import hookimpl
+from ..types import (
+    EmptyClaim,
+    JobClaimed,
+    JobCompleted,
+    JobEnqueued,
+    JobFailed,
+    JobRecovered,
+    JobRetried,
+    LostClaim,
+)
+
+logger = logging.getLogger("sqla_queue")
+
+
+def _seconds(value) -> float | None:
+    return None if value is None else round(value.total_seconds(), 6)
+
+
+@hookimpl
+def sqla_queue_job_enqueued(event: JobEnqueued) -> None:
+    logger.debug(
+        "enqueued job %s (%s on %s)%s", event.job_id, event.task, event.queue,
+        " [deduplicated]" if event.deduplicated else "",
+        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
+               "outcome": "deduplicated" if event.deduplicated else "enqueued"},
+    )
+
+
+@hookimpl
+def sqla_queue_job_claimed(event: JobClaimed) -> None:
+    logger.debug(
+        "claimed job %s (%s on %s), attempt %s", event.job_id, event.task, event.queue, event.attempt,
+        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
+               "attempt": event.attempt, "outcome": "claimed"},
+    )
+
+
+@hookimpl
+def sqla_queue_job_completed(event: JobCompleted) -> None:
+    logger.info(
+        "completed job %s (%s on %s), attempt %s", event.job_id, event.task, event.queue, event.attempt,
+        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
+               "attempt": event.attempt, "outcome": "completed",
+               "duration": _seconds(event.duration)},
+    )
+
+
+@hookimpl
+def sqla_queue_job_retried(event: JobRetried) -> None:
+    logger.warning(
+        "job %s (%s on %s) failed attempt %s, retrying at %s: %s",
+        event.job_id, event.task, event.queue, event.attempt, event.run_at.isoformat(), event.error,
+        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
+               "attempt": event.attempt, "outcome": "retried"},
+    )
+
+
+@hookimpl
+def sqla_queue_job_failed(event: JobFailed) -> None:
+    logger.error(
+        "job %s (%s on %s) failed for good on attempt %s: %s",
+        event.job_id, event.task, event.queue, event.attempt, event.error,
+        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
+               "attempt": event.attempt, "outcome": "failed"},
+    )
+
+
+@hookimpl
+def sqla_queue_job_recovered(event: JobRecovered) -> None:
+    logger.warning(
+        "recovered job %s (%s on %s) from an expired lease: now %s",
+        event.job_id, event.task, event.queue, event.status.value,
+        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
+               "outcome": f"recovered:{event.status.value}"},
+    )
+
+
+@hookimpl
+def sqla_queue_lost_claim(event: LostClaim) -> None:
+    logger.warning(
+        "lost claim on job %s during %s: %s", event.job_id, event.operation, event.reason,
+        extra={"job_id": event.job_id, "outcome": "lost_claim", "reason": event.reason},
+    )
+
+
+@hookimpl
+def sqla_queue_empty_claim(event: EmptyClaim) -> None:
+    logger.debug(
+        "claim on %s returned no job", event.queue,
+        extra={"queue": event.queue, "outcome": "empty_claim"},
+    )

@@ -1,0 +1,51 @@
+"""Exceptions raised by sqla_queue.
+
+Every message names the bad input, so a caller (or the CLI) can print it as is. None of them
+carries payload contents or bound SQL parameters: payloads can hold secrets.
+"""
+
+from __future__ import annotations
+
+
+class SqlaQueueError(Exception):
+    """Base class for every error this library raises on purpose."""
+
+
+class ConfigurationError(SqlaQueueError, ValueError):
+    """A Queue, worker or engine was set up with an invalid option."""
+
+
+class InvalidInputError(SqlaQueueError, ValueError):
+    """An argument to enqueue, claim or an outcome call is malformed; nothing was written."""
+
+
+class PayloadError(InvalidInputError):
+    """The payload cannot be stored as JSON (not serializable, NaN/Infinity, NUL characters)."""
+
+
+class UnknownTaskError(SqlaQueueError, LookupError):
+    """A task name that no `@queue.task` registered."""
+
+
+class DuplicateTaskError(ConfigurationError):
+    """Two handlers were registered under one task name."""
+
+
+class PluginError(SqlaQueueError):
+    """A plugin returned something its hook contract does not allow."""
+
+
+class DatabaseError(SqlaQueueError):
+    """A database call failed; the message is sanitized (no parameters, no DETAIL lines)."""
+
+
+class EnqueueConflictError(DatabaseError):
+    """An idempotent enqueue could neither insert nor find the job holding its key.
+
+    Happens only when the caller's own transaction runs at REPEATABLE READ or SERIALIZABLE and
+    the key holder committed after that transaction's snapshot was taken.
+    """
+
+
+class NonRetryableError(SqlaQueueError):
+    """Raise from a handler to fail the job now, whatever attempts remain."""

@@ -1,0 +1,115 @@
+"""The queue table as SQLAlchemy declarative models.
+
+`JobMixin` carries every column, CHECK constraint and index, so a host application can declare
+its own job table on its own ``DeclarativeBase``; `Job` is the default table on our `metadata`.
+The packaged Alembic revisions create exactly this schema (a test compares them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
+
+from .types import JobStatus
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+"""The library's MetaData: add it to a host's Alembic ``target_metadata`` list."""
+
+_STATUSES = ", ".join(f"'{s.value}'" for s in JobStatus)
+_ACTIVE = ("pending", "running")
+
+
+class JobMixin:
+    """Every queue column, constraint and index; mix into a class on any DeclarativeBase.
+
+    Index and constraint names derive from ``__tablename__``, so two job tables in one database
+    do not collide.
+    """
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    queue_name: Mapped[str] = mapped_column(Text, nullable=False)
+    task: Mapped[str] = mapped_column(Text, nullable=False)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'pending'"))
+    run_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    max_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("5"))
+    locked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    locked_by: Mapped[str | None] = mapped_column(Text)
+    # The token of the latest claim. It stays on the row after complete/retry/fail so that a
+    # replayed outcome (the reply was lost, the caller tries again) is recognised as ours;
+    # recovery clears it, which turns every late outcome of the expired claim into a lost claim.
+    claim_token: Mapped[str | None] = mapped_column(Text)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[Any, ...]:
+        name = cls.__tablename__  # type: ignore[attr-defined]
+        return (
+            CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+            CheckConstraint("attempts >= 0", name="attempts"),
+            CheckConstraint("max_attempts > 0", name="max_attempts"),
+            # The claim's predicate repeats this literal (never a parameter) so the planner can
+            # prove the partial index applies; key order = equality, range, tie-breaker.
+            Index(
+                f"{name}_pending_claim_idx",
+                "queue_name",
+                "run_at",
+                "id",
+                postgresql_where="status = 'pending'",
+            ),
+            # The dedupe window: one active job per key. Completed and failed jobs release it.
+            Index(
+                f"{name}_active_key_idx",
+                "idempotency_key",
+                unique=True,
+                postgresql_where=f"status IN {_ACTIVE!r}",
+            ),
+            # Lease recovery scans running jobs by lease start.
+            Index(
+                f"{name}_running_lease_idx",
+                "locked_at",
+                "id",
+                postgresql_where="status = 'running'",
+            ),
+        )
+
+
+class Base(DeclarativeBase):
+    metadata = metadata
+
+
+class Job(JobMixin, Base):
+    """The default job table, ``sqla_queue_jobs``."""
+
+    __tablename__ = "sqla_queue_jobs"

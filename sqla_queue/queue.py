@@ -1,0 +1,568 @@
+"""The Queue facade: enqueue in the caller's transaction, claim, record outcomes, recover.
+
+Every statement comes from `sqla_queue.sql`, built once per Queue for its table; this module
+only binds values, executes, maps rows to the public dataclasses and calls hooks.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cached_property
+from types import SimpleNamespace
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, Table
+from sqlalchemy.orm import Session
+
+from . import _validate, sql
+from ._engine import database_errors, library_engine
+from ._plugins import build_plugin_manager, emit, first_result
+from ._sanitize import error_text
+from ._tasks import Handler, Task, TaskRegistry
+from .errors import ConfigurationError, EnqueueConflictError, InvalidInputError
+from .models import Job
+from .types import (
+    ClaimedJob,
+    EmptyClaim,
+    JobClaimed,
+    JobCompleted,
+    JobEnqueued,
+    JobFailed,
+    JobRecovered,
+    JobRetried,
+    JobStatus,
+    JobView,
+    LostClaim,
+    Outcome,
+    QueueHealth,
+    QueueStats,
+)
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_LEASE = timedelta(minutes=5)
+DEFAULT_RECOVERY_LIMIT = 100
+_ENQUEUE_ROUNDS = 5
+_ENQUEUE_OPTIONS = frozenset(
+    {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key"}
+)
+
+H = TypeVar("H", bound=Handler)
+
+
+@dataclass(frozen=True)
+class _JobSpec:
+    """One validated job, ready to bind."""
+
+    queue: str
+    task: str
+    payload: str
+    run_at: datetime | None
+    delay: timedelta
+    max_attempts: int
+    idempotency_key: str | None
+
+
+class Queue:
+    """A job queue on one PostgreSQL table.
+
+    :param engine: a SQLAlchemy `Engine` or a ``postgresql://`` URL (psycopg 3 is used).
+    :param model: the mapped job class (default `sqla_queue.Job`); any class built on
+        `sqla_queue.JobMixin` works.
+    :param plugins: plugin objects or modules to register after the entry points.
+    :param load_entrypoints: discover plugins in the ``sqla_queue`` entry-point group (also off
+        when ``SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD`` is set).
+    :param blocked_plugins: plugin names never to register (built-ins included, e.g.
+        ``"sqla_queue.logging"``).
+    """
+
+    def __init__(
+        self,
+        engine: Engine | str,
+        *,
+        model: type = Job,
+        plugins: Iterable[object] = (),
+        load_entrypoints: bool = True,
+        blocked_plugins: Iterable[str] = (),
+    ) -> None:
+        self.engine = library_engine(engine)
+        self.model = model
+        self.table = _table_of(model)
+        self.plugin_manager = build_plugin_manager(
+            plugins, load_entrypoints=load_entrypoints, blocked=blocked_plugins
+        )
+        self._tasks = TaskRegistry()
+
+    @cached_property
+    def _sql(self) -> SimpleNamespace:
+        return SimpleNamespace(
+            insert=sql.insert_jobs(self.table),
+            find_keys=sql.find_active_keys(self.table),
+            claim=sql.claim_jobs(self.table),
+            complete=sql.complete_job(self.table),
+            retry=sql.retry_job(self.table),
+            fail=sql.fail_job(self.table),
+            requeue_expired=sql.requeue_expired(self.table),
+            fail_expired=sql.fail_exhausted_expired(self.table),
+            select_job=sql.select_job(self.table),
+            claim_state=sql.claim_state(self.table),
+            health=sql.queue_health(self.table),
+        )
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    def task(
+        self,
+        func: H | None = None,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: timedelta | float | None = None,
+    ) -> Any:
+        """Register a handler ``(payload, ctx)``; usable as ``@queue.task`` or ``@queue.task(...)``."""
+
+        def register(handler: H) -> Task:
+            return self._tasks.register(
+                handler, name=name, queue=queue, max_attempts=max_attempts, timeout=timeout
+            )
+
+        return register(func) if func is not None else register
+
+    def get_task(self, task_or_name: Task | Handler | str) -> Task:
+        return self._tasks.resolve(task_or_name)
+
+    @property
+    def task_names(self) -> list[str]:
+        return self._tasks.names()
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        task: Task | Handler | str,
+        payload: Mapping[str, Any],
+        *,
+        queue: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        session: Session | None = None,
+        connection: Connection | None = None,
+    ) -> int:
+        """Enqueue one job and return its id.
+
+        With ``session=`` or ``connection=`` the job is written in that transaction and we never
+        commit: it exists exactly when the caller's transaction commits. Otherwise it is
+        committed in a transaction of its own.
+
+        When an active (pending or running) job holds ``idempotency_key``, that job's id is
+        returned and nothing is inserted. Once the holder completed or failed the key is free
+        again and a new job is created. If the holder has not committed yet, this call waits for
+        it, then returns its id (it committed) or inserts (it rolled back).
+        """
+        spec = self._prepare(
+            task, payload, queue=queue, run_at=run_at, delay=delay,
+            max_attempts=max_attempts, idempotency_key=idempotency_key,
+        )
+        return self._enqueue_specs([spec], session=session, connection=connection)[0]
+
+    def enqueue_many(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        session: Session | None = None,
+        connection: Connection | None = None,
+    ) -> list[int]:
+        """Enqueue many jobs in one statement; ids come back in input order.
+
+        Each job is a mapping with ``task`` and ``payload`` and any per-job option of
+        `enqueue`. Every job is validated before anything is written.
+        """
+        specs = [self._prepare_mapping(index, job) for index, job in enumerate(jobs)]
+        return self._enqueue_specs(specs, session=session, connection=connection) if specs else []
+
+    def _prepare_mapping(self, index: int, job: Mapping[str, Any]) -> _JobSpec:
+        if not isinstance(job, Mapping):
+            raise InvalidInputError(f"jobs[{index}] must be a mapping, got {type(job).__name__}")
+        unknown = sorted(set(job) - _ENQUEUE_OPTIONS)
+        if unknown:
+            raise InvalidInputError(
+                f"jobs[{index}] has unknown option(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(_ENQUEUE_OPTIONS))}"
+            )
+        for required in ("task", "payload"):
+            if required not in job:
+                raise InvalidInputError(f"jobs[{index}] is missing {required!r}")
+        options = {k: v for k, v in job.items() if k not in ("task", "payload")}
+        try:
+            return self._prepare(job["task"], job["payload"], **options)
+        except InvalidInputError as exc:
+            raise type(exc)(f"jobs[{index}]: {exc}") from None
+
+    def _prepare(
+        self,
+        task: Task | Handler | str,
+        payload: Any,
+        *,
+        queue: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> _JobSpec:
+        registered = self._tasks.resolve(task)
+        payload_json = _validate.payload_json(payload)
+        queue_name = _validate.name(queue if queue is not None else registered.queue, "queue")
+        attempts = _validate.max_attempts(
+            max_attempts if max_attempts is not None else registered.max_attempts
+        )
+        when, wait = _validate.schedule(run_at, delay)
+        if idempotency_key is None:
+            idempotency_key = self._plugin_key(registered.name, payload, queue_name, attempts, run_at, delay)
+        return _JobSpec(
+            queue=queue_name,
+            task=registered.name,
+            payload=payload_json,
+            run_at=when,
+            delay=wait,
+            max_attempts=attempts,
+            idempotency_key=_validate.idempotency_key(idempotency_key),
+        )
+
+    def _plugin_key(self, task, payload, queue, max_attempts, run_at, delay) -> str | None:
+        options = {"queue": queue, "max_attempts": max_attempts, "run_at": run_at, "delay": delay}
+        return first_result(
+            self.plugin_manager,
+            "sqla_queue_idempotency_key",
+            lambda key: isinstance(key, str) and bool(key),
+            "a non-empty str or None",
+            task=task,
+            payload=payload,
+            options=options,
+        )
+
+    def _enqueue_specs(
+        self,
+        specs: Sequence[_JobSpec],
+        *,
+        session: Session | None,
+        connection: Connection | None,
+    ) -> list[int]:
+        if session is not None and connection is not None:
+            raise InvalidInputError("pass session or connection, not both")
+        with self._caller_or_own_connection(session, connection) as conn:
+            ids, deduplicated = self._insert_resolving_keys(conn, specs)
+        for spec, job_id, dup in zip(specs, ids, deduplicated):
+            emit(
+                self.plugin_manager, "sqla_queue_job_enqueued",
+                event=JobEnqueued(job_id=job_id, queue=spec.queue, task=spec.task, deduplicated=dup),
+            )
+        return ids
+
+    def _insert_resolving_keys(
+        self, conn: Connection, specs: Sequence[_JobSpec]
+    ) -> tuple[list[int], list[bool]]:
+        """Insert, then resolve each key that an active job holds to that job's id.
+
+        A key's holder can finish between our INSERT (which skipped the row) and our lookup
+        (which then finds nothing); those jobs go round again. Every job ends with an id.
+        """
+        ids: list[int | None] = [None] * len(specs)
+        deduplicated = [False] * len(specs)
+        first_with_key: dict[str, int] = {}
+        todo: list[int] = []
+        for index, spec in enumerate(specs):
+            key = spec.idempotency_key
+            if key is not None and key in first_with_key:
+                continue  # a repeat within this batch shares the first one's job
+            if key is not None:
+                first_with_key[key] = index
+            todo.append(index)
+        for _ in range(_ENQUEUE_ROUNDS):
+            if not todo:
+                break
+            inserted = self._insert(conn, [specs[i] for i in todo])
+            for index, job_id in zip(todo, inserted):
+                ids[index] = job_id
+            held = [specs[i].idempotency_key for i, job_id in zip(todo, inserted) if job_id is None]
+            holders = self._active_holders(conn, held) if held else {}
+            todo = []
+            for index, job_id in enumerate(ids):
+                key = specs[index].idempotency_key
+                if job_id is None and index in first_with_key.values():
+                    if key in holders:
+                        ids[index], deduplicated[index] = holders[key], True
+                    else:
+                        todo.append(index)
+        if todo:
+            raise EnqueueConflictError(
+                "could not insert or find the active job for idempotency key(s) "
+                f"{', '.join(repr(specs[i].idempotency_key) for i in todo[:5])}; "
+                "is the enqueuing transaction REPEATABLE READ or SERIALIZABLE?"
+            )
+        for index, spec in enumerate(specs):
+            if ids[index] is None:
+                ids[index] = ids[first_with_key[spec.idempotency_key]]
+                deduplicated[index] = True
+        return [int(job_id) for job_id in ids], deduplicated  # type: ignore[arg-type]
+
+    def _insert(self, conn: Connection, specs: Sequence[_JobSpec]) -> list[int | None]:
+        """Ids per spec, None where an active job holds the spec's key."""
+        params = {
+            "queue_names": [s.queue for s in specs],
+            "tasks": [s.task for s in specs],
+            "payloads": [s.payload for s in specs],
+            "run_ats": [s.run_at for s in specs],
+            "delays": [s.delay for s in specs],
+            "max_attemptss": [s.max_attempts for s in specs],
+            "idempotency_keys": [s.idempotency_key for s in specs],
+        }
+        with database_errors():
+            rows = conn.execute(self._sql.insert, params).all()
+        # Identity values ascend in insert order, which is input order (see sql.insert_jobs):
+        # keyless rows map by position among keyless inputs, keyed rows by their key.
+        by_key = {row.idempotency_key: row.id for row in rows if row.idempotency_key is not None}
+        keyless = iter(sorted(row.id for row in rows if row.idempotency_key is None))
+        return [
+            by_key.get(s.idempotency_key) if s.idempotency_key is not None else next(keyless)
+            for s in specs
+        ]
+
+    def _active_holders(self, conn: Connection, keys: list[str]) -> dict[str, int]:
+        with database_errors():
+            rows = conn.execute(self._sql.find_keys, {"keys": keys}).all()
+        return {row.idempotency_key: row.id for row in rows}
+
+    @contextmanager
+    def _caller_or_own_connection(
+        self, session: Session | None, connection: Connection | None
+    ) -> Iterator[Connection]:
+        if session is not None:
+            yield session.connection()
+        elif connection is not None:
+            yield connection
+        else:
+            with database_errors(), self.engine.begin() as conn:
+                yield conn
+
+    # -- claim and outcomes --------------------------------------------------------------
+
+    def claim(self, queue: str = DEFAULT_QUEUE, *, worker_id: str, limit: int = 1) -> list[ClaimedJob]:
+        """Claim up to `limit` due jobs of `queue`, committed before this returns.
+
+        All jobs of one claim share one fresh claim token; each outcome is fenced by
+        ``(job id, token)``.
+        """
+        queue = _validate.name(queue, "queue")
+        worker_id = _validate.name(worker_id, "worker_id")
+        limit = _validate.positive_int(limit, "limit")
+        params = {
+            "queue": queue, "worker_id": worker_id, "limit": limit,
+            "token": secrets.token_urlsafe(24),
+        }
+        with database_errors(), self.engine.begin() as conn:
+            rows = conn.execute(self._sql.claim, params).all()
+        jobs = sorted((_claimed_job(row) for row in rows), key=lambda j: j.id)
+        self._emit_claimed(jobs, rows, queue, worker_id, limit)
+        return jobs
+
+    def _emit_claimed(self, jobs, rows, queue: str, worker_id: str, limit: int) -> None:
+        if not jobs:
+            emit(self.plugin_manager, "sqla_queue_empty_claim",
+                 event=EmptyClaim(queue=queue, worker_id=worker_id, limit=limit))
+            return
+        run_at = {row.id: row.run_at for row in rows}
+        for job in jobs:
+            wait = job.locked_at - run_at[job.id] if job.locked_at and run_at[job.id] else None
+            emit(self.plugin_manager, "sqla_queue_job_claimed",
+                 event=JobClaimed(job_id=job.id, queue=job.queue, task=job.task,
+                                  attempt=job.attempts, worker_id=worker_id, queue_wait=wait))
+
+    def complete(self, job_id: int, claim_token: str) -> bool:
+        """Mark a claimed job completed. False means the claim was lost and nothing changed.
+
+        Safe to call again with the same token after a lost reply: it reports True.
+        """
+        row = self._guarded(self._sql.complete, job_id, claim_token)
+        if row is None:
+            self._lost(job_id, claim_token, "complete")
+            return False
+        emit(self.plugin_manager, "sqla_queue_job_completed",
+             event=JobCompleted(job_id=row.id, queue=row.queue_name, task=row.task,
+                                attempt=row.attempts, duration=row.duration))
+        return True
+
+    def retry(
+        self,
+        job_id: int,
+        claim_token: str,
+        *,
+        error: BaseException | str,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+    ) -> Outcome | None:
+        """Record a failed attempt: pending again at `run_at` (or after `delay`, default now)
+        while attempts remain, else terminal ``failed``. None means the claim was lost."""
+        when, wait = _validate.schedule(run_at, delay)
+        row = self._guarded(self._sql.retry, job_id, claim_token,
+                            retry_at=when, delay=wait, error=error_text(error))
+        if row is None:
+            self._lost(job_id, claim_token, "retry")
+            return None
+        return self._outcome(row)
+
+    def fail(self, job_id: int, claim_token: str, *, error: BaseException | str) -> bool:
+        """Move a claimed job to terminal ``failed`` now. False means the claim was lost."""
+        return self._fail(job_id, claim_token, error) is not None
+
+    def _fail(self, job_id: int, claim_token: str, error: BaseException | str) -> Outcome | None:
+        row = self._guarded(self._sql.fail, job_id, claim_token, error=error_text(error))
+        if row is None:
+            self._lost(job_id, claim_token, "fail")
+            return None
+        return self._outcome(row)
+
+    def handle_failure(self, job: ClaimedJob, error: BaseException) -> Outcome | None:
+        """Retry or fail a job whose handler raised, as the strategy hooks decide.
+
+        Non-retryable errors, a ``False`` delay, or exhausted attempts end in ``failed``.
+        """
+        retryable = first_result(
+            self.plugin_manager, "sqla_queue_is_retryable", lambda r: isinstance(r, bool),
+            "True, False or None", job=job, error=error,
+        )
+        delay = None
+        if retryable is not False and not job.is_last_attempt:
+            delay = first_result(
+                self.plugin_manager, "sqla_queue_retry_delay", _is_delay_or_false,
+                "a non-negative timedelta, False or None", job=job, error=error, attempt=job.attempts,
+            )
+        if retryable is False or delay is False:
+            return self._fail(job.id, job.claim_token, error)
+        return self.retry(job.id, job.claim_token, error=error, delay=delay or timedelta(0))
+
+    def _outcome(self, row: Any) -> Outcome:
+        outcome = Outcome(job_id=row.id, status=JobStatus(row.status), attempts=row.attempts,
+                          max_attempts=row.max_attempts, run_at=row.run_at)
+        if outcome.status is JobStatus.PENDING:
+            emit(self.plugin_manager, "sqla_queue_job_retried",
+                 event=JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,
+                                  attempt=row.attempts, run_at=row.run_at, error=row.last_error or ""))
+        else:
+            emit(self.plugin_manager, "sqla_queue_job_failed",
+                 event=JobFailed(job_id=row.id, queue=row.queue_name, task=row.task,
+                                 attempt=row.attempts, error=row.last_error or ""))
+        return outcome
+
+    def _guarded(self, statement: Any, job_id: int, claim_token: str, **values: Any) -> Any:
+        _check_claim(job_id, claim_token)
+        params = {"job_id": job_id, "token": claim_token, **values}
+        with database_errors(), self.engine.begin() as conn:
+            return conn.execute(statement, params).first()
+
+    def _lost(self, job_id: int, claim_token: str, operation: str) -> None:
+        with database_errors(), self.engine.connect() as conn:
+            state = conn.execute(self._sql.claim_state, {"job_id": job_id}).first()
+        emit(self.plugin_manager, "sqla_queue_lost_claim",
+             event=LostClaim(job_id=job_id, claim_token=claim_token,
+                             reason=_lost_reason(state), operation=operation))
+
+    # -- recovery, reads -----------------------------------------------------------------
+
+    def recover_expired(
+        self, *, lease: timedelta | float = DEFAULT_LEASE, limit: int = DEFAULT_RECOVERY_LIMIT
+    ) -> list[int]:
+        """Take back running jobs whose lease (database time) expired; at most `limit` of each kind.
+
+        Jobs with attempts left return to pending (``last_error = 'claim lease expired'``);
+        jobs that expired on their last attempt go to failed. Returns the ids of both.
+        """
+        params = {"lease": _validate.duration(lease, "lease", positive=True),
+                  "limit": _validate.positive_int(limit, "limit")}
+        with database_errors(), self.engine.begin() as conn:
+            requeued = conn.execute(self._sql.requeue_expired, params).all()
+        with database_errors(), self.engine.begin() as conn:
+            failed = conn.execute(self._sql.fail_expired, params).all()
+        for rows, status in ((requeued, JobStatus.PENDING), (failed, JobStatus.FAILED)):
+            for row in rows:
+                emit(self.plugin_manager, "sqla_queue_job_recovered",
+                     event=JobRecovered(job_id=row.id, queue=row.queue_name, task=row.task, status=status))
+        return sorted(row.id for row in (*requeued, *failed))
+
+    def get_job(self, job_id: int) -> JobView | None:
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise InvalidInputError(f"job_id must be an integer, got {type(job_id).__name__}")
+        with database_errors(), self.engine.connect() as conn:
+            row = conn.execute(self._sql.select_job, {"job_id": job_id}).first()
+        return None if row is None else _job_view(row)
+
+    def stats(self) -> QueueStats:
+        with database_errors(), self.engine.connect() as conn:
+            rows = conn.execute(self._sql.health).all()
+        return QueueStats(queues={row.queue_name: _health(row) for row in rows})
+
+
+# -- row mapping -------------------------------------------------------------------------
+
+
+def _table_of(model: type) -> Table:
+    table = getattr(model, "__table__", None)
+    if not isinstance(table, Table) or "claim_token" not in table.c:
+        raise ConfigurationError(
+            f"model must be a mapped class built on sqla_queue.JobMixin, got {model!r}"
+        )
+    return table
+
+
+def _check_claim(job_id: Any, claim_token: Any) -> None:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise InvalidInputError(f"job_id must be an integer, got {type(job_id).__name__}")
+    if not isinstance(claim_token, str) or not claim_token:
+        raise InvalidInputError("claim_token must be the non-empty string a claim returned")
+
+
+def _is_delay_or_false(value: Any) -> bool:
+    return value is False or (isinstance(value, timedelta) and value >= timedelta(0))
+
+
+def _claimed_job(row: Any) -> ClaimedJob:
+    return ClaimedJob(
+        id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
+        max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
+        idempotency_key=row.idempotency_key, locked_at=row.locked_at,
+    )
+
+
+def _job_view(row: Any) -> JobView:
+    return JobView(
+        id=row.id, task=row.task, queue=row.queue_name, status=JobStatus(row.status),
+        payload=row.payload, attempts=row.attempts, max_attempts=row.max_attempts,
+        run_at=row.run_at, created_at=row.created_at, locked_at=row.locked_at,
+        locked_by=row.locked_by, completed_at=row.completed_at, last_error=row.last_error,
+        idempotency_key=row.idempotency_key,
+    )
+
+
+def _health(row: Any) -> QueueHealth:
+    return QueueHealth(
+        queue=row.queue_name, pending=row.pending, running=row.running,
+        completed=row.completed, failed=row.failed, eligible=row.eligible,
+        scheduled=row.scheduled, oldest_eligible_age=row.oldest_eligible_age,
+        near_max_attempts=row.near_max_attempts,
+    )
+
+
+def _lost_reason(state: Any) -> str:
+    if state is None:
+        return "job no longer exists"
+    if state.status == JobStatus.RUNNING.value:
+        return "job was claimed again under another token"
+    if state.claim_token is None and state.last_error and "lease expired" in state.last_error:
+        return f"claim lease expired and the job was recovered (now {state.status})"
+    return f"job is {state.status} under another claim"

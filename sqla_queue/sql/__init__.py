@@ -1,0 +1,29 @@
+"""Pure statement builders: the only place sqla_queue builds SQL.
+
+Each function takes the job `Table` and returns an `Executable` with named bind parameters.
+No engine, no session, no plugin, no I/O: the statements are compiled once per table and reused
+(SQLAlchemy's compiled cache keys on their structure). Every user value is a bound parameter;
+the only literals are our own status names, rendered inline so the planner can match the partial
+indexes' predicates.
+"""
+
+from .claim import claim_jobs
+from .enqueue import find_active_keys, insert_jobs
+from .jobs import claim_state, select_job
+from .outcome import complete_job, fail_job, retry_job
+from .recover import fail_exhausted_expired, requeue_expired
+from .stats import queue_health
+
+__all__ = [
+    "claim_jobs",
+    "claim_state",
+    "complete_job",
+    "fail_exhausted_expired",
+    "fail_job",
+    "find_active_keys",
+    "insert_jobs",
+    "queue_health",
+    "requeue_expired",
+    "retry_job",
+    "select_job",
+]

@@ -1,0 +1,61 @@
+"""The claim: one statement that picks due jobs and marks them running."""
+
+from __future__ import annotations
+
+from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy.sql import Executable
+
+from ..types import JobStatus
+from ._predicates import status_is
+
+
+def claim_jobs(table: Table) -> Executable:
+    """Claim up to ``:limit`` due jobs of ``:queue`` for ``:worker_id`` under ``:token``.
+
+    The row selection lives in a CTE with ``FOR UPDATE SKIP LOCKED``: the CTE is an optimization
+    fence, so the LIMIT is applied exactly once to the locked set. A bare
+    ``WHERE id IN (SELECT ... LIMIT n)`` may be re-planned as a join and lock or update more
+    rows than asked for. The locking clause must sit inside the CTE: a lock on the outer query
+    does not reach into a WITH query.
+
+    Ordering by ``run_at, id`` is a preference, not a promise: SKIP LOCKED passes over rows
+    another claim holds, so fairness is approximate (docs/explanation/delivery-semantics.md).
+    ``clock_timestamp()`` makes the database's clock, not the worker's, decide what is due.
+    """
+    due = (
+        select(table.c.id)
+        .where(
+            table.c.queue_name == bindparam("queue"),
+            status_is(table, JobStatus.PENDING),
+            table.c.run_at <= func.clock_timestamp(),
+            table.c.attempts < table.c.max_attempts,
+        )
+        .order_by(table.c.run_at, table.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+        .cte("due_jobs")
+    )
+    return (
+        update(table)
+        .where(table.c.id == due.c.id)
+        .values(
+            status=JobStatus.RUNNING.value,
+            attempts=table.c.attempts + 1,
+            locked_at=func.clock_timestamp(),
+            locked_by=bindparam("worker_id"),
+            claim_token=bindparam("token"),
+            last_error=None,
+        )
+        .returning(
+            table.c.id,
+            table.c.task,
+            table.c.payload,
+            table.c.attempts,
+            table.c.max_attempts,
+            table.c.claim_token,
+            table.c.queue_name,
+            table.c.idempotency_key,
+            table.c.locked_at,
+            table.c.run_at,
+        )
+    )

@@ -1,0 +1,67 @@
+"""Enqueue: one INSERT for any number of jobs, deduplicated by the database."""
+
+from __future__ import annotations
+
+from sqlalchemy import DateTime, Integer, Interval, Table, Text, any_, bindparam, cast, column, func, select
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.sql import Executable
+
+from ..types import ACTIVE_STATUSES
+from ._predicates import status_is
+
+# One array parameter per column: the statement text is the same for 1 or 10,000 jobs, so it is
+# compiled once and the whole batch is one round trip, with no limit on bound parameters.
+_INPUT_COLUMNS = (
+    ("queue_name", Text),
+    ("task", Text),
+    ("payload", Text),
+    ("run_at", DateTime(timezone=True)),
+    ("delay", Interval),
+    ("max_attempts", Integer),
+    ("idempotency_key", Text),
+)
+
+
+def insert_jobs(table: Table) -> Executable:
+    """Insert the jobs given as parallel arrays; RETURNING ``id, idempotency_key``.
+
+    A job whose key is held by an active (pending or running) job is skipped by
+    ``ON CONFLICT DO NOTHING`` and returns no row; the caller then looks the holder up. If the
+    holder's transaction has not committed yet, PostgreSQL makes this insert wait for it and
+    then either skips (it committed) or inserts (it rolled back).
+
+    Rows are inserted in input order (``ORDER BY ord``), so the identity values ascend in input
+    order; the caller relies on that to map returned ids back to its inputs.
+    """
+    src = (
+        func.unnest(*(bindparam(f"{name}s", type_=ARRAY(type_)) for name, type_ in _INPUT_COLUMNS))
+        .table_valued(*(column(name, type_) for name, type_ in _INPUT_COLUMNS), with_ordinality="ord")
+        .render_derived()
+    )
+    rows = select(
+        src.c.queue_name,
+        src.c.task,
+        cast(src.c.payload, JSONB),
+        func.coalesce(src.c.run_at, func.now() + src.c.delay),
+        src.c.max_attempts,
+        src.c.idempotency_key,
+    ).order_by(src.c.ord)
+    return (
+        insert(table)
+        .from_select(
+            ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key"], rows
+        )
+        .on_conflict_do_nothing(
+            index_elements=[table.c.idempotency_key],
+            index_where=status_is(table, *ACTIVE_STATUSES),
+        )
+        .returning(table.c.id, table.c.idempotency_key)
+    )
+
+
+def find_active_keys(table: Table) -> Executable:
+    """The active job holding each of ``:keys`` (a fresh snapshot sees just-committed holders)."""
+    return select(table.c.idempotency_key, table.c.id).where(
+        table.c.idempotency_key == any_(bindparam("keys", type_=ARRAY(Text))),
+        status_is(table, *ACTIVE_STATUSES),
+    )
