@@ -45,6 +45,16 @@ class ClaimedJob:
     def is_last_attempt(self) -> bool:
         return self.attempts >= self.max_attempts
 
+    def context(self) -> JobContext:
+        """The handler's view of this run. Without an explicit key, the idempotency key is
+        derived from the job id, which every attempt shares."""
+        return JobContext(
+            job_id=self.id, attempt=self.attempts, max_attempts=self.max_attempts,
+            queue=self.queue, task=self.task,
+            idempotency_key=self.idempotency_key or f"sqla_queue-job-{self.id}",
+            claim_token=self.claim_token,
+        )
+
 
 @dataclass(frozen=True)
 class JobContext:

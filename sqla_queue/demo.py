@@ -1,0 +1,121 @@
+"""A two-minute tour on the embedded PostgreSQL 18: ``python -m sqla_queue.demo``.
+
+It starts (or reuses) a server in ``./.sqla_queue/demo-pg``, creates the schema with the
+packaged Alembic revisions, writes an order and its receipt job in one transaction, then claims
+and completes it, shows a retry, a lost claim and a deduplicated enqueue, and prints the
+queue's health. Pass ``--database-url`` (or set SQLA_QUEUE_DATABASE_URL) to use your own server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from sqlalchemy import Integer, String, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.schema import DDLElement
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+import sqla_queue as sq
+from sqla_queue import _embedded, migrations
+from sqla_queue._engine import DATABASE_URL_ENV
+
+
+class CreateDatabase(DDLElement):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class DropDatabase(CreateDatabase):
+    pass
+
+
+@compiles(CreateDatabase)
+def _create_database(element, compiler, **kw) -> str:
+    return f"CREATE DATABASE {compiler.preparer.quote(element.name)}"
+
+
+@compiles(DropDatabase)
+def _drop_database(element, compiler, **kw) -> str:
+    return f"DROP DATABASE IF EXISTS {compiler.preparer.quote(element.name)} WITH (FORCE)"
+
+
+class DemoBase(DeclarativeBase):
+    pass
+
+
+class Order(DemoBase):
+    __tablename__ = "demo_orders"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    email: Mapped[str] = mapped_column(String(200))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV))
+    parser.add_argument("--data-dir", default=".sqla_queue/demo-pg")
+    args = parser.parse_args(argv)
+    url = args.database_url or fresh_demo_database(_embedded.start(Path(args.data_dir)))
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        migrations.upgrade(conn)
+        DemoBase.metadata.create_all(conn)
+    queue = sq.Queue(engine, load_entrypoints=False, blocked_plugins=["sqla_queue.logging"])
+    tour(queue, engine)
+
+
+def fresh_demo_database(server_url: str) -> str:
+    """On our own embedded server, every run starts from an empty ``sqla_queue_demo`` database."""
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(DropDatabase("sqla_queue_demo"))
+        conn.execute(CreateDatabase("sqla_queue_demo"))
+    admin.dispose()
+    return make_url(server_url).set(database="sqla_queue_demo").render_as_string(hide_password=False)
+
+
+def tour(queue: sq.Queue, engine) -> None:
+    @queue.task(queue="emails", max_attempts=3)
+    def send_receipt(payload: dict, ctx: sq.JobContext) -> None:
+        print(f"  handler: receipt for order {payload['order_id']} "
+              f"(attempt {ctx.attempt}/{ctx.max_attempts}, idempotency key {ctx.idempotency_key})")
+
+    print("1. One transaction writes the order and enqueues its receipt:")
+    with Session(engine) as session, session.begin():
+        order = Order(email="ada@example.com")
+        session.add(order)
+        session.flush()
+        order_id = order.id
+        job_id = queue.enqueue(send_receipt, {"order_id": order_id}, session=session,
+                               idempotency_key=f"receipt-{order_id}")
+    print(f"  order {order_id} committed with job {job_id}")
+
+    print("2. The same key while the job is pending returns the same job:")
+    again = queue.enqueue(send_receipt, {"order_id": order_id}, idempotency_key=f"receipt-{order_id}")
+    print(f"  enqueue again -> job {again} (deduplicated: {again == job_id})")
+
+    print("3. A worker claims it (committed at once), works outside the transaction, completes:")
+    [job] = queue.claim("emails", worker_id="demo-worker")
+    queue.get_task(job.task).handler(job.payload, job.context())
+    print(f"  complete -> {queue.complete(job.id, job.claim_token)}; "
+          f"status now {queue.get_job(job.id).status.value}")
+
+    print("4. A failing attempt is retried later; a stale token is reported as a lost claim:")
+    flaky = queue.enqueue(send_receipt, {"order_id": order_id})
+    [claimed] = queue.claim("emails", worker_id="demo-worker")
+    outcome = queue.retry(claimed.id, claimed.claim_token, error=TimeoutError("partner API timed out"),
+                          delay=30)
+    print(f"  retry -> {outcome.status.value}, due at {outcome.run_at:%H:%M:%S} (database time)")
+    print(f"  complete with the old token -> {queue.complete(flaky, claimed.claim_token)} (lost claim)")
+
+    print("5. Queue health:")
+    for health in queue.stats():
+        print(f"  {health.queue}: pending={health.pending} (eligible {health.eligible}, "
+              f"scheduled {health.scheduled}) running={health.running} "
+              f"completed={health.completed} failed={health.failed}")
+
+
+if __name__ == "__main__":
+    main()
