@@ -6,6 +6,7 @@ only binds values, executes, maps rows to the public dataclasses and calls hooks
 
 from __future__ import annotations
 
+import copy
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -13,12 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.orm import Session
 
 from . import _validate, sql
+from ._deadline import deadline
 from ._engine import database_errors, library_engine
 from ._plugins import build_plugin_manager, emit, first_result
 from ._sanitize import error_text
@@ -44,12 +46,17 @@ from .types import (
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
-DEFAULT_LEASE = timedelta(minutes=5)
+# Short is safe: a live worker renews its jobs' leases (every lease/3), and every outcome is
+# fenced by the claim token. The lease bounds how long a crashed worker's jobs wait.
+DEFAULT_LEASE = timedelta(seconds=60)
 DEFAULT_RECOVERY_LIMIT = 100
 _ENQUEUE_ROUNDS = 5
 _ENQUEUE_OPTIONS = frozenset(
     {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key"}
 )
+
+if TYPE_CHECKING:
+    from .worker import Worker
 
 H = TypeVar("H", bound=Handler)
 
@@ -96,6 +103,20 @@ class Queue:
             plugins, load_entrypoints=load_entrypoints, blocked=blocked_plugins
         )
         self._tasks = TaskRegistry()
+        self.call_timeout: float | None = None
+
+    def _bound_to(self, engine: Engine, *, call_timeout: float | None) -> Queue:
+        """This queue (same tasks and plugins) on another engine, with a client-side deadline
+        on every call: what a worker uses for its own connections."""
+        view = copy.copy(self)
+        view.engine = library_engine(engine)
+        view.call_timeout = call_timeout
+        return view
+
+    @property
+    def notify_channel(self) -> str:
+        """The LISTEN/NOTIFY channel enqueues on this table announce themselves on."""
+        return sql.channel_name(self.table)
 
     @cached_property
     def _sql(self) -> SimpleNamespace:
@@ -111,6 +132,8 @@ class Queue:
             select_job=sql.select_job(self.table),
             claim_state=sql.claim_state(self.table),
             health=sql.queue_health(self.table),
+            renew=sql.renew_leases(self.table),
+            release=sql.release_jobs(self.table),
         )
 
     # -- tasks ---------------------------------------------------------------------------
@@ -322,6 +345,7 @@ class Queue:
             "delays": [s.delay for s in specs],
             "max_attemptss": [s.max_attempts for s in specs],
             "idempotency_keys": [s.idempotency_key for s in specs],
+            "channel": self.notify_channel,
         }
         with database_errors():
             rows = conn.execute(self._sql.insert, params).all()
@@ -348,8 +372,19 @@ class Queue:
         elif connection is not None:
             yield connection
         else:
-            with database_errors(), self.engine.begin() as conn:
+            with self._transaction() as conn:
                 yield conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """Our own short transaction, committed on exit, inside the call deadline if any."""
+        with self._connection() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        with database_errors(), self.engine.connect() as conn, deadline(conn, self.call_timeout):
+            yield conn
 
     # -- claim and outcomes --------------------------------------------------------------
 
@@ -366,7 +401,7 @@ class Queue:
             "queue": queue, "worker_id": worker_id, "limit": limit,
             "token": secrets.token_urlsafe(24),
         }
-        with database_errors(), self.engine.begin() as conn:
+        with self._transaction() as conn:
             rows = conn.execute(self._sql.claim, params).all()
         jobs = sorted((_claimed_job(row) for row in rows), key=lambda j: j.id)
         self._emit_claimed(jobs, rows, queue, worker_id, limit)
@@ -463,15 +498,46 @@ class Queue:
     def _guarded(self, statement: Any, job_id: int, claim_token: str, **values: Any) -> Any:
         _check_claim(job_id, claim_token)
         params = {"job_id": job_id, "token": claim_token, **values}
-        with database_errors(), self.engine.begin() as conn:
+        with self._transaction() as conn:
             return conn.execute(statement, params).first()
 
     def _lost(self, job_id: int, claim_token: str, operation: str) -> None:
-        with database_errors(), self.engine.connect() as conn:
+        with self._connection() as conn:
             state = conn.execute(self._sql.claim_state, {"job_id": job_id}).first()
         emit(self.plugin_manager, "sqla_queue_lost_claim",
              event=LostClaim(job_id=job_id, claim_token=claim_token,
                              reason=_lost_reason(state), operation=operation))
+
+    def heartbeat(self, jobs: Iterable[ClaimedJob]) -> set[int]:
+        """Restart the lease of each job still held under its token; returns the renewed ids.
+
+        A job missing from the result is a lost claim: reported through the lost-claim hook.
+        """
+        jobs = list(jobs)
+        if not jobs:
+            return set()
+        with self._transaction() as conn:
+            rows = conn.execute(self._sql.renew, _held_params(jobs)).all()
+        renewed = {row.id for row in rows}
+        for job in jobs:
+            if job.id not in renewed:
+                self._lost(job.id, job.claim_token, "heartbeat")
+        return renewed
+
+    def release(self, jobs: Iterable[ClaimedJob]) -> list[int]:
+        """Give unfinished jobs back (pending now, the interrupted attempt not counted)."""
+        jobs = list(jobs)
+        if not jobs:
+            return []
+        with self._transaction() as conn:
+            rows = conn.execute(self._sql.release, _held_params(jobs)).all()
+        return sorted(row.id for row in rows)
+
+    def worker(self, **options: Any) -> Worker:
+        """A worker for this queue; options are `sqla_queue.worker.WorkerConfig`'s fields."""
+        from .worker import Worker
+
+        return Worker(self, **options)
 
     # -- recovery, reads -----------------------------------------------------------------
 
@@ -485,9 +551,9 @@ class Queue:
         """
         params = {"lease": _validate.duration(lease, "lease", positive=True),
                   "limit": _validate.positive_int(limit, "limit")}
-        with database_errors(), self.engine.begin() as conn:
+        with self._transaction() as conn:
             requeued = conn.execute(self._sql.requeue_expired, params).all()
-        with database_errors(), self.engine.begin() as conn:
+        with self._transaction() as conn:
             failed = conn.execute(self._sql.fail_expired, params).all()
         for rows, status in ((requeued, JobStatus.PENDING), (failed, JobStatus.FAILED)):
             for row in rows:
@@ -498,12 +564,12 @@ class Queue:
     def get_job(self, job_id: int) -> JobView | None:
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise InvalidInputError(f"job_id must be an integer, got {type(job_id).__name__}")
-        with database_errors(), self.engine.connect() as conn:
+        with self._connection() as conn:
             row = conn.execute(self._sql.select_job, {"job_id": job_id}).first()
         return None if row is None else _job_view(row)
 
     def stats(self) -> QueueStats:
-        with database_errors(), self.engine.connect() as conn:
+        with self._connection() as conn:
             rows = conn.execute(self._sql.health).all()
         return QueueStats(queues={row.queue_name: _health(row) for row in rows})
 
@@ -525,6 +591,10 @@ def _check_claim(job_id: Any, claim_token: Any) -> None:
         raise InvalidInputError(f"job_id must be an integer, got {type(job_id).__name__}")
     if not isinstance(claim_token, str) or not claim_token:
         raise InvalidInputError("claim_token must be the non-empty string a claim returned")
+
+
+def _held_params(jobs: Sequence[ClaimedJob]) -> dict[str, list[Any]]:
+    return {"job_ids": [job.id for job in jobs], "tokens": [job.claim_token for job in jobs]}
 
 
 def _is_delay_or_false(value: Any) -> bool:

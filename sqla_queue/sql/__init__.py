@@ -10,19 +10,25 @@ indexes' predicates.
 from .claim import claim_jobs
 from .enqueue import find_active_keys, insert_jobs
 from .jobs import claim_state, select_job
+from .lease import release_jobs, renew_leases
+from .notify import channel_name, listen
 from .outcome import complete_job, fail_job, retry_job
 from .recover import fail_exhausted_expired, requeue_expired
 from .stats import queue_health
 
 __all__ = [
     "claim_jobs",
+    "channel_name",
     "claim_state",
     "complete_job",
     "fail_exhausted_expired",
     "fail_job",
     "find_active_keys",
     "insert_jobs",
+    "listen",
     "queue_health",
+    "release_jobs",
+    "renew_leases",
     "requeue_expired",
     "retry_job",
     "select_job",

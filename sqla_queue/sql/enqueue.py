@@ -32,6 +32,10 @@ def insert_jobs(table: Table) -> Executable:
 
     Rows are inserted in input order (``ORDER BY ord``), so the identity values ascend in input
     order; the caller relies on that to map returned ids back to its inputs.
+
+    Each inserted row also queues ``pg_notify(:channel, queue_name)``. PostgreSQL delivers
+    notifications only when the transaction commits (so a rolled-back enqueue wakes nobody) and
+    folds identical ones, so a batch sends one per queue.
     """
     src = (
         func.unnest(*(bindparam(f"{name}s", type_=ARRAY(type_)) for name, type_ in _INPUT_COLUMNS))
@@ -46,7 +50,7 @@ def insert_jobs(table: Table) -> Executable:
         src.c.max_attempts,
         src.c.idempotency_key,
     ).order_by(src.c.ord)
-    return (
+    inserted = (
         insert(table)
         .from_select(
             ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key"], rows
@@ -55,7 +59,13 @@ def insert_jobs(table: Table) -> Executable:
             index_elements=[table.c.idempotency_key],
             index_where=status_is(table, *ACTIVE_STATUSES),
         )
-        .returning(table.c.id, table.c.idempotency_key)
+        .returning(table.c.id, table.c.idempotency_key, table.c.queue_name)
+        .cte("inserted")
+    )
+    return select(
+        inserted.c.id,
+        inserted.c.idempotency_key,
+        func.pg_notify(bindparam("channel"), inserted.c.queue_name).label("notified"),
     )
 
 
