@@ -1,23 +1,40 @@
 """The queue's Alembic revisions, shipped inside the package as the ``sqla_queue`` branch.
 
-A host with its own Alembic environment adds `VERSION_LOCATION` to its ``version_locations``
-and runs ``alembic upgrade heads``. Without one, `upgrade` (and ``sqla-queue db upgrade``) runs
-the bundled environment against a connection. Revision files here import only alembic and
-sqlalchemy, never ``sqla_queue.models``: they are frozen history.
+A host with its own Alembic environment adds `VERSION_RESOURCE` (or the path `VERSION_LOCATION`)
+to its ``version_locations`` and runs ``alembic upgrade heads``. Without one, `upgrade` (and
+``sqla-queue db upgrade``) runs the bundled environment against a connection. Either way the
+revision is stamped into the database's ``alembic_version`` table, so an application can start
+with ``sqla-queue db`` and move to its own Alembic later without re-stamping anything.
+
+Revision files here import only alembic and sqlalchemy, never ``sqla_queue.models``: they are
+frozen history. See docs/how-to/alembic-integration.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection
 
 BRANCH_LABEL = "sqla_queue"
 SCRIPT_LOCATION = str(Path(__file__).resolve().parent)
 VERSION_LOCATION = str(Path(__file__).resolve().parent / "versions")
+VERSION_RESOURCE = "sqla_queue.migrations:versions"
+"""`VERSION_LOCATION` in Alembic's ``package:directory`` form: the same in every virtualenv, so
+a host can write it into ``alembic.ini`` (with ``path_separator = space``) or pyproject.toml."""
 HEAD = f"{BRANCH_LABEL}@head"
+BASE = f"{BRANCH_LABEL}@base"
+PREVIOUS = f"{BRANCH_LABEL}@-1"
+QUEUE_TABLES = frozenset({"sqla_queue_jobs"})
+"""Tables the packaged revisions create (a host's own `JobMixin` tables are the host's)."""
 
 
 def alembic_config(connection: Connection) -> Config:
@@ -29,9 +46,97 @@ def alembic_config(connection: Connection) -> Config:
     return config
 
 
+def script_directory() -> ScriptDirectory:
+    """The queue's revisions alone (no host history): for inspecting the branch."""
+    return ScriptDirectory(SCRIPT_LOCATION, version_locations=[VERSION_LOCATION])
+
+
 def upgrade(connection: Connection, revision: str = HEAD) -> None:
-    command.upgrade(alembic_config(connection), revision)
+    """Apply the queue's revisions up to `revision` (default: the branch head).
+
+    Each revision commits on its own, because ``CREATE INDEX CONCURRENTLY`` cannot run inside
+    a transaction; see `_outside_transaction` for a `connection` that is already in one.
+    """
+    with _outside_transaction(connection) as conn:
+        command.upgrade(alembic_config(conn), revision)
 
 
-def downgrade(connection: Connection, revision: str = f"{BRANCH_LABEL}@base") -> None:
-    command.downgrade(alembic_config(connection), revision)
+def downgrade(connection: Connection, revision: str = BASE) -> None:
+    """Undo the queue's revisions down to `revision` (default: drop the queue's schema)."""
+    with _outside_transaction(connection) as conn:
+        command.downgrade(alembic_config(conn), revision)
+
+
+def current(connection: Connection) -> str | None:
+    """The queue's revision stamped in the database, or None if the queue was never installed.
+
+    Rows of the host's own branches in a shared ``alembic_version`` are ignored.
+    """
+    ours = _our_revisions()
+    return next((rev for rev in _stamped(connection) if rev in ours), None)
+
+
+def foreign_revisions(connection: Connection) -> list[str]:
+    """Revisions in ``alembic_version`` that are not the queue's: the database has an Alembic
+    history of its own, which the bundled environment (`upgrade`, ``sqla-queue db``) cannot
+    read. Such a host upgrades the queue with its own ``alembic upgrade heads``."""
+    ours = _our_revisions()
+    return [rev for rev in _stamped(connection) if rev not in ours]
+
+
+def include_name(name: str | None, type_: str, parent_names: Mapping[str, Any]) -> bool:
+    """Alembic ``include_name`` hook that leaves the queue's tables out of autogenerate.
+
+    Only for a host that runs the queue's branch but keeps ``sqla_queue.metadata`` out of its
+    ``target_metadata``: without this, ``alembic check`` reports the queue's table as one to
+    drop. Hosts that list the metadata (the recommended way) need no hook: it compares clean.
+    """
+    return not (type_ == "table" and name in QUEUE_TABLES)
+
+
+def _our_revisions() -> set[str]:
+    return {script.revision for script in script_directory().walk_revisions()}
+
+
+def _stamped(connection: Connection) -> tuple[str, ...]:
+    """Every row of ``alembic_version``. A transaction this read had to begin is rolled back,
+    so `upgrade` can follow on the same connection."""
+    began = not connection.in_transaction()
+    try:
+        return MigrationContext.configure(connection).get_current_heads()
+    finally:
+        if began:
+            connection.rollback()
+
+
+@contextmanager
+def _outside_transaction(connection: Connection) -> Iterator[Connection]:
+    """`connection`, or a second one from its engine if it sits in a transaction.
+
+    A transaction that has not reached the server yet (``with engine.begin() as conn:`` before
+    any statement) cannot be committed from inside its context manager, so the revisions run
+    beside it. One that has reached the server may hold locks or a snapshot that our DDL and
+    ``CONCURRENTLY`` would wait on forever: that is refused.
+    """
+    if not connection.in_transaction():
+        yield connection
+        return
+    if _server_transaction_open(connection):
+        raise CommandError(
+            "migrations cannot run inside an open transaction (CREATE INDEX CONCURRENTLY): "
+            "commit first, or pass a connection from engine.connect()"
+        )
+    with connection.engine.connect() as own:
+        yield own
+
+
+def _server_transaction_open(connection: Connection) -> bool:
+    """True once the driver has sent BEGIN (psycopg 3 ``info.transaction_status``, psycopg2
+    ``get_transaction_status()``; 0 is idle in both). Unknown drivers count as open."""
+    dbapi = connection.connection.dbapi_connection
+    info = getattr(dbapi, "info", None)
+    if info is not None and hasattr(info, "transaction_status"):
+        return int(info.transaction_status) != 0
+    if hasattr(dbapi, "get_transaction_status"):
+        return int(dbapi.get_transaction_status()) != 0
+    return True
