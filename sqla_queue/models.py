@@ -66,6 +66,9 @@ class JobMixin:
     # recovery clears it, which turns every late outcome of the expired claim into a lost claim.
     claim_token: Mapped[str | None] = mapped_column(Text)
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When the job became terminally failed (revision sqlaq_0002): retention and the
+    # recent-failures window read it; retries that leave the job pending do not set it.
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(
@@ -101,6 +104,18 @@ class JobMixin:
                 "locked_at",
                 "id",
                 postgresql_where="status = 'running'",
+            ),
+            # Retention (delete finished jobs older than N) and recent-window stats scan finished
+            # jobs by the time they finished; the pending/running rows never enter these indexes.
+            Index(
+                f"{name}_completed_at_idx",
+                "completed_at",
+                postgresql_where="status = 'completed'",
+            ),
+            Index(
+                f"{name}_failed_at_idx",
+                "failed_at",
+                postgresql_where="status = 'failed'",
             ),
         )
 
