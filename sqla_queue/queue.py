@@ -28,6 +28,7 @@ from ._tasks import Handler, Task, TaskRegistry
 from .errors import ConfigurationError, EnqueueConflictError, InvalidInputError
 from .models import Job
 from .types import (
+    DEFAULT_LEASE,
     ClaimedJob,
     EmptyClaim,
     JobClaimed,
@@ -46,9 +47,6 @@ from .types import (
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
-# Short is safe: a live worker renews its jobs' leases (every lease/3), and every outcome is
-# fenced by the claim token. The lease bounds how long a crashed worker's jobs wait.
-DEFAULT_LEASE = timedelta(seconds=60)
 DEFAULT_RECOVERY_LIMIT = 100
 _ENQUEUE_ROUNDS = 5
 _ENQUEUE_OPTIONS = frozenset(
@@ -614,7 +612,8 @@ def _job_view(row: Any) -> JobView:
         id=row.id, task=row.task, queue=row.queue_name, status=JobStatus(row.status),
         payload=row.payload, attempts=row.attempts, max_attempts=row.max_attempts,
         run_at=row.run_at, created_at=row.created_at, locked_at=row.locked_at,
-        locked_by=row.locked_by, completed_at=row.completed_at, last_error=row.last_error,
+        locked_by=row.locked_by, completed_at=row.completed_at, failed_at=row.failed_at,
+        last_error=row.last_error,
         idempotency_key=row.idempotency_key,
     )
 

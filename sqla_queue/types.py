@@ -23,6 +23,11 @@ class JobStatus(str, enum.Enum):
         return self.value
 
 
+# Short is safe: a live worker renews its jobs' leases (every lease/3), and every outcome is
+# fenced by the claim token. The lease bounds how long a crashed worker's jobs wait.
+DEFAULT_LEASE = timedelta(seconds=60)
+"""How long a claim stays valid without renewal: workers and `recover_expired` share it."""
+
 ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
 """States in which an idempotency key is held (the dedupe window)."""
 
@@ -100,6 +105,7 @@ class JobView:
     locked_at: datetime | None
     locked_by: str | None
     completed_at: datetime | None
+    failed_at: datetime | None
     last_error: str | None
     idempotency_key: str | None
 

@@ -49,6 +49,7 @@ def retry_job(table: Table) -> Executable:
             run_at=case((has_attempts_left, next_run), else_=table.c.run_at),
             locked_at=case((has_attempts_left, None), else_=table.c.locked_at),
             locked_by=case((has_attempts_left, None), else_=table.c.locked_by),
+            failed_at=case((has_attempts_left, None), else_=func.clock_timestamp()),
             last_error=bindparam("error"),
         )
         .returning(*_retried_columns(table))
@@ -66,7 +67,9 @@ def fail_job(table: Table) -> Executable:
     failed = (
         update(table)
         .where(held_by(table))
-        .values(status=JobStatus.FAILED.value, last_error=bindparam("error"))
+        .values(
+            status=JobStatus.FAILED.value, failed_at=func.clock_timestamp(), last_error=bindparam("error")
+        )
         .returning(*_retried_columns(table))
         .cte("failed_now")
     )

@@ -44,6 +44,7 @@ def fail_exhausted_expired(table: Table) -> Executable:
         .where(table.c.id == expired.c.id)
         .values(
             status=JobStatus.FAILED.value,
+            failed_at=func.clock_timestamp(),
             locked_at=None,
             locked_by=None,
             claim_token=None,
