@@ -1,16 +1,21 @@
-"""The task registry behind ``@queue.task``: handler names, default queue and attempts."""
+"""The task registry behind ``@queue.task``: handler names, default queue and attempts, and
+the per-task strategy options (asked before any plugin, see builtins/task_overrides.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal, Union
 
 from . import _validate
-from .errors import DuplicateTaskError, UnknownTaskError
+from .errors import ConfigurationError, DuplicateTaskError, UnknownTaskError
 
 Handler = Callable[..., Any]
+RetryDelay = Union[timedelta, Callable[[int, BaseException], "timedelta | Literal[False] | None"]]
+"""A fixed delay between attempts, or ``(attempt, error) -> timedelta | False | None``."""
+KeyFunction = Callable[[Mapping[str, Any]], "str | None"]
+"""``payload -> key or None``: the task's own dedupe key."""
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,8 @@ class Task:
     queue: str
     max_attempts: int
     timeout: timedelta | None = None
+    retry_delay: RetryDelay | None = None
+    idempotency_key: KeyFunction | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)
@@ -39,6 +46,8 @@ class TaskRegistry:
         queue: str,
         max_attempts: int,
         timeout: timedelta | float | None = None,
+        retry_delay: RetryDelay | float | None = None,
+        idempotency_key: KeyFunction | None = None,
     ) -> Task:
         if not callable(handler):
             raise TypeError(f"@queue.task needs a callable, got {type(handler).__name__}")
@@ -51,6 +60,8 @@ class TaskRegistry:
             queue=_validate.name(queue, "queue"),
             max_attempts=_validate.max_attempts(max_attempts),
             timeout=None if timeout is None else _validate.duration(timeout, "timeout", positive=True),
+            retry_delay=_retry_delay_option(retry_delay, task_name),
+            idempotency_key=_key_option(idempotency_key, task_name),
         )
         self._tasks[task_name] = task
         return task
@@ -71,6 +82,9 @@ class TaskRegistry:
             known = ", ".join(sorted(self._tasks)) or "none"
             raise UnknownTaskError(f"unknown task {name!r} (registered: {known})") from None
 
+    def get(self, name: str) -> Task | None:
+        return self._tasks.get(name)
+
     def names(self) -> list[str]:
         return sorted(self._tasks)
 
@@ -84,3 +98,24 @@ def _default_name(handler: Handler) -> str:
     if not name or name == "<lambda>":
         raise TypeError("@queue.task needs name= for a handler without a usable __name__")
     return name
+
+
+def _retry_delay_option(value: Any, task_name: str) -> RetryDelay | None:
+    """A timedelta (or seconds) is a fixed delay; a callable decides per attempt."""
+    if value is None or callable(value):
+        return value
+    try:
+        return _validate.duration(value, f"retry_delay of task {task_name!r}")
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{exc}; or pass a callable (attempt, error) -> timedelta | False | None"
+        ) from None
+
+
+def _key_option(value: Any, task_name: str) -> KeyFunction | None:
+    if value is None or callable(value):
+        return value
+    raise ConfigurationError(
+        f"idempotency_key of task {task_name!r} must be a callable payload -> str | None, got "
+        f"{type(value).__name__}; a fixed key belongs to enqueue(idempotency_key=...)"
+    )

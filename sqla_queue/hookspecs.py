@@ -4,21 +4,27 @@ Hook names are public API. Specs gain keyword arguments over time; they never lo
 one. An implementation may accept any subset of a spec's arguments (pluggy's opt-in
 arguments), so new ones never break existing plugins.
 
-Two kinds of hooks:
+Three kinds of hooks:
 
-* **Strategy hooks** are ``firstresult``: plugins are asked in order (explicit ``plugins=``
-  first, then entry points, finally the built-in defaults, which are registered ``trylast``)
-  and the first answer that is not ``None`` wins. Returning ``None`` means "no opinion".
+* **Strategy hooks** are ``firstresult``: plugins are asked in order (per-task options given to
+  ``@queue.task`` first, then explicit ``plugins=`` in reverse order of registration, then entry
+  points, finally the built-in defaults, which are registered ``trylast``) and the first answer
+  that is not ``None`` wins. Returning ``None`` means "no opinion". An answer outside the
+  contract, or an exception, becomes a `sqla_queue.PluginError` naming the plugin.
 * **Lifecycle events** are fire-and-forget notifications, one per event, each with a frozen
   dataclass payload (docs/reference/events.md). They run on the hot path: implementations must
   return quickly and must not block. An exception raised by one is logged and swallowed; it
   never changes what happens to the job.
+* **Setup**: `sqla_queue_configure` runs once per Queue, when it is built.
+
+docs/reference/hooks.md documents each hook with this exact signature; a test keeps the two in
+step.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 import pluggy
 
@@ -34,10 +40,17 @@ from .types import (
     LostClaim,
 )
 
+if TYPE_CHECKING:
+    from .queue import Queue
+
 PROJECT_NAME = "sqla_queue"
+"""The pluggy project name and the entry-point group plugins register under."""
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# -- strategies ---------------------------------------------------------------------------
 
 
 @hookspec(firstresult=True)
@@ -46,16 +59,23 @@ def sqla_queue_retry_delay(
 ) -> timedelta | Literal[False] | None:
     """How long to wait before the next attempt of a job whose handler raised.
 
-    Called by the worker after a retryable failure, while the job still has attempts left.
+    Called by ``Queue.handle_failure`` (the worker calls it for every handler exception) after
+    `sqla_queue_is_retryable` did not say ``False``, and only while the job has attempts left:
+    on its last attempt the job fails without asking. Called once per failed attempt, on the
+    worker's thread, between the handler's return and the retry statement: keep it cheap.
 
-    :param job: the claimed job (``job.attempts`` equals ``attempt``).
+    :param job: the claimed job (``job.attempts`` equals ``attempt``; ``job.task``,
+        ``job.queue``, ``job.max_attempts`` and ``job.id`` are there to decide per task).
     :param error: the exception the handler raised.
     :param attempt: the attempt that just failed, starting at 1.
-    :return: a non-negative ``timedelta`` to wait (measured on the database's clock);
-        ``False`` to give up now (the job goes to ``failed``); ``None`` for no opinion.
-        Anything else is reported as a `PluginError` naming the plugin.
+    :return: a non-negative ``timedelta`` to wait, measured on the database's clock from the
+        moment the retry is recorded; ``False`` to give up now (the job goes to ``failed``);
+        ``None`` for no opinion. Anything else (a number, a negative delay, ``True``) or an
+        exception is reported as a `PluginError` naming the plugin, and the job's outcome is
+        not recorded (its lease expiry brings it back).
 
-    The built-in default is exponential backoff with full jitter and a cap.
+    The built-in default (``sqla_queue.backoff``) is exponential backoff with full jitter,
+    capped at one hour. A per-task ``@queue.task(retry_delay=...)`` is asked before any plugin.
     """
 
 
@@ -63,9 +83,15 @@ def sqla_queue_retry_delay(
 def sqla_queue_is_retryable(job: ClaimedJob, error: BaseException) -> bool | None:
     """Whether a handler's exception deserves another attempt.
 
+    Called by ``Queue.handle_failure`` once per failed attempt, before
+    `sqla_queue_retry_delay`. Not hot: only failures reach it.
+
+    :param job: the claimed job whose handler raised.
+    :param error: the exception the handler raised.
     :return: ``True`` to retry (if attempts remain), ``False`` to fail the job now, ``None``
-        for no opinion. The built-in default retries everything except
-        `sqla_queue.errors.NonRetryableError` and unknown tasks.
+        for no opinion. Anything else, or an exception, is a `PluginError` naming the plugin.
+        The built-in default (``sqla_queue.retryable``) retries everything except
+        `sqla_queue.NonRetryableError` and unknown tasks.
     """
 
 
@@ -75,56 +101,113 @@ def sqla_queue_idempotency_key(
 ) -> str | None:
     """A dedupe key for a job about to be enqueued without an explicit ``idempotency_key=``.
 
-    Called once per job in ``enqueue``/``enqueue_many``, before anything is written. An
-    explicit ``idempotency_key=`` argument always wins and this hook is then not called.
+    Called once per job in ``enqueue``/``enqueue_many``, in the caller's thread, after the
+    payload was validated and before anything is written: on the enqueue hot path. An explicit
+    ``idempotency_key=`` argument always wins and this hook is then not called. The database
+    enforces the key (a partial unique index over pending and running jobs): while a job with
+    the key is active, enqueue returns that job's id instead of inserting.
 
     :param task: the task name.
-    :param payload: the payload (do not mutate it).
-    :param options: the other enqueue options: ``queue``, ``max_attempts``, ``run_at``,
-        ``delay``.
-    :return: a non-empty string, or ``None`` for no key (the built-in default).
+    :param payload: the payload, a JSON-serializable dict (do not mutate it).
+    :param options: the other enqueue options, resolved: ``queue`` (str), ``max_attempts``
+        (int), ``run_at`` (aware datetime or None), ``delay`` (timedelta, float or None).
+    :return: a non-empty string of at most 512 printable characters, or ``None`` for no key
+        (the built-in default, ``sqla_queue.idempotency``). Anything else, or an exception, is
+        a `PluginError` naming the plugin, raised from ``enqueue`` before anything is written.
+
+    A per-task ``@queue.task(idempotency_key=...)`` is asked before any plugin.
     """
+
+
+# -- lifecycle events ---------------------------------------------------------------------
 
 
 @hookspec
 def sqla_queue_job_enqueued(event: JobEnqueued) -> None:
-    """A job was enqueued (or an enqueue was collapsed onto an active job with its key).
+    """A job was enqueued, or an enqueue was collapsed onto an active job holding its key.
 
-    Fired after the statement ran. When the enqueue is part of a caller's transaction, that
-    transaction may still roll back. Hot path.
+    Fired once per job after the INSERT ran, in the caller's thread. When the enqueue is part
+    of a caller's transaction (``session=``/``connection=``), that transaction may still roll
+    back. Hot path. Return value ignored; an exception is logged and swallowed.
     """
 
 
 @hookspec
 def sqla_queue_job_claimed(event: JobClaimed) -> None:
-    """A job was claimed and its claim committed. Hot path."""
+    """A job was claimed and its claim committed, before its handler runs.
+
+    Fired once per job of a claim, in the claiming thread. Hot path. Return value ignored; an
+    exception is logged and swallowed.
+    """
 
 
 @hookspec
 def sqla_queue_job_completed(event: JobCompleted) -> None:
-    """A job's completion committed under its claim token. Hot path."""
+    """A job's completion committed under its claim token.
+
+    Fired after the commit, in the worker's thread. Hot path. Return value ignored; an
+    exception is logged and swallowed.
+    """
 
 
 @hookspec
 def sqla_queue_job_retried(event: JobRetried) -> None:
-    """A failed attempt was recorded and the job is pending again at ``event.run_at``."""
+    """A failed attempt was recorded and the job is pending again at ``event.run_at``.
+
+    Fired after the commit. Return value ignored; an exception is logged and swallowed.
+    """
 
 
 @hookspec
 def sqla_queue_job_failed(event: JobFailed) -> None:
-    """A job reached the terminal ``failed`` state (gave up, or attempts exhausted)."""
+    """A job reached the terminal ``failed`` state through an outcome call.
+
+    Causes: the handler's error was not retryable, the retry delay said ``False``, or the
+    attempt was the last. (Jobs failed by lease recovery fire `sqla_queue_job_recovered` with
+    ``status`` failed instead.) Fired after the commit. Return value ignored; an exception is
+    logged and swallowed.
+    """
 
 
 @hookspec
 def sqla_queue_job_recovered(event: JobRecovered) -> None:
-    """Lease recovery took a job from an expired claim: back to pending, or failed."""
+    """Lease recovery took a job from an expired claim: back to pending, or failed.
+
+    Fired once per job after the recovery batch committed (a worker's periodic pass,
+    ``queue.recover_expired`` or ``sqla-queue recover``). Return value ignored; an exception is
+    logged and swallowed.
+    """
 
 
 @hookspec
 def sqla_queue_lost_claim(event: LostClaim) -> None:
-    """An outcome (or heartbeat) found the claim no longer ours; nothing was changed."""
+    """An outcome or heartbeat found the claim no longer ours; nothing was changed.
+
+    Fired when ``complete``, ``retry``, ``fail`` or a lease renewal updated zero rows: the job
+    was recovered, reclaimed or changed by an operator. Return value ignored; an exception is
+    logged and swallowed.
+    """
 
 
 @hookspec
 def sqla_queue_empty_claim(event: EmptyClaim) -> None:
-    """A claim returned no job. Hot path for idle workers."""
+    """A claim returned no job.
+
+    Fired by every claim that found nothing due, so it is hot for idle workers polling. Return
+    value ignored; an exception is logged and swallowed.
+    """
+
+
+# -- setup --------------------------------------------------------------------------------
+
+
+@hookspec
+def sqla_queue_configure(queue: Queue) -> None:
+    """A Queue was built and every plugin is registered.
+
+    Called once per Queue at the end of its constructor, before any task is registered. Use it
+    to keep a reference to the queue (for example to read ``queue.stats()`` at scrape time) or
+    to start a side service the plugin owns. Return value ignored. An exception is a
+    `PluginError` naming the plugin and the Queue is not built: a plugin that cannot set itself
+    up should say so at start-up, not on the first job.
+    """

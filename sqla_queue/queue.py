@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 from . import _validate, sql
 from ._deadline import deadline
 from ._engine import database_errors, library_engine
-from ._plugins import build_plugin_manager, emit, first_result
+from ._plugins import build_plugin_manager, configure, emit, first_result
 from ._sanitize import error_text
-from ._tasks import Handler, Task, TaskRegistry
+from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
 from .errors import ConfigurationError, EnqueueConflictError, InvalidInputError
 from .models import Job
 from .types import (
@@ -97,11 +97,12 @@ class Queue:
         self.engine = library_engine(engine)
         self.model = model
         self.table = _table_of(model)
-        self.plugin_manager = build_plugin_manager(
-            plugins, load_entrypoints=load_entrypoints, blocked=blocked_plugins
-        )
         self._tasks = TaskRegistry()
+        self.plugin_manager = build_plugin_manager(
+            plugins, load_entrypoints=load_entrypoints, blocked=blocked_plugins, tasks=self._tasks
+        )
         self.call_timeout: float | None = None
+        configure(self.plugin_manager, self)
 
     def _bound_to(self, engine: Engine, *, call_timeout: float | None) -> Queue:
         """This queue (same tasks and plugins) on another engine, with a client-side deadline
@@ -144,12 +145,20 @@ class Queue:
         queue: str = DEFAULT_QUEUE,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: timedelta | float | None = None,
+        retry_delay: RetryDelay | float | None = None,
+        idempotency_key: KeyFunction | None = None,
     ) -> Any:
-        """Register a handler ``(payload, ctx)``; usable as ``@queue.task`` or ``@queue.task(...)``."""
+        """Register a handler ``(payload, ctx)``; usable as ``@queue.task`` or ``@queue.task(...)``.
+
+        `retry_delay` (a timedelta, seconds, or ``(attempt, error) -> timedelta | False | None``)
+        and `idempotency_key` (``payload -> str | None``) are this task's own strategies: asked
+        before any plugin, ``None`` deferring to them (docs/reference/hooks.md).
+        """
 
         def register(handler: H) -> Task:
             return self._tasks.register(
-                handler, name=name, queue=queue, max_attempts=max_attempts, timeout=timeout
+                handler, name=name, queue=queue, max_attempts=max_attempts, timeout=timeout,
+                retry_delay=retry_delay, idempotency_key=idempotency_key,
             )
 
         return register(func) if func is not None else register

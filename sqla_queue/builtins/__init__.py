@@ -1,4 +1,9 @@
-"""The default strategies, registered exactly like third-party plugins (strategies `trylast`)."""
+"""The default strategies, registered exactly like third-party plugins (strategies `trylast`).
+
+Each is blockable by its name (``Queue(blocked_plugins=[...])`` or
+``SQLA_QUEUE_BLOCKED_PLUGINS``). Blocking a default strategy leaves "no opinion": with no other
+plugin answering, a retry happens at once and no dedupe key is set.
+"""
 
 from . import backoff, idempotency, logging, retryable
 
