@@ -18,7 +18,8 @@ from .errors import (
 )
 from .hookspecs import hookimpl
 from .models import Job, JobMixin, metadata
-from .queue import DEFAULT_LEASE, Queue
+from .queue import Queue
+from .types import DEFAULT_LEASE
 from .types import (
     ClaimedJob,
     JobContext,

@@ -19,10 +19,18 @@ from sqlalchemy import Connection
 @contextmanager
 def deadline(connection: Connection, seconds: float | None) -> Iterator[None]:
     """Cut `connection`'s socket if the body has not finished within `seconds`."""
+    with driver_deadline(connection.connection.driver_connection, seconds):
+        yield
+
+
+@contextmanager
+def driver_deadline(driver_connection: object, seconds: float | None) -> Iterator[None]:
+    """The same for a raw psycopg connection (used where SQLAlchemy has not wrapped it yet)."""
     if seconds is None:
         yield
         return
-    fd = _socket_fd(connection)
+    pgconn = getattr(driver_connection, "pgconn", None)
+    fd = None if pgconn is None else pgconn.socket
     lock = threading.Lock()
     state = {"armed": True}
 
@@ -40,12 +48,6 @@ def deadline(connection: Connection, seconds: float | None) -> Iterator[None]:
         with lock:
             state["armed"] = False  # the connection may go back to the pool after this
         timer.cancel()
-
-
-def _socket_fd(connection: Connection) -> int | None:
-    driver = connection.connection.driver_connection
-    pgconn = getattr(driver, "pgconn", None)
-    return None if pgconn is None else pgconn.socket
 
 
 def _shutdown(fd: int | None) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine, create_engine, exc as sa_exc
+from sqlalchemy import Engine, create_engine, event, exc as sa_exc
 from sqlalchemy.engine import make_url
 
+from ._deadline import driver_deadline
 from ._sanitize import error_text
 from .errors import ConfigurationError, DatabaseError
 
@@ -51,6 +53,56 @@ def make_engine(url: str) -> Engine:
         return create_engine(parsed, hide_parameters=True, pool_pre_ping=True)
     except (sa_exc.ArgumentError, ImportError) as exc:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
+
+
+def worker_engine(engine: Engine, *, pool_size: int, call_timeout: float) -> Engine:
+    """A dedicated engine for a worker, on the same database as `engine`.
+
+    Its connections detect dead peers: TCP keepalives and ``tcp_user_timeout`` (unacknowledged
+    sends abort the connection) and a connect timeout. Pre-ping runs in the pool's checkout
+    event under the same client-side deadline as every other worker call, instead of
+    SQLAlchemy's built-in ``pool_pre_ping`` whose ``SELECT 1`` could wait forever on a
+    half-open connection. A failed ping discards the connection and the pool tries a fresh
+    one, so a server restart costs no failed call.
+    """
+    timeout_s = max(1, math.ceil(call_timeout))
+    connect_args = {
+        "connect_timeout": timeout_s,
+        "keepalives": 1,
+        "keepalives_idle": timeout_s,
+        "keepalives_interval": max(1, timeout_s // 3),
+        "keepalives_count": 3,
+        "tcp_user_timeout": timeout_s * 1000,
+    }
+    ours = create_engine(
+        engine.url,
+        connect_args=connect_args,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=False,
+        hide_parameters=True,
+    )
+    event.listen(ours, "connect", _mark_fresh)
+    event.listen(ours, "checkout", _bounded_ping(call_timeout))
+    return ours
+
+
+def _mark_fresh(dbapi_connection, connection_record) -> None:
+    connection_record.info["fresh"] = True  # just connected: no need to ping it
+
+
+def _bounded_ping(call_timeout: float):
+    def ping(dbapi_connection, connection_record, connection_proxy) -> None:
+        if connection_record.info.pop("fresh", False):
+            return
+        try:
+            with driver_deadline(dbapi_connection, call_timeout):
+                dbapi_connection.execute("SELECT 1")  # a constant probe, no values
+                dbapi_connection.rollback()
+        except Exception as exc:
+            raise sa_exc.DisconnectionError(error_text(exc)) from None
+
+    return ping
 
 
 def database_url_from_env() -> str | None:

@@ -1,0 +1,42 @@
+"""``sqla-queue worker``: run a worker until SIGTERM/SIGINT (or until the queue is empty)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import click
+
+from . import CliContext, main
+from ..types import DEFAULT_LEASE
+
+
+@main.command()
+@click.option("--queues", default="default", show_default=True, help="Comma-separated queue names.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Handler threads (most jobs held at once).")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Most jobs per claim (default: concurrency).")
+@click.option("--lease", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LEASE.total_seconds(),
+              show_default=True, metavar="SECONDS", help="Claim lease, renewed while a handler runs.")
+@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              metavar="SECONDS", help="Claim this often when no notification arrives.")
+@click.option("--grace", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              metavar="SECONDS", help="After SIGTERM, how long running handlers may finish.")
+@click.option("--no-listen", is_flag=True, help="Poll only (e.g. behind PgBouncer in transaction mode).")
+@click.option("--until-empty", is_flag=True, help="Exit once nothing is due and nothing is running.")
+@click.pass_obj
+def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interval, grace, no_listen,
+           until_empty) -> None:
+    """Claim and run jobs. First SIGTERM/SIGINT: finish running jobs, release the rest; second: exit now."""
+    summary = obj.queue().worker(
+        queues=tuple(q.strip() for q in queues.split(",")),
+        concurrency=concurrency,
+        batch_size=batch_size,
+        lease=timedelta(seconds=lease),
+        poll_interval=poll_interval,
+        shutdown_grace=grace,
+        listen=not no_listen,
+    ).run(until_empty=until_empty)
+    click.echo(
+        f"claimed {summary.claimed}, completed {summary.completed}, retried {summary.retried}, "
+        f"failed {summary.failed}, lost {summary.lost}, released {summary.released}"
+    )

@@ -1,0 +1,487 @@
+"""The worker: claim what fits in free slots, run handlers outside any transaction, record
+each outcome under its claim token, keep leases alive, and shut down gracefully.
+
+Threads, each with one job:
+
+* the **claim loop** (the thread that calls `run`): claims at most as many jobs as there are
+  free slots, hands them to the handler threads, runs lease recovery now and then, and sleeps
+  until a notification, a freed slot or the poll interval wakes it;
+* **handler threads** (``concurrency`` of them): run a handler, then record its outcome;
+* the **lease keeper**: renews the leases of running jobs every ``lease / 3``, fences jobs whose
+  lease could not be renewed in time (self-fencing: their outcome is never recorded), and
+  enforces per-task timeouts;
+* the **listener**: LISTENs for enqueue notifications on a connection of its own; when it is
+  down, polling still finds the work.
+
+Every database call has a client-side deadline (``call_timeout``), so a silent connection
+never hangs a worker. Python cannot stop a running thread: a handler that outlives its timeout
+or its fenced lease keeps its slot until it returns, but its result is discarded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine
+
+from . import _validate
+from ._engine import worker_engine
+from ._listener import Listener
+from .errors import ConfigurationError, DatabaseError, SqlaQueueError, UnknownTaskError
+from .types import DEFAULT_LEASE, ClaimedJob, JobStatus
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+logger = logging.getLogger("sqla_queue.worker")
+
+_OUTCOME_BACKOFF = (0.05, 0.2, 0.5, 1.0, 2.0)
+_ERROR_BACKOFF_MAX = 5.0
+_RECOVERY_ROUNDS = 10
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Worker options, validated at construction.
+
+    :param queues: queue names to serve, claimed in turn.
+    :param concurrency: handler threads, and the most jobs held at once.
+    :param batch_size: most jobs per claim statement (default: ``concurrency``); a claim never
+        asks for more than the free slots.
+    :param lease: how long a claim stays valid without renewal; the same duration
+        `Queue.recover_expired` uses. Default 60 s.
+    :param poll_interval: seconds between claims when no notification arrives. Default 1.
+    :param shutdown_grace: seconds running handlers get to finish after the first
+        SIGTERM/SIGINT before their jobs are released. Default 30.
+    :param call_timeout: client-side deadline for every database call, in seconds. Default
+        ``min(lease / 4, 10)``.
+    :param recovery_interval: seconds between lease-recovery passes. Default ``lease / 2``.
+    :param listen: wake on LISTEN/NOTIFY (needs a direct connection, not PgBouncer in
+        transaction mode). Default True.
+    :param worker_id: recorded in ``locked_by``. Default ``host:pid:random``.
+    :param engine: a dedicated engine for this worker (default: one built from the queue's
+        URL with keepalives and timeouts; pass your own for custom connect arguments).
+    """
+
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 4
+    batch_size: int | None = None
+    lease: timedelta = DEFAULT_LEASE
+    poll_interval: float = 1.0
+    shutdown_grace: float = 30.0
+    call_timeout: float | None = None
+    recovery_interval: float | None = None
+    listen: bool = True
+    worker_id: str | None = None
+    engine: Engine | None = field(default=None, compare=False)
+
+    @classmethod
+    def build(cls, **options: Any) -> WorkerConfig:
+        known = [f.name for f in fields(cls)]
+        for name in options:
+            if name not in known:
+                hint = difflib.get_close_matches(name, known, n=1)
+                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+                raise ConfigurationError(f"unknown worker option {name!r}{suggestion}")
+        if isinstance(options.get("queues"), str):
+            options["queues"] = tuple(q for q in options["queues"].split(",") if q)
+        if "lease" in options:
+            options["lease"] = _config(_validate.duration, options["lease"], "lease", positive=True)
+        config = cls(**options)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if not self.queues:
+            raise ConfigurationError("queues must name at least one queue")
+        for name in self.queues:
+            _config(_validate.name, name, "queue")
+        _validate.config_positive_int(self.concurrency, "concurrency")
+        if self.batch_size is not None:
+            _validate.config_positive_int(self.batch_size, "batch_size")
+        for name in ("poll_interval", "shutdown_grace", "call_timeout", "recovery_interval"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.call_timeout is not None and self.call_timeout >= self.lease.total_seconds():
+            raise ConfigurationError("call_timeout must be shorter than the lease")
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.lease.total_seconds()
+
+    @property
+    def effective_call_timeout(self) -> float:
+        return self.call_timeout or min(self.lease_seconds / 4, 10.0)
+
+    @property
+    def effective_batch_size(self) -> int:
+        return self.batch_size or self.concurrency
+
+
+def _config(check, value, *args, **kwargs):
+    try:
+        return check(value, *args, **kwargs)
+    except SqlaQueueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+@dataclass
+class WorkerSummary:
+    """What one `Worker.run` did."""
+
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    failed: int = 0
+    lost: int = 0
+    released: int = 0
+
+
+class _Held:
+    """A job this worker holds, and who gets to settle it (handler, timeout, fence, release)."""
+
+    def __init__(self, job: ClaimedJob, timeout: timedelta | None) -> None:
+        now = time.monotonic()
+        self.job = job
+        self.lease_confirmed = now  # monotonic time at which the lease was last known renewed
+        self.handler_deadline = None if timeout is None else now + timeout.total_seconds()
+        self.started = False
+        self._settled = False
+        self._lock = threading.Lock()
+
+    def settle(self) -> bool:
+        """True for exactly one caller: the one that decides this job's fate."""
+        with self._lock:
+            if self._settled:
+                return False
+            self._settled = True
+            return True
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
+
+class Worker:
+    """Runs the handlers of one Queue. Build it with ``queue.worker(...)``."""
+
+    def __init__(self, queue: Queue, **options: Any) -> None:
+        self.config = WorkerConfig.build(**options)
+        self.worker_id = self.config.worker_id or _default_worker_id()
+        timeout = self.config.effective_call_timeout
+        self.engine = self.config.engine or worker_engine(
+            queue.engine, pool_size=self.config.concurrency + 3, call_timeout=timeout
+        )
+        self.queue = queue._bound_to(self.engine, call_timeout=timeout)
+        self.summary = WorkerSummary()
+        self._held: dict[int, _Held] = {}
+        self._held_lock = threading.Lock()
+        self._work: list[_Held] = []
+        self._work_ready = threading.Condition()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._signals = 0
+
+    # -- public -----------------------------------------------------------------------
+
+    def run(self, *, until_empty: bool = False) -> WorkerSummary:
+        """Work until stopped (SIGTERM/SIGINT or `stop`), or with `until_empty` until nothing
+        is due and nothing is running. Then let running handlers finish within the grace
+        period and release what is left."""
+        self._stopping.clear()
+        self._done.clear()
+        with self._signal_handlers(), self._threads():
+            logger.info("worker %s serving %s with concurrency %s", self.worker_id,
+                        ",".join(self.config.queues), self.config.concurrency)
+            self._claim_loop(until_empty)
+            self._drain()
+        logger.info("worker %s stopped: %s", self.worker_id, self.summary)
+        return self.summary
+
+    def stop(self) -> None:
+        """Ask `run` to stop claiming and shut down gracefully (thread-safe)."""
+        self._stopping.set()
+        self._wake.set()
+
+    # -- claim loop -------------------------------------------------------------------
+
+    def _claim_loop(self, until_empty: bool) -> None:
+        next_recovery = 0.0
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                if time.monotonic() >= next_recovery:
+                    self._recover()
+                    next_recovery = time.monotonic() + self._recovery_interval
+                claimed = self._claim_free_slots()
+                failures = 0
+            except DatabaseError as exc:
+                failures += 1
+                delay = min(_ERROR_BACKOFF_MAX, 0.1 * 2**failures)
+                logger.warning("worker %s: database error, retrying in %.1fs: %s", self.worker_id, delay, exc)
+                self._stopping.wait(delay)
+                continue
+            if until_empty and claimed == 0 and self._held_count() == 0:
+                return
+            if claimed == 0 or self._free_slots() == 0:
+                self._wake.wait(self.config.poll_interval)
+                self._wake.clear()
+
+    def _claim_free_slots(self) -> int:
+        claimed = 0
+        for queue_name in self._queue_order():
+            free = self._free_slots()
+            if free <= 0 or self._stopping.is_set():
+                break
+            limit = min(free, self.config.effective_batch_size)
+            jobs = self.queue.claim(queue_name, worker_id=self.worker_id, limit=limit)
+            for job in jobs:
+                self._hold(job)
+            claimed += len(jobs)
+        self.summary.claimed += claimed
+        return claimed
+
+    def _queue_order(self) -> list[str]:
+        """Rotate the starting queue each round so one busy queue cannot starve the others."""
+        queues = list(self.config.queues)
+        shift = self.summary.claimed % len(queues)
+        return queues[shift:] + queues[:shift]
+
+    def _hold(self, job: ClaimedJob) -> None:
+        timeout = None
+        if job.task in self.queue._tasks:
+            timeout = self.queue.get_task(job.task).timeout
+        held = _Held(job, timeout)
+        with self._held_lock:
+            self._held[job.id] = held
+        with self._work_ready:
+            self._work.append(held)
+            self._work_ready.notify()
+
+    def _recover(self) -> None:
+        for _ in range(_RECOVERY_ROUNDS):
+            ids = self.queue.recover_expired(lease=self.config.lease, limit=100)
+            if len(ids) < 100:
+                return
+
+    @property
+    def _recovery_interval(self) -> float:
+        return self.config.recovery_interval or max(1.0, self.config.lease_seconds / 2)
+
+    # -- handler threads --------------------------------------------------------------
+
+    def _handler_thread(self) -> None:
+        while True:
+            with self._work_ready:
+                while not self._work and not self._done.is_set():
+                    self._work_ready.wait()
+                if not self._work:
+                    return
+                held = self._work.pop(0)
+            if self._stopping.is_set() or held.settled:
+                continue  # shutting down: not started, so it is released, not run
+            held.started = True
+            try:
+                self._execute(held)
+            finally:
+                with self._held_lock:
+                    self._held.pop(held.job.id, None)
+                self._wake.set()
+
+    def _execute(self, held: _Held) -> None:
+        job = held.job
+        error: BaseException | None = None
+        try:
+            task = self.queue.get_task(job.task)
+            task.handler(job.payload, job.context())
+        except UnknownTaskError as exc:
+            error = exc
+        except Exception as exc:  # a handler's failure is data: it decides retry or fail
+            error = exc
+        if held.settle():
+            self._record(held, error)
+
+    def _record(self, held: _Held, error: BaseException | None) -> None:
+        """Record the outcome, retrying through database errors while the lease still holds.
+
+        Outcomes are safe to replay (a lost reply followed by a retry reports the same result),
+        so retrying after an error whose commit status is unknown is correct.
+        """
+        for attempt in range(1000):
+            try:
+                self._record_once(held.job, error)
+                return
+            except DatabaseError as exc:
+                if time.monotonic() - held.lease_confirmed >= self.config.lease_seconds:
+                    self._report_fenced(held, "lease expired while the outcome could not be recorded")
+                    return
+                delay = _OUTCOME_BACKOFF[min(attempt, len(_OUTCOME_BACKOFF) - 1)]
+                logger.warning("job %s: could not record outcome (%s), retrying in %.2fs", held.job.id, exc, delay)
+                time.sleep(delay)
+
+    def _record_once(self, job: ClaimedJob, error: BaseException | None) -> None:
+        if error is None:
+            ok = self.queue.complete(job.id, job.claim_token)
+            self._count("completed" if ok else "lost")
+            return
+        outcome = self.queue.handle_failure(job, error)
+        if outcome is None:
+            self._count("lost")
+        else:
+            self._count("retried" if outcome.status is JobStatus.PENDING else "failed")
+
+    def _count(self, name: str) -> None:
+        with self._held_lock:
+            setattr(self.summary, name, getattr(self.summary, name) + 1)
+
+    # -- lease keeper -----------------------------------------------------------------
+
+    def _lease_keeper(self) -> None:
+        interval = self.config.lease_seconds / 3
+        tick = min(1.0, interval / 4)
+        next_renewal = time.monotonic() + interval
+        while not self._done.wait(tick):
+            self._enforce_timeouts()
+            if time.monotonic() >= next_renewal:
+                next_renewal = time.monotonic() + interval
+                self._renew()
+
+    def _renew(self) -> None:
+        held = [h for h in self._snapshot() if not h.settled]
+        if not held:
+            return
+        started = time.monotonic()
+        try:
+            renewed = self.queue.heartbeat(h.job for h in held)
+        except DatabaseError as exc:
+            logger.warning("worker %s: lease renewal failed: %s", self.worker_id, exc)
+            self._fence_expired(held)
+            return
+        for h in held:
+            if h.job.id in renewed:
+                h.lease_confirmed = started
+            elif h.settle():  # not renewed and not finished meanwhile: lost (already reported)
+                self._count("lost")
+
+    def _fence_expired(self, held: list[_Held]) -> None:
+        """Self-fencing: past the lease without a renewal, recovery may hand the job to someone
+        else, so this worker must stop treating it as its own."""
+        now = time.monotonic()
+        for h in held:
+            if now - h.lease_confirmed >= self.config.lease_seconds and h.settle():
+                self._report_fenced(h, "lease could not be renewed before it expired")
+
+    def _report_fenced(self, held: _Held, reason: str) -> None:
+        from ._plugins import emit
+        from .types import LostClaim
+
+        self._count("lost")
+        emit(self.queue.plugin_manager, "sqla_queue_lost_claim",
+             event=LostClaim(job_id=held.job.id, claim_token=held.job.claim_token,
+                             reason=reason, operation="fence"))
+
+    def _enforce_timeouts(self) -> None:
+        now = time.monotonic()
+        for h in self._snapshot():
+            if h.handler_deadline is not None and now >= h.handler_deadline and h.settle():
+                task = self.queue.get_task(h.job.task)
+                error = TimeoutError(f"handler exceeded its timeout of {task.timeout.total_seconds():g}s")
+                self._record(h, error)
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.config.shutdown_grace
+        while self._running_count() and time.monotonic() < deadline and self._signals < 2:
+            self._wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            self._wake.clear()
+        leftover = [h for h in self._snapshot() if h.settle()]
+        if leftover:
+            try:
+                released = self.queue.release(h.job for h in leftover)
+            except DatabaseError as exc:
+                logger.error("worker %s: could not release %d job(s); they return when their "
+                             "lease expires: %s", self.worker_id, len(leftover), exc)
+                return
+            self.summary.released += len(released)
+            logger.warning("worker %s released %d unfinished job(s): %s", self.worker_id,
+                           len(released), ", ".join(map(str, released)))
+
+    @contextmanager
+    def _signal_handlers(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        for sig in previous:
+            signal.signal(sig, self._on_signal)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            logger.warning("worker %s: %s received, finishing running jobs (grace %ss); "
+                           "send it again to exit at once", self.worker_id,
+                           signal.Signals(signum).name, self.config.shutdown_grace)
+            self.stop()
+            return
+        logger.error("worker %s: second signal, exiting now; held jobs return when their "
+                     "lease expires", self.worker_id)
+        os._exit(128 + signum)
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    @contextmanager
+    def _threads(self) -> Iterator[None]:
+        threads = [threading.Thread(target=self._handler_thread, name=f"sqla-queue-handler-{i}", daemon=True)
+                   for i in range(self.config.concurrency)]
+        threads.append(threading.Thread(target=self._lease_keeper, name="sqla-queue-lease", daemon=True))
+        listener = Listener(self.queue, self.config.queues, self._wake, self._done,
+                            call_timeout=self.config.effective_call_timeout) if self.config.listen else None
+        if listener is not None:
+            threads.append(threading.Thread(target=listener.run, name="sqla-queue-listen", daemon=True))
+        for thread in threads:
+            thread.start()
+        try:
+            yield
+        finally:
+            self._done.set()
+            with self._work_ready:
+                self._work_ready.notify_all()
+            for thread in threads:
+                thread.join(timeout=0 if self._signals >= 2 else 5)
+
+    def _snapshot(self) -> list[_Held]:
+        with self._held_lock:
+            return list(self._held.values())
+
+    def _running_count(self) -> int:
+        return sum(1 for h in self._snapshot() if h.started and not h.settled)
+
+    def _held_count(self) -> int:
+        with self._held_lock:
+            return len(self._held)
+
+    def _free_slots(self) -> int:
+        return self.config.concurrency - self._held_count()
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
