@@ -113,6 +113,11 @@ def _reject_nul(value: Any, depth: int = 0) -> None:
     if isinstance(value, str):
         if "\x00" in value:
             raise PayloadError("payload contains a NUL character, which jsonb cannot store")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # json.dumps escapes a lone surrogate as \udXXX and PostgreSQL rejects it at insert.
+            raise PayloadError("payload contains a lone surrogate, which is not valid Unicode") from None
     elif isinstance(value, dict):
         for key, item in value.items():
             _reject_nul(key, depth + 1)
