@@ -51,7 +51,9 @@ class TaskRegistry:
     ) -> Task:
         if not callable(handler):
             raise TypeError(f"@queue.task needs a callable, got {type(handler).__name__}")
-        task_name = _validate.name(name or _default_name(handler), "task name")
+        task_name = _validate.name(
+            _default_name(handler) if name is None else name, "task name"
+        )
         if task_name in self._tasks and self._tasks[task_name].handler is not handler:
             raise DuplicateTaskError(f"task {task_name!r} is already registered to another handler")
         task = Task(
