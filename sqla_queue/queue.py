@@ -22,10 +22,15 @@ from sqlalchemy.orm import Session
 from . import _validate, sql
 from ._deadline import deadline
 from ._engine import database_errors, library_engine
-from ._plugins import build_plugin_manager, configure, emit, first_result
+from ._plugins import build_plugin_manager, configure, emit, failure_decision, first_result
 from ._sanitize import error_text
 from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
-from .errors import ConfigurationError, EnqueueConflictError, InvalidInputError
+from .errors import (
+    ConfigurationError,
+    EnqueueConflictError,
+    InvalidInputError,
+    UnknownTaskError,
+)
 from .models import Job
 from .types import (
     DEFAULT_LEASE,
@@ -232,7 +237,7 @@ class Queue:
         options = {k: v for k, v in job.items() if k not in ("task", "payload")}
         try:
             return self._prepare(job["task"], job["payload"], **options)
-        except InvalidInputError as exc:
+        except (InvalidInputError, UnknownTaskError) as exc:
             raise type(exc)(f"jobs[{index}]: {exc}") from None
 
     def _prepare(
@@ -473,21 +478,13 @@ class Queue:
     def handle_failure(self, job: ClaimedJob, error: BaseException) -> Outcome | None:
         """Retry or fail a job whose handler raised, as the strategy hooks decide.
 
-        Non-retryable errors, a ``False`` delay, or exhausted attempts end in ``failed``.
+        Non-retryable errors, a ``False`` delay, or exhausted attempts end in ``failed``. A
+        strategy plugin that misbehaves is logged and the built-in defaults decide instead.
         """
-        retryable = first_result(
-            self.plugin_manager, "sqla_queue_is_retryable", lambda r: isinstance(r, bool),
-            "True, False or None", job=job, error=error,
-        )
-        delay = None
-        if retryable is not False and not job.is_last_attempt:
-            delay = first_result(
-                self.plugin_manager, "sqla_queue_retry_delay", _is_delay_or_false,
-                "a non-negative timedelta, False or None", job=job, error=error, attempt=job.attempts,
-            )
-        if retryable is False or delay is False:
+        delay = failure_decision(self.plugin_manager, job, error)
+        if delay is False:
             return self._fail(job.id, job.claim_token, error)
-        return self.retry(job.id, job.claim_token, error=error, delay=delay or timedelta(0))
+        return self.retry(job.id, job.claim_token, error=error, delay=delay)
 
     def _outcome(self, row: Any) -> Outcome:
         outcome = Outcome(job_id=row.id, status=JobStatus(row.status), attempts=row.attempts,
@@ -602,10 +599,6 @@ def _check_claim(job_id: Any, claim_token: Any) -> None:
 
 def _held_params(jobs: Sequence[ClaimedJob]) -> dict[str, list[Any]]:
     return {"job_ids": [job.id for job in jobs], "tokens": [job.claim_token for job in jobs]}
-
-
-def _is_delay_or_false(value: Any) -> bool:
-    return value is False or (isinstance(value, timedelta) and value >= timedelta(0))
 
 
 def _claimed_job(row: Any) -> ClaimedJob:
