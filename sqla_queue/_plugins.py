@@ -15,14 +15,18 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal
 
 import pluggy
 
 from . import hookspecs
 from .builtins import DEFAULT_PLUGINS
+from .builtins import backoff as builtin_backoff
+from .builtins import retryable as builtin_retryable
 from .builtins.task_overrides import TASK_OVERRIDES_NAME, TaskOverrides
 from .errors import ConfigurationError, PluginError
+from .types import ClaimedJob
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 DISABLE_AUTOLOAD_ENV = "SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD"
@@ -228,6 +232,50 @@ def configure(pm: pluggy.PluginManager, queue: Any) -> None:
             raise PluginError(
                 f"plugin {impl.plugin_name!r} raised in sqla_queue_configure: {exc!r}"
             ) from exc
+
+
+def failure_decision(
+    pm: pluggy.PluginManager, job: ClaimedJob, error: BaseException
+) -> timedelta | Literal[False]:
+    """For a job whose handler raised: the delay before its next attempt, or False to fail it.
+
+    A strategy plugin that raises or answers outside its contract is logged as a `PluginError`
+    naming it, and the built-in defaults decide this one failure instead: raising into the
+    worker would leave the job running until its lease expired, and kill the handler thread.
+    """
+    try:
+        return _decide_failure(pm, job, error)
+    except PluginError as exc:
+        logger.error("%s; the built-in defaults decide for job %s instead", exc, job.id)
+        return _decide_failure_by_defaults(job, error)
+
+
+def _decide_failure(
+    pm: pluggy.PluginManager, job: ClaimedJob, error: BaseException
+) -> timedelta | Literal[False]:
+    retryable = first_result(
+        pm, "sqla_queue_is_retryable", lambda answer: isinstance(answer, bool),
+        "True, False or None", job=job, error=error,
+    )
+    if retryable is False or job.is_last_attempt:
+        return False
+    delay = first_result(
+        pm, "sqla_queue_retry_delay", is_delay_or_false,
+        "a non-negative timedelta, False or None", job=job, error=error, attempt=job.attempts,
+    )
+    return timedelta(0) if delay is None else delay
+
+
+def _decide_failure_by_defaults(job: ClaimedJob, error: BaseException) -> timedelta | Literal[False]:
+    if not builtin_retryable.sqla_queue_is_retryable(error=error) or job.is_last_attempt:
+        return False
+    return builtin_backoff.sqla_queue_retry_delay(job=job, attempt=job.attempts)
+
+
+def is_delay_or_false(value: Any) -> bool:
+    """The retry-delay contract: ``False``, or a non-negative timedelta (not a bare number:
+    seconds or milliseconds would be a guess)."""
+    return value is False or (isinstance(value, timedelta) and value >= timedelta(0))
 
 
 def first_result(

@@ -71,8 +71,8 @@ def sqla_queue_retry_delay(
     :return: a non-negative ``timedelta`` to wait, measured on the database's clock from the
         moment the retry is recorded; ``False`` to give up now (the job goes to ``failed``);
         ``None`` for no opinion. Anything else (a number, a negative delay, ``True``) or an
-        exception is reported as a `PluginError` naming the plugin, and the job's outcome is
-        not recorded (its lease expiry brings it back).
+        exception is logged as a `PluginError` naming the plugin, and the built-in defaults
+        decide that failure instead: a broken plugin never strands a job.
 
     The built-in default (``sqla_queue.backoff``) is exponential backoff with full jitter,
     capped at one hour. A per-task ``@queue.task(retry_delay=...)`` is asked before any plugin.
@@ -89,8 +89,8 @@ def sqla_queue_is_retryable(job: ClaimedJob, error: BaseException) -> bool | Non
     :param job: the claimed job whose handler raised.
     :param error: the exception the handler raised.
     :return: ``True`` to retry (if attempts remain), ``False`` to fail the job now, ``None``
-        for no opinion. Anything else, or an exception, is a `PluginError` naming the plugin.
-        The built-in default (``sqla_queue.retryable``) retries everything except
+        for no opinion. Anything else, or an exception, is logged as a `PluginError` naming
+        the plugin, and the built-in defaults decide that failure instead. The built-in default (``sqla_queue.retryable``) retries everything except
         `sqla_queue.NonRetryableError` and unknown tasks.
     """
 
