@@ -453,10 +453,10 @@ class Worker:
         threads = [threading.Thread(target=self._handler_thread, name=f"sqla-queue-handler-{i}", daemon=True)
                    for i in range(self.config.concurrency)]
         threads.append(threading.Thread(target=self._lease_keeper, name="sqla-queue-lease", daemon=True))
-        listener = Listener(self.queue, self.config.queues, self._wake, self._done,
-                            call_timeout=self.config.effective_call_timeout) if self.config.listen else None
-        if listener is not None:
-            threads.append(threading.Thread(target=listener.run, name="sqla-queue-listen", daemon=True))
+        self._listener = Listener(self.queue, self.config.queues, self._wake, self._done,
+                                  call_timeout=self.config.effective_call_timeout) if self.config.listen else None
+        if self._listener is not None:
+            threads.append(threading.Thread(target=self._listener.run, name="sqla-queue-listen", daemon=True))
         for thread in threads:
             thread.start()
         try:
@@ -467,6 +467,11 @@ class Worker:
                 self._work_ready.notify_all()
             for thread in threads:
                 thread.join(timeout=0 if self._signals >= 2 else 5)
+
+    def _listener_connected(self) -> bool:
+        """True while LISTEN is active (tests wait on it before measuring wake-ups)."""
+        listener = getattr(self, "_listener", None)
+        return listener is not None and listener.connected.is_set()
 
     def _snapshot(self) -> list[_Held]:
         with self._held_lock:

@@ -1,0 +1,282 @@
+"""The worker in-process: draining, outcomes through the strategy hooks, slots, timeouts,
+lost claims, release on stop, LISTEN wake-ups and configuration errors."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+import sqla_queue as sq
+from sqla_queue.errors import ConfigurationError, NonRetryableError
+from sqla_queue.worker import WorkerConfig
+
+FAST = {"poll_interval": 0.05, "lease": timedelta(seconds=6)}
+
+
+def status_counts(engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT status, count(*) FROM sqla_queue_jobs GROUP BY status"))
+        return dict(rows.all())
+
+
+def test_until_empty_runs_every_due_job_once_and_returns(queue, engine):
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    @queue.task
+    def record(payload, ctx):
+        with lock:
+            seen.append(payload["n"])
+
+    queue.enqueue_many([{"task": "record", "payload": {"n": n}} for n in range(300)])
+    summary = queue.worker(concurrency=8, **FAST).run(until_empty=True)
+
+    assert sorted(seen) == list(range(300))
+    assert summary.claimed == summary.completed == 300
+    assert status_counts(engine) == {"completed": 300}
+
+
+def test_handler_context_carries_the_job_and_a_stable_idempotency_key(queue):
+    contexts: list[sq.JobContext] = []
+
+    @queue.task(queue="ctx")
+    def capture(payload, ctx):
+        contexts.append(ctx)
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+
+    job_id = queue.enqueue("capture", {})
+    worker = queue.worker(queues=["ctx"], concurrency=1, **FAST)
+    worker.run(until_empty=True)
+    with queue.engine.begin() as conn:  # make the retry due now
+        conn.execute(text("UPDATE sqla_queue_jobs SET run_at = now() WHERE id = :id"), {"id": job_id})
+    worker.run(until_empty=True)
+
+    assert [c.attempt for c in contexts] == [1, 2]
+    assert {c.job_id for c in contexts} == {job_id}
+    assert {c.queue for c in contexts} == {"ctx"}
+    assert contexts[0].idempotency_key == contexts[1].idempotency_key == f"sqla_queue-job-{job_id}"
+    assert contexts[0].claim_token != contexts[1].claim_token
+    assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED
+
+
+def test_failing_handler_is_retried_then_fails_with_its_last_error(queue):
+    @queue.task(max_attempts=3)
+    def flaky(payload, ctx):
+        raise ValueError(f"attempt {ctx.attempt} broke")
+
+    job_id = queue.enqueue("flaky", {})
+    worker = queue.worker(concurrency=1, **FAST)
+    for _ in range(3):
+        worker.run(until_empty=True)
+        with queue.engine.begin() as conn:
+            conn.execute(text("UPDATE sqla_queue_jobs SET run_at = now() WHERE id = :id"), {"id": job_id})
+
+    job = queue.get_job(job_id)
+    assert job.status is sq.JobStatus.FAILED
+    assert job.attempts == 3
+    assert job.last_error == "ValueError: attempt 3 broke"
+    assert worker.summary.retried == 2 and worker.summary.failed == 1
+
+
+def test_non_retryable_error_and_unknown_task_fail_at_once(queue, engine):
+    @queue.task
+    def refuse(payload, ctx):
+        raise NonRetryableError("bad input, retrying cannot help")
+
+    refused = queue.enqueue("refuse", {})
+    queue.enqueue("send_email", {})
+    with engine.begin() as conn:  # a job whose task this process does not know
+        conn.execute(text("UPDATE sqla_queue_jobs SET task = 'gone_task' WHERE task = 'send_email'"))
+
+    queue.worker(concurrency=2, **FAST).run(until_empty=True)
+
+    assert queue.get_job(refused).attempts == 1
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT task, status, attempts, last_error FROM sqla_queue_jobs ORDER BY id")).all()
+    assert [(r.task, r.status, r.attempts) for r in rows] == [("refuse", "failed", 1), ("gone_task", "failed", 1)]
+    assert rows[1].last_error.startswith("UnknownTaskError: unknown task 'gone_task'")
+
+
+def test_claims_never_exceed_free_slots(queue):
+    concurrency = 3
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+    release = threading.Event()
+
+    @queue.task
+    def hold(payload, ctx):
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        release.wait(0.02)
+        with lock:
+            running -= 1
+
+    queue.enqueue_many([{"task": "hold", "payload": {}} for _ in range(60)])
+    worker = queue.worker(concurrency=concurrency, batch_size=50, **FAST)
+    worker.run(until_empty=True)
+
+    assert peak <= concurrency
+    assert worker.summary.completed == 60
+    with queue.engine.connect() as conn:
+        most_running = conn.execute(text("SELECT count(*) FROM sqla_queue_jobs WHERE status = 'running'")).scalar()
+    assert most_running == 0
+
+
+def test_handler_timeout_fails_the_attempt_and_discards_the_late_result(queue):
+    finish = threading.Event()
+
+    @queue.task(timeout=0.3, max_attempts=1)
+    def slow(payload, ctx):
+        finish.wait(5)
+
+    job_id = queue.enqueue("slow", {})
+    worker = queue.worker(concurrency=1, **FAST)
+    runner = threading.Thread(target=worker.run, kwargs={"until_empty": True})
+    runner.start()
+    try:
+        timed_out = _wait_for(lambda: queue.get_job(job_id).status is sq.JobStatus.FAILED)
+    finally:
+        finish.set()  # the handler now returns normally: its result must be ignored
+        runner.join(10)
+    job = queue.get_job(job_id)
+    assert timed_out and not runner.is_alive()
+    assert job.status is sq.JobStatus.FAILED
+    assert job.last_error == "TimeoutError: handler exceeded its timeout of 0.3s"
+    assert worker.summary.failed == 1 and worker.summary.completed == 0
+
+
+def test_heartbeat_reports_a_job_taken_away_as_lost_and_never_records_its_outcome(queue, engine):
+    lost: list = []
+    started = threading.Event()
+    finish = threading.Event()
+
+    class Spy:
+        @sq.hookimpl
+        def sqla_queue_lost_claim(self, event):
+            lost.append(event)
+
+    queue.plugin_manager.register(Spy())
+
+    @queue.task
+    def long(payload, ctx):
+        started.set()
+        finish.wait(10)
+
+    job_id = queue.enqueue("long", {})
+    worker = queue.worker(concurrency=1, poll_interval=0.05, lease=timedelta(seconds=0.9))
+    runner = threading.Thread(target=worker.run, kwargs={"until_empty": True})
+    runner.start()
+    try:
+        assert started.wait(10)
+        with engine.begin() as conn:  # an operator takes the job back and finishes it by hand
+            conn.execute(text("UPDATE sqla_queue_jobs SET status = 'completed', claim_token = 'operator' "
+                              "WHERE id = :id"), {"id": job_id})
+        assert _wait_for(lambda: lost)
+    finally:
+        finish.set()
+        runner.join(10)
+    assert lost[0].job_id == job_id and lost[0].operation == "heartbeat"
+    assert "another claim" in lost[0].reason
+    assert worker.summary.lost == 1 and worker.summary.completed == 0
+    assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED  # the operator's, untouched
+
+
+def test_stop_releases_unfinished_jobs_without_spending_an_attempt(queue):
+    started = threading.Event()
+    never = threading.Event()
+
+    @queue.task
+    def stuck(payload, ctx):
+        started.set()
+        never.wait(10)
+
+    job_id = queue.enqueue("stuck", {})
+    waiting = queue.enqueue("stuck", {})
+    worker = queue.worker(concurrency=1, shutdown_grace=0.2, **FAST)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        assert started.wait(10)
+        worker.stop()
+        runner.join(10)
+    finally:
+        never.set()
+    job = queue.get_job(job_id)
+    assert not runner.is_alive()
+    assert job.status is sq.JobStatus.PENDING and job.attempts == 0
+    assert job.last_error == "released unfinished at worker shutdown"
+    assert queue.get_job(waiting).status is sq.JobStatus.PENDING
+    assert worker.summary.released == 1
+
+
+def test_an_enqueue_wakes_an_idle_worker_long_before_its_poll_interval(queue):
+    ran = threading.Event()
+
+    @queue.task
+    def ping(payload, ctx):
+        ran.set()
+
+    worker = queue.worker(concurrency=1, poll_interval=30, lease=timedelta(seconds=6))
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        assert _wait_for(lambda: worker._listener_connected())
+        queue.enqueue("ping", {})
+        woke = ran.wait(10)  # 30 s would pass before a poll found it
+    finally:
+        worker.stop()
+        runner.join(10)
+    assert woke
+
+
+def test_worker_serves_several_queues(queue):
+    done: list[str] = []
+
+    @queue.task(queue="a")
+    def on_a(payload, ctx):
+        done.append("a")
+
+    @queue.task(queue="b")
+    def on_b(payload, ctx):
+        done.append("b")
+
+    queue.enqueue_many([{"task": "on_a", "payload": {}}] * 5 + [{"task": "on_b", "payload": {}}] * 5)
+    queue.worker(queues=["a", "b"], concurrency=2, **FAST).run(until_empty=True)
+    assert sorted(done) == ["a"] * 5 + ["b"] * 5
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrancy": 4}, "unknown worker option 'concurrancy'; did you mean 'concurrency'?"),
+        ({"concurrency": 0}, "concurrency must be a positive integer"),
+        ({"queues": []}, "queues must name at least one queue"),
+        ({"queues": ["ok", " bad"]}, "queue 'bad' has leading or trailing whitespace"),
+        ({"lease": -1}, "lease must be positive"),
+        ({"poll_interval": 0}, "poll_interval must be a positive number"),
+        ({"lease": 4, "call_timeout": 5}, "call_timeout must be shorter than the lease"),
+    ],
+)
+def test_bad_worker_options_name_the_problem(options, message):
+    with pytest.raises(ConfigurationError) as info:
+        WorkerConfig.build(**options)
+    assert message in str(info.value)
+
+
+def _wait_for(condition, timeout: float = 10.0) -> bool:
+    """Poll `condition` until true or `timeout`; the event under test has no hook to wait on."""
+    stop = threading.Event()
+    waited = 0.0
+    while waited < timeout:
+        if condition():
+            return True
+        stop.wait(0.02)
+        waited += 0.02
+    return bool(condition())
