@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 import click
 
-from .._engine import DATABASE_URL_ENV
-from ..errors import SqlaQueueError
+from .._engine import DATABASE_URL_ENV, make_engine
+from .._sanitize import error_text
+from ..errors import DatabaseError, SqlaQueueError
 from ..queue import Queue
 
 EXIT_PROBLEM = 1
@@ -32,7 +33,10 @@ class CliContext:
         if self._queue is None:
             if not self.app:
                 raise click.UsageError("this command needs --app module.path:queue_object")
-            self._queue = load_app(self.app)
+            queue = load_app(self.app)
+            if self.database_url:  # the command line (or the env var) overrides the app's engine
+                queue = queue._bound_to(make_engine(self.database_url), call_timeout=None)
+            self._queue = queue
         return self._queue
 
     def url(self) -> str:
@@ -53,6 +57,10 @@ def load_app(spec: str) -> Queue:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise click.BadParameter(f"cannot import module {module_name!r}: {exc}", param_hint="--app") from None
+    except Exception as exc:  # the app's own import failed: say so in one line, no traceback
+        raise click.BadParameter(
+            f"importing {module_name!r} failed: {error_text(exc)}", param_hint="--app"
+        ) from None
     try:
         target = getattr(module, attribute)
     except AttributeError:
@@ -79,7 +87,7 @@ def main(ctx: click.Context, app: str | None, database_url: str | None) -> None:
 
 
 def run() -> None:
-    """Entry point: our errors become one-line messages and exit code 2, not tracebacks."""
+    """Entry point: errors become one-line messages, not tracebacks (exit codes above)."""
     try:
         main.main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -88,6 +96,9 @@ def run() -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
+    except DatabaseError as exc:
+        click.echo(f"Error: database: {exc}", err=True)
+        sys.exit(EXIT_PROBLEM)
     except SqlaQueueError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_USAGE)

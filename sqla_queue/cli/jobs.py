@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import timedelta
 
 import click
@@ -44,7 +45,7 @@ def stats(obj: CliContext, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(stats_as_dict(result), indent=2))
     else:
-        Console().print(stats_table(result))
+        console().print(stats_table(result))
 
 
 @main.command()
@@ -60,6 +61,11 @@ def recover(obj: CliContext, lease: float, limit: int) -> None:
     click.echo(f"recovered {len(ids)} job(s)" + (f": {', '.join(map(str, ids))}" if ids else ""))
 
 
+def console() -> Console:
+    """A terminal gets its own width; a pipe gets a wide one, so tables never truncate names."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
 def stats_as_dict(result: QueueStats) -> dict:
     def encode(value):
         return value.total_seconds() if isinstance(value, timedelta) else value
@@ -71,7 +77,7 @@ def stats_table(result: QueueStats) -> Table:
     table = Table(title="sqla_queue")
     columns = ("pending", "eligible", "scheduled", "running", "completed", "failed",
                "oldest_eligible_age", "near_max_attempts")
-    table.add_column("queue")
+    table.add_column("queue", no_wrap=True)
     for column in columns:
         table.add_column(column.replace("_", " "), justify="right")
     for health in result:
