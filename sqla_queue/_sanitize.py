@@ -30,8 +30,9 @@ def error_text(error: BaseException | str, limit: int = MAX_ERROR_LENGTH) -> str
 def clean_text(text: str, limit: int = MAX_ERROR_LENGTH) -> str:
     text = _CONTROL.sub(" ", text.replace("\r\n", "\n")).strip()
     text = _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
-    text = _KEY_VALUE_SECRET.sub(r"\g<key>\g<sep>***", text)
+    # Bearer first: "Authorization: Bearer <token>" would otherwise mask only the word Bearer.
     text = _BEARER.sub("Bearer ***", text)
+    text = _KEY_VALUE_SECRET.sub(r"\g<key>\g<sep>***", text)
     text = " | ".join(line.strip() for line in text.splitlines() if line.strip())
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
