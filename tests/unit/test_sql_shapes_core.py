@@ -1,0 +1,250 @@
+"""Each statement of sqla_queue.sql, compiled for PostgreSQL: its shape is the contract.
+
+Compiled the way SQLAlchemy executes it (``render_postcompile``), so literal-execute values
+appear exactly as PostgreSQL receives them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+import sqla_queue as sq
+from sqla_queue import sql
+
+TABLE = sq.Job.__table__
+
+
+class _Compiler(PGDialect_psycopg.statement_compiler):
+    """Renders post-compile values without asking for every bound value (there are none yet)."""
+
+    def construct_params(self, *args, **kwargs):
+        kwargs["_check"] = False
+        return super().construct_params(*args, **kwargs)
+
+
+class _Dialect(PGDialect_psycopg):
+    statement_compiler = _Compiler
+
+
+def compiled(statement):
+    return statement.compile(dialect=_Dialect(), compile_kwargs={"render_postcompile": True})
+
+
+def rendered(statement) -> str:
+    return " ".join(str(compiled(statement)).split())
+
+
+def cte_body(text: str, name: str) -> str:
+    """The SQL inside ``WITH name AS (...)``."""
+    start = text.index(f"WITH {name} AS (") + len(f"WITH {name} AS (")
+    depth, end = 1, start
+    while depth:
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        end += 1
+    return text[start : end - 1]
+
+
+def bound_strings(statement) -> set[str]:
+    """Values bound as parameters: a status name must never be one of them in a predicate."""
+    return {v for v in compiled(statement).params.values() if isinstance(v, str)}
+
+
+# -- claim ------------------------------------------------------------------------------------
+
+
+def test_claim_selects_in_a_locking_cte_feeding_update_from_returning():
+    text = rendered(sql.claim_jobs(TABLE))
+    body = cte_body(text, "due_jobs")
+
+    assert text.startswith("WITH due_jobs AS (SELECT sqla_queue_jobs.id")
+    assert "FOR UPDATE SKIP LOCKED" in body
+    assert re.search(r"ORDER BY sqla_queue_jobs\.run_at, sqla_queue_jobs\.id LIMIT %\(limit\)s", body)
+    assert re.search(r"\) UPDATE sqla_queue_jobs SET .* FROM due_jobs WHERE sqla_queue_jobs\.id = due_jobs\.id RETURNING", text)
+    assert "FOR UPDATE" not in text.replace(body, "")  # the lock lives in the CTE only
+
+
+def test_claim_predicate_matches_the_pending_partial_index():
+    body = cte_body(rendered(sql.claim_jobs(TABLE)), "due_jobs")
+
+    assert "sqla_queue_jobs.queue_name = %(queue)s" in body
+    assert "sqla_queue_jobs.status = 'pending'" in body
+    assert "sqla_queue_jobs.run_at <= clock_timestamp()" in body
+    assert "sqla_queue_jobs.attempts < sqla_queue_jobs.max_attempts" in body
+
+
+def test_claim_status_is_a_literal_execute_value_not_a_parameter():
+    raw = sql.claim_jobs(TABLE).compile(dialect=PGDialect_psycopg())
+    [literal] = raw.literal_execute_params
+    assert literal.value == "pending"
+    assert "status = __[POSTCOMPILE_" in str(raw)  # inlined at execution time
+    assert "pending" not in bound_strings(sql.claim_jobs(TABLE))
+
+
+def test_claim_sets_the_running_state_from_the_database_clock():
+    text = rendered(sql.claim_jobs(TABLE))
+    update = text[text.index(") UPDATE") :]
+
+    for assignment in (
+        "status=%(status)s",
+        "attempts=(sqla_queue_jobs.attempts + %(attempts_1)s",
+        "locked_at=clock_timestamp()",
+        "locked_by=%(worker_id)s",
+        "claim_token=%(token)s",
+        "last_error=%(last_error)s",
+    ):
+        assert assignment in update
+    params = compiled(sql.claim_jobs(TABLE)).params
+    assert (params["status"], params["attempts_1"], params["last_error"]) == ("running", 1, None)
+
+
+def test_claim_returns_what_a_worker_needs():
+    returning = rendered(sql.claim_jobs(TABLE)).split("RETURNING", 1)[1]
+    for column in ("id", "task", "payload", "attempts", "max_attempts", "claim_token", "queue_name"):
+        assert f"sqla_queue_jobs.{column}" in returning
+
+
+# -- outcomes ---------------------------------------------------------------------------------
+
+OUTCOMES = {
+    "complete": (sql.complete_job, "completed_now", "completed"),
+    "retry": (sql.retry_job, "retried_now", None),
+    "fail": (sql.fail_job, "failed_now", "failed"),
+}
+
+
+@pytest.mark.parametrize("name", OUTCOMES)
+def test_outcome_update_is_fenced_by_id_running_status_and_claim_token(name):
+    builder, cte, _ = OUTCOMES[name]
+    body = cte_body(rendered(builder(TABLE)), cte)
+
+    assert body.startswith("UPDATE sqla_queue_jobs SET")
+    where = body.split(" WHERE ", 1)[1].split(" RETURNING ", 1)[0]
+    assert "sqla_queue_jobs.id = %(job_id)s" in where
+    assert "sqla_queue_jobs.status = 'running'" in where
+    assert "sqla_queue_jobs.claim_token = %(token)s" in where
+    assert "RETURNING" in body
+
+
+@pytest.mark.parametrize("name", OUTCOMES)
+def test_outcome_replay_branch_matches_the_finished_row_under_the_same_token(name):
+    builder, cte, finished = OUTCOMES[name]
+    text = rendered(builder(TABLE))
+    replay = text.split("UNION ALL", 1)[1]
+
+    assert "sqla_queue_jobs.id = %(job_id)s" in replay
+    assert "sqla_queue_jobs.claim_token = %(token)s" in replay
+    if finished:
+        assert f"sqla_queue_jobs.status = '{finished}'" in replay
+    else:
+        assert "sqla_queue_jobs.status IN ('pending', 'failed')" in replay
+    assert "'running'" not in replay
+
+
+@pytest.mark.parametrize("name", OUTCOMES)
+def test_outcome_statuses_are_never_bound_as_predicate_parameters(name):
+    builder, cte, _ = OUTCOMES[name]
+    where_clauses = [part.split(" RETURNING ")[0] for part in rendered(builder(TABLE)).split(" WHERE ")[1:]]
+    assert all("status = %(" not in clause for clause in where_clauses)
+
+
+def test_retry_goes_pending_at_the_chosen_time_only_while_attempts_remain():
+    body = cte_body(rendered(sql.retry_job(TABLE)), "retried_now")
+    assert "status=CASE WHEN (sqla_queue_jobs.attempts < sqla_queue_jobs.max_attempts)" in body
+    assert "coalesce(%(retry_at)s, clock_timestamp() + %(delay)s)" in body
+    assert "last_error=%(error)s" in body
+
+
+def test_complete_keeps_the_claim_token_on_the_finished_row():
+    body = cte_body(rendered(sql.complete_job(TABLE)), "completed_now")
+    assignments = body.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    assert "claim_token" not in assignments
+    assert "completed_at=clock_timestamp()" in assignments
+
+
+# -- recovery ---------------------------------------------------------------------------------
+
+RECOVERY = {
+    "requeue": (sql.requeue_expired, "expired_jobs", "sqla_queue_jobs.attempts < sqla_queue_jobs.max_attempts"),
+    "fail-exhausted": (sql.fail_exhausted_expired, "exhausted_jobs",
+                       "sqla_queue_jobs.attempts >= sqla_queue_jobs.max_attempts"),
+}
+
+
+@pytest.mark.parametrize("name", RECOVERY)
+def test_recovery_is_a_bounded_skip_locked_sweep_of_expired_running_jobs(name):
+    builder, cte, attempts_rule = RECOVERY[name]
+    text = rendered(builder(TABLE))
+    body = cte_body(text, cte)
+
+    assert "FOR UPDATE SKIP LOCKED" in body
+    assert "LIMIT %(limit)s" in body
+    assert "sqla_queue_jobs.status = 'running'" in body
+    assert "sqla_queue_jobs.locked_at < clock_timestamp() - %(lease)s" in body
+    assert attempts_rule in body
+    assert "ORDER BY sqla_queue_jobs.locked_at, sqla_queue_jobs.id" in body
+    assert f"FROM {cte} WHERE sqla_queue_jobs.id = {cte}.id RETURNING" in text
+
+
+@pytest.mark.parametrize(
+    ("builder", "status", "error"),
+    [
+        (sql.requeue_expired, "pending", "claim lease expired"),
+        (sql.fail_exhausted_expired, "failed", "claim lease expired on the last attempt"),
+    ],
+)
+def test_recovery_clears_the_claim_and_says_why(builder, status, error):
+    params = compiled(builder(TABLE)).params
+    assert params["status"] == status
+    assert params["last_error"] == error
+    assert params["claim_token"] is None
+    assert (params["locked_at"], params["locked_by"]) == (None, None)
+
+
+# -- enqueue ----------------------------------------------------------------------------------
+
+
+def test_insert_skips_conflicts_on_the_active_key_index():
+    text = rendered(sql.insert_jobs(TABLE))
+    assert "INSERT INTO sqla_queue_jobs" in text
+    assert "ON CONFLICT (idempotency_key) WHERE status IN ('pending', 'running') DO NOTHING" in text
+    assert "RETURNING sqla_queue_jobs.id, sqla_queue_jobs.idempotency_key" in text
+
+
+def test_insert_takes_every_job_as_one_array_parameter_per_column():
+    text = rendered(sql.insert_jobs(TABLE))
+    assert "unnest(" in text and "WITH ORDINALITY" in text
+    assert "ORDER BY anon_1.ord" in text or re.search(r"ORDER BY \w+\.ord", text)
+    assert "%(payloads)s::TEXT[]" in text
+
+
+def test_active_key_lookup_covers_only_the_active_statuses():
+    text = rendered(sql.find_active_keys(TABLE))
+    assert "sqla_queue_jobs.idempotency_key = ANY (%(keys)s::TEXT[])" in text
+    assert "sqla_queue_jobs.status IN ('pending', 'running')" in text
+
+
+# -- every statement --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [n for n in sql.__all__ if n not in ("channel_name", "listen")])
+def test_every_statement_builder_is_pure_and_bound(name):
+    statement = getattr(sql, name)(TABLE)
+    text = rendered(statement)
+    assert rendered(getattr(sql, name)(TABLE)) == text  # deterministic, no hidden state
+    assert "%(" in text or name == "queue_health"  # user values arrive as parameters
+
+
+def test_statements_follow_a_host_table_name():
+    from sqlalchemy.orm import DeclarativeBase
+
+    class HostBase(DeclarativeBase):
+        pass
+
+    class HostJob(sq.JobMixin, HostBase):
+        __tablename__ = "host_jobs"
+
+    text = rendered(sql.claim_jobs(HostJob.__table__))
+    assert "UPDATE host_jobs" in text and "sqla_queue_jobs" not in text
