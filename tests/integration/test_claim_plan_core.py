@@ -1,0 +1,129 @@
+"""The claim as PostgreSQL plans it: on a large, mostly finished table it must walk the pending
+partial index, with a custom plan and with a generic (prepared, parameter-blind) plan alike."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from sqlalchemy import create_engine, event, text
+
+import sqla_queue as sq
+from sqla_queue import sql
+
+INDEX = "sqla_queue_jobs_pending_claim_idx"
+CLAIM_PARAMS = {"queue": "default", "worker_id": "plan-test", "limit": 10, "token": "t"}
+
+
+@pytest.fixture(scope="module")
+def big_engine(create_database):
+    """Its own database: 100,000 completed jobs and a few hundred pending ones, analyzed."""
+    engine = create_engine(create_database())
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at,"
+            " locked_at, completed_at)"
+            " SELECT CASE WHEN g % 3 = 0 THEN 'images' ELSE 'default' END, 'send_email',"
+            " jsonb_build_object('n', g), 'completed', 1, now() - make_interval(secs => g),"
+            " now(), now() FROM generate_series(1, 100000) AS g"
+        ))
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at)"
+            " SELECT CASE WHEN g % 2 = 0 THEN 'images' ELSE 'default' END, 'send_email',"
+            " '{}'::jsonb, now() + make_interval(secs => g - 200) FROM generate_series(1, 400) AS g"
+        ))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("ANALYZE sqla_queue_jobs"))
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def sent_claim(big_engine):
+    """The claim statement and parameters exactly as SQLAlchemy hands them to psycopg.
+
+    Captured by running the real claim (built by sqla_queue.sql.claim_jobs) in a transaction
+    that is rolled back.
+    """
+    captured = []
+    statement = sql.claim_jobs(sq.Job.__table__)
+    with big_engine.connect() as conn:
+        listener = lambda c, cursor, stmt, params, ctx, many: captured.append((stmt, params))
+        event.listen(conn, "before_cursor_execute", listener)
+        try:
+            conn.execute(statement, CLAIM_PARAMS).all()
+        finally:
+            event.remove(conn, "before_cursor_execute", listener)
+            conn.rollback()
+    [(text_sent, params_sent)] = captured
+    return text_sent, params_sent
+
+
+def _plan(big_engine, statement: str, params) -> str:
+    with big_engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        cursor.execute("EXPLAIN " + statement, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        conn.rollback()
+    return plan
+
+
+def test_the_status_predicate_is_sent_as_a_literal_not_a_parameter(sent_claim):
+    statement, params = sent_claim
+    assert "status = 'pending'" in statement
+    assert "pending" not in params.values()
+
+
+def test_claim_plan_uses_the_pending_partial_index(big_engine, sent_claim):
+    statement, params = sent_claim
+    plan = _plan(big_engine, statement, params)
+    assert INDEX in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+def test_generic_claim_plan_still_uses_the_pending_partial_index(big_engine, sent_claim):
+    """A prepared statement's generic plan knows no parameter values: only a literal status
+    lets the planner prove the partial index's predicate. The control (the same claim with
+    ``status = $n``) shows the test would notice a parameterized status."""
+    statement, params = sent_claim
+    prepared, names = _positional(statement)
+    values = [params[name] for name in names]
+    control = prepared.replace("status = 'pending'", f"status = ${len(names) + 1}")
+
+    literal_plan = _generic_plan(big_engine, prepared, values)
+    parameter_plan = _generic_plan(big_engine, control, [*values, "pending"])
+
+    assert "$" in literal_plan  # really the generic plan: the queue name is still a parameter
+    assert INDEX in literal_plan, literal_plan
+    assert INDEX not in parameter_plan, parameter_plan
+
+
+def _positional(statement: str) -> tuple[str, list[str]]:
+    """psycopg's ``%(name)s`` placeholders as PostgreSQL's ``$n``, and the names in order."""
+    names: list[str] = []
+
+    def number(match: re.Match) -> str:
+        names.append(match.group(1))
+        return f"${len(names)}"
+
+    return re.sub(r"%\((\w+)\)s", number, statement), names
+
+
+def _generic_plan(big_engine, prepared: str, values: list) -> str:
+    with big_engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE generic_claim AS {prepared}")
+        cursor.execute(f"EXPLAIN EXECUTE generic_claim({', '.join(map(_sql_literal, values))})")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE generic_claim")
+        conn.rollback()
+    return plan
+
+
+def _sql_literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
