@@ -55,7 +55,9 @@ def make_engine(url: str) -> Engine:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
 
 
-def worker_engine(engine: Engine, *, pool_size: int, call_timeout: float) -> Engine:
+def worker_engine(
+    engine: Engine, *, pool_size: int, call_timeout: float, prepared_statements: bool = True
+) -> Engine:
     """A dedicated engine for a worker, on the same database as `engine`.
 
     Its connections detect dead peers: TCP keepalives and ``tcp_user_timeout`` (unacknowledged
@@ -74,6 +76,8 @@ def worker_engine(engine: Engine, *, pool_size: int, call_timeout: float) -> Eng
         "keepalives_count": 3,
         "tcp_user_timeout": timeout_s * 1000,
     }
+    if not prepared_statements:
+        connect_args["prepare_threshold"] = None  # PgBouncer (transaction mode) before 1.21
     ours = create_engine(
         engine.url,
         connect_args=connect_args,

@@ -69,6 +69,8 @@ class WorkerConfig:
     :param recovery_interval: seconds between lease-recovery passes. Default ``lease / 2``.
     :param listen: wake on LISTEN/NOTIFY (needs a direct connection, not PgBouncer in
         transaction mode). Default True.
+    :param prepared_statements: let psycopg prepare repeated statements server-side (faster).
+        Turn off behind PgBouncer in transaction mode older than 1.21. Default True.
     :param worker_id: recorded in ``locked_by``. Default ``host:pid:random``.
     :param engine: a dedicated engine for this worker (default: one built from the queue's
         URL with keepalives and timeouts; pass your own for custom connect arguments).
@@ -83,6 +85,7 @@ class WorkerConfig:
     call_timeout: float | None = None
     recovery_interval: float | None = None
     listen: bool = True
+    prepared_statements: bool = True
     worker_id: str | None = None
     engine: Engine | None = field(default=None, compare=False)
 
@@ -182,7 +185,8 @@ class Worker:
         self.worker_id = self.config.worker_id or _default_worker_id()
         timeout = self.config.effective_call_timeout
         self.engine = self.config.engine or worker_engine(
-            queue.engine, pool_size=self.config.concurrency + 3, call_timeout=timeout
+            queue.engine, pool_size=self.config.concurrency + 3, call_timeout=timeout,
+            prepared_statements=self.config.prepared_statements,
         )
         self.queue = queue._bound_to(self.engine, call_timeout=timeout)
         self.summary = WorkerSummary()
@@ -465,8 +469,12 @@ class Worker:
             self._done.set()
             with self._work_ready:
                 self._work_ready.notify_all()
+            # One budget for all joins, not 5 s each: a handler still running a job that was
+            # just released never finishes in time, and every second spent here is a second in
+            # which that job may also run on another worker.
+            join_until = time.monotonic() + (0 if self._signals >= 2 else 5)
             for thread in threads:
-                thread.join(timeout=0 if self._signals >= 2 else 5)
+                thread.join(timeout=max(0.0, join_until - time.monotonic()))
 
     def _listener_connected(self) -> bool:
         """True while LISTEN is active (tests wait on it before measuring wake-ups)."""

@@ -13,8 +13,10 @@ A database migrated with the packaged Alembic revisions is created once per sess
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -35,7 +37,10 @@ def _server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with PostgresContainer(image, driver="psycopg") as container:
             yield container.get_connection_url()
     else:
-        yield _embedded.start(tmp_path_factory.mktemp("embedded-pg") / "data", keep=False)
+        # Not under pytest's basetemp: pytest prunes old basetemps, which would delete the data
+        # directory of a server another test session (a second pytest run) is still using.
+        data_dir = Path(tempfile.mkdtemp(prefix="sqla-queue-test-pg-")) / "data"
+        yield _embedded.start(data_dir, keep=False)
 
 
 @pytest.fixture(scope="session")

@@ -21,11 +21,13 @@ from ..types import DEFAULT_LEASE
               metavar="SECONDS", help="Claim this often when no notification arrives.")
 @click.option("--grace", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               metavar="SECONDS", help="After SIGTERM, how long running handlers may finish.")
-@click.option("--no-listen", is_flag=True, help="Poll only (e.g. behind PgBouncer in transaction mode).")
+@click.option("--no-listen", is_flag=True, help="Poll only: no LISTEN/NOTIFY wake-ups.")
+@click.option("--pgbouncer", is_flag=True,
+              help="Behind PgBouncer in transaction mode: no LISTEN, no server-side prepared statements.")
 @click.option("--until-empty", is_flag=True, help="Exit once nothing is due and nothing is running.")
 @click.pass_obj
 def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interval, grace, no_listen,
-           until_empty) -> None:
+           pgbouncer, until_empty) -> None:
     """Claim and run jobs. First SIGTERM/SIGINT: finish running jobs, release the rest; second: exit now."""
     summary = obj.queue().worker(
         queues=tuple(q.strip() for q in queues.split(",")),
@@ -34,7 +36,8 @@ def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interva
         lease=timedelta(seconds=lease),
         poll_interval=poll_interval,
         shutdown_grace=grace,
-        listen=not no_listen,
+        listen=not (no_listen or pgbouncer),
+        prepared_statements=not pgbouncer,
     ).run(until_empty=until_empty)
     click.echo(
         f"claimed {summary.claimed}, completed {summary.completed}, retried {summary.retried}, "

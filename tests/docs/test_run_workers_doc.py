@@ -1,0 +1,83 @@
+"""docs/how-to/run-workers.md, run as written: its app module and each of its commands."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "run-workers.md"
+SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
+
+
+def blocks(kind: str) -> list[str]:
+    return re.findall(rf"```{kind}\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def commands() -> list[str]:
+    return [line[2:] for block in blocks("console") for line in block.splitlines() if line.startswith("$ ")]
+
+
+@pytest.fixture
+def app_dir(tmp_path, database_url, queue):
+    [module] = blocks("python")
+    package = tmp_path / "myapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "jobs.py").write_text(module)
+    return tmp_path
+
+
+def run_env(database_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQLA_QUEUE_")}
+    env["SQLA_QUEUE_DATABASE_URL"] = database_url
+    return env
+
+
+def argv(command: str) -> list[str]:
+    words = shlex.split(command)
+    assert words[0] == "sqla-queue"
+    return [SCRIPT, *words[1:]]
+
+
+def test_the_doc_shows_both_worker_commands():
+    assert commands() == [
+        "sqla-queue --app myapp.jobs:queue worker --queues default,emails --concurrency 8",
+        "sqla-queue --app myapp.jobs:queue worker --queues default,emails --until-empty",
+    ]
+
+
+def test_until_empty_command_drains_and_exits(app_dir, database_url, queue):
+    job_id = queue.enqueue("send_email", {"to": "a@b.c"}, queue="emails")
+    [command] = [c for c in commands() if "--until-empty" in c]
+    result = subprocess.run(argv(command), cwd=app_dir, env=run_env(database_url),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert queue.get_job(job_id).status.value == "completed"
+
+
+def test_long_running_command_works_then_stops_gracefully_on_sigterm(app_dir, database_url, queue):
+    [command] = [c for c in commands() if "--until-empty" not in c]
+    process = subprocess.Popen(argv(command), cwd=app_dir, env=run_env(database_url),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        job_id = queue.enqueue("send_email", {"to": "a@b.c"}, queue="emails")
+        done = threading.Event()
+        while not done.wait(0.05):
+            if queue.get_job(job_id).status.value == "completed" or process.poll() is not None:
+                done.set()
+        assert queue.get_job(job_id).status.value == "completed"
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert out.strip().startswith("claimed 1, completed 1")
