@@ -1,0 +1,19 @@
+"""A real, migrated database for this plugin's tests (sqla_queue.testing picks the server:
+SQLA_QUEUE_TEST_DATABASE_URL, else an embedded PostgreSQL 18)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, create_engine
+
+from sqla_queue.testing import migrated_database
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[Engine]:
+    with migrated_database() as url:
+        engine = create_engine(url)
+        yield engine
+        engine.dispose()

@@ -1,0 +1,50 @@
+"""The content-hash dedupe plugin: stable keys, its contract, and its entry point."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from sqla_queue.testing import check_dedupe_plugin
+from sqla_queue_content_hash import PREFIX, ContentHashKey, canonical_json, content_key, plugin
+
+
+def test_passes_the_dedupe_conformance_check(engine):
+    report = check_dedupe_plugin(plugin, engine)
+    assert all(key.startswith(PREFIX) and len(key) == len(PREFIX) + 64 for key in report.keys)
+
+
+def test_key_order_does_not_matter_but_values_and_list_order_do():
+    assert content_key("t", {"a": 1, "b": {"x": [1, 2], "y": None}}) == content_key(
+        "t", {"b": {"y": None, "x": [1, 2]}, "a": 1}
+    )
+    assert content_key("t", {"a": [1, 2]}) != content_key("t", {"a": [2, 1]})
+    assert content_key("t", {"a": 1}) != content_key("t", {"a": 1.0})
+    assert content_key("t", {"a": "1"}) != content_key("t", {"a": 1})
+
+
+def test_the_task_name_is_part_of_the_key():
+    assert content_key("send_email", {"to": "a"}) != content_key("send_sms", {"to": "a"})
+
+
+def test_the_key_is_pinned_across_releases():
+    """Keys outlive a deploy: a change of canonical form would let duplicates through while
+    jobs keyed by the old release are still pending."""
+    assert canonical_json({"b": "é", "a": [1, {"d": 2, "c": None}]}) == '{"a":[1,{"c":null,"d":2}],"b":"é"}'
+    assert content_key("send_email", {"to": "a@example.com"}) == (
+        "sha256:15634f957c9851fd9321998c1d0b980bb4d8a9900e2c2ae7c74f6e2a70f0cf5c"
+    )
+
+
+def test_tasks_restricts_which_tasks_are_keyed():
+    only = ContentHashKey(tasks={"send_email"})
+    assert only.sqla_queue_idempotency_key(task="send_email", payload={"to": "a"}) is not None
+    assert only.sqla_queue_idempotency_key(task="resize", payload={"to": "a"}) is None
+    with pytest.raises(TypeError):
+        ContentHashKey(tasks="send_email")
+
+
+def test_registers_only_through_the_sqla_queue_entry_point():
+    (entry_point,) = importlib.metadata.entry_points(group="sqla_queue", name="content_hash")
+    assert entry_point.load() is plugin

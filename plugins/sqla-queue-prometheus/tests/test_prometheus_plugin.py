@@ -1,0 +1,132 @@
+"""The Prometheus plugin with a registry of its own: conformance, counts, gauges, serving."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import urllib.request
+import uuid
+from datetime import timedelta
+
+import pytest
+from prometheus_client import CollectorRegistry
+from sqlalchemy.engine import make_url
+
+import sqla_queue as sq
+from sqla_queue.testing import check_lifecycle_plugin
+from sqla_queue_prometheus import PORT_ENV, PrometheusMetrics, plugin, serve, wsgi_app
+
+
+@pytest.fixture
+def metrics() -> PrometheusMetrics:
+    return PrometheusMetrics(CollectorRegistry())
+
+
+@pytest.fixture
+def queue(engine, metrics) -> sq.Queue:
+    return sq.Queue(engine, plugins=[metrics], load_entrypoints=False)
+
+
+def run_some_jobs(queue: sq.Queue, name: str) -> None:
+    """Two completions (one deduplicated enqueue), one retry then terminal failure, one empty
+    claim, one recovery followed by a lost claim."""
+    queue.task(name="ok", queue=name)(lambda payload, ctx: None)
+    queue.task(name="flaky", queue=name, max_attempts=2, retry_delay=timedelta(0))(lambda payload, ctx: None)
+    queue.enqueue("ok", {"n": 1}, idempotency_key=f"{name}-1")
+    queue.enqueue("ok", {"n": 1}, idempotency_key=f"{name}-1")
+    queue.enqueue("ok", {"n": 2})
+    for job in queue.claim(name, worker_id="w", limit=2):
+        queue.complete(job.id, job.claim_token)
+    queue.enqueue("flaky", {})
+    for _ in range(2):
+        (job,) = queue.claim(name, worker_id="w")
+        queue.handle_failure(job, RuntimeError("down"))
+    queue.claim(name, worker_id="w")
+    queue.enqueue("ok", {"n": 3})
+    (job,) = queue.claim(name, worker_id="w")
+    queue.recover_expired(lease=timedelta(microseconds=1))
+    queue.complete(job.id, job.claim_token)
+
+
+def test_passes_the_lifecycle_conformance_check(engine, metrics):
+    report = check_lifecycle_plugin(metrics, engine)
+    assert set(report.hooks) == {
+        "sqla_queue_job_enqueued", "sqla_queue_job_claimed", "sqla_queue_job_completed",
+        "sqla_queue_job_retried", "sqla_queue_job_failed", "sqla_queue_job_recovered",
+        "sqla_queue_lost_claim", "sqla_queue_empty_claim",
+    }
+
+
+def test_counts_every_lifecycle_event_by_queue_and_task(queue, metrics):
+    name = f"metrics-{uuid.uuid4().hex[:8]}"
+    run_some_jobs(queue, name)
+    value = metrics.registry.get_sample_value
+    ok, flaky = {"queue": name, "task": "ok"}, {"queue": name, "task": "flaky"}
+    assert value("sqla_queue_jobs_enqueued_total", ok) == 3
+    assert value("sqla_queue_jobs_deduplicated_total", ok) == 1
+    assert value("sqla_queue_jobs_claimed_total", ok) == 3
+    assert value("sqla_queue_jobs_completed_total", ok) == 2
+    assert value("sqla_queue_job_duration_seconds_count", ok) == 2
+    assert value("sqla_queue_job_queue_wait_seconds_count", flaky) == 2
+    assert value("sqla_queue_jobs_retried_total", flaky) == 1
+    assert value("sqla_queue_jobs_failed_total", flaky) == 1
+    assert value("sqla_queue_jobs_recovered_total", {**ok, "status": "pending"}) == 1
+    assert value("sqla_queue_lost_claims_total", {"operation": "complete"}) >= 1
+    assert value("sqla_queue_empty_claims_total", {"queue": name}) == 1
+
+
+def test_health_gauges_are_read_from_the_database_at_scrape_time(queue, metrics):
+    name = f"health-{uuid.uuid4().hex[:8]}"
+    run_some_jobs(queue, name)
+    queue.enqueue("ok", {"later": True}, delay=timedelta(hours=1))
+    queue.enqueue("flaky", {"single": "attempt"}, max_attempts=1)  # near its limit from the start
+    value = metrics.registry.get_sample_value
+    assert value("sqla_queue_jobs", {"queue": name, "status": "completed"}) == 2
+    assert value("sqla_queue_jobs", {"queue": name, "status": "failed"}) == 1
+    assert value("sqla_queue_jobs", {"queue": name, "status": "pending"}) == 3
+    assert value("sqla_queue_jobs", {"queue": name, "status": "running"}) == 0
+    assert value("sqla_queue_eligible_jobs", {"queue": name}) == 2
+    assert value("sqla_queue_scheduled_jobs", {"queue": name}) == 1
+    assert value("sqla_queue_oldest_eligible_age_seconds", {"queue": name}) > 0
+    assert value("sqla_queue_near_max_attempts_jobs", {"queue": name}) == 1
+    assert value("sqla_queue_health_up") == 1
+
+
+def test_an_unreachable_database_reports_health_down_instead_of_failing_the_scrape(engine, metrics):
+    missing = make_url(engine.url.render_as_string(hide_password=False)).set(database="sqlaq_does_not_exist")
+    queue = sq.Queue(missing.render_as_string(hide_password=False), plugins=[metrics], load_entrypoints=False)
+    assert metrics.registry.get_sample_value("sqla_queue_health_up") == 0
+    assert queue.plugin_manager.get_plugin(queue.plugin_manager.get_name(metrics)) is metrics
+
+
+def test_serves_metrics_over_http(queue, metrics):
+    name = f"http-{uuid.uuid4().hex[:8]}"
+    run_some_jobs(queue, name)
+    server = serve(0, "127.0.0.1", metrics.registry)
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    assert f'sqla_queue_jobs_completed_total{{queue="{name}",task="ok"}} 2.0' in text
+    assert f'sqla_queue_jobs{{queue="{name}",status="failed"}} 1.0' in text
+    assert serve(0, "127.0.0.1", metrics.registry) is server
+
+
+def test_wsgi_app_answers_with_the_metrics(queue, metrics):
+    name = f"wsgi-{uuid.uuid4().hex[:8]}"
+    run_some_jobs(queue, name)
+    replies = []
+    body = b"".join(wsgi_app(metrics.registry)(
+        {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": ""},
+        lambda status, headers: replies.append(status),
+    ))
+    assert replies == ["200 OK"]
+    assert f'sqla_queue_jobs_failed_total{{queue="{name}",task="flaky"}} 1.0' in body.decode()
+
+
+def test_a_bad_port_setting_stops_the_queue_from_being_built(engine, metrics, monkeypatch):
+    monkeypatch.setenv(PORT_ENV, "nine-thousand")
+    with pytest.raises(sq.PluginError, match=PORT_ENV):
+        sq.Queue(engine, plugins=[metrics], load_entrypoints=False)
+
+
+def test_registers_only_through_the_sqla_queue_entry_point():
+    (entry_point,) = importlib.metadata.entry_points(group="sqla_queue", name="prometheus")
+    assert entry_point.load() is plugin

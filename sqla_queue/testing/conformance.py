@@ -1,0 +1,394 @@
+"""Conformance checks for third-party plugins, run in the plugin's own tests.
+
+Each check takes the plugin (a module or an object with ``@sqla_queue.hookimpl`` methods) and
+a real database (an Engine, a URL or a Queue whose table to use; see
+`sqla_queue.testing.migrated_database`), asks the plugin's own implementation directly for
+its answers, then drives real jobs through a Queue with the plugin registered. A broken
+contract raises `ConformanceError` (an AssertionError) naming the plugin, the hook and the
+input; success returns a small report to assert on further.
+
+The checks write jobs only on a queue of their own (``sqla_queue.conformance.*``) and delete
+them afterwards. `check_lifecycle_plugin` also runs one lease-recovery pass, which recovers
+*every* expired lease in the table: run it against a test database, never a live one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any, Mapping
+
+from sqlalchemy import Engine
+
+from .. import _validate
+from .._plugins import is_delay_or_false, plugin_name
+from ..errors import InvalidInputError, NonRetryableError
+from ..hookspecs import hookimpl
+from ..queue import Queue
+from ..types import ClaimedJob, JobStatus
+from ._harness import (
+    LIFECYCLE_HOOKS,
+    ConformanceError,
+    EventRecorder,
+    call_impl,
+    conformance_queue,
+    database_now,
+    delete_queue_jobs,
+    hook_impls,
+    plugin_errors,
+    require_impl,
+    unique_queue_name,
+)
+from ._samples import edge_events, reordered, sample_errors, sample_payloads
+
+Target = Engine | str | Queue
+
+
+# -- backoff ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BackoffReport:
+    """What the plugin answered: every sampled answer per attempt, and the answers that were
+    applied to real jobs with the ``run_at`` the database computed from them."""
+
+    plugin: str
+    answers: dict[int, list[timedelta | bool | None]]
+    applied: list[tuple[int, timedelta, Any]] = field(default_factory=list)
+
+
+def check_backoff_plugin(
+    plugin: object,
+    target: Target,
+    *,
+    attempts: int = 25,
+    samples: int = 20,
+    max_delay: timedelta = timedelta(days=7),
+    allow_give_up: bool = False,
+    task: str = "conformance_backoff",
+) -> BackoffReport:
+    """Check a `sqla_queue_retry_delay` plugin for attempts ``1..attempts``.
+
+    Every answer must be ``None``, ``False`` (only with `allow_give_up`) or a timedelta in
+    ``[0, max_delay]``; the plugin must answer for some attempt; no error type may make it
+    raise. Then, for the first, a middle and the last attempt, a real job is failed through
+    ``Queue.handle_failure`` and its ``run_at`` must be the database's clock plus the answer.
+    """
+    impl = require_impl(plugin, "sqla_queue_retry_delay")
+    name = plugin_name(plugin)
+    answers = {n: _sample_delays(impl, name, n, samples, max_delay, allow_give_up, task)
+               for n in range(1, attempts + 1)}
+    if all(answer is None for values in answers.values() for answer in values):
+        raise ConformanceError(f"plugin {name!r} never answered sqla_queue_retry_delay for task {task!r}")
+    report = BackoffReport(plugin=name, answers=answers)
+    for attempt in sorted({1, (attempts + 1) // 2, attempts}):
+        report.applied.append(_apply_delay(plugin, impl, name, target, task, attempt, attempts))
+    return report
+
+
+def _sample_delays(impl, name, attempt, samples, max_delay, allow_give_up, task) -> list[Any]:
+    answers = []
+    for index in range(samples):
+        error = sample_errors()[index % len(sample_errors())]
+        job = _synthetic_job(task, job_id=attempt * 1000 + index, attempt=attempt)
+        where = f"attempt {attempt} ({type(error).__name__}, job {job.id})"
+        try:
+            answer = call_impl(impl, job=job, error=error, attempt=attempt)
+        except Exception as exc:
+            raise ConformanceError(f"plugin {name!r} raised {exc!r} in sqla_queue_retry_delay for {where}") from exc
+        _check_delay(answer, name, where, max_delay, allow_give_up)
+        answers.append(answer)
+    return answers
+
+
+def _check_delay(answer: Any, name: str, where: str, max_delay: timedelta, allow_give_up: bool) -> None:
+    if answer is None:
+        return
+    if not is_delay_or_false(answer):
+        raise ConformanceError(
+            f"plugin {name!r} returned {answer!r} from sqla_queue_retry_delay for {where}; "
+            "expected a non-negative timedelta, False or None"
+        )
+    if answer is False and not allow_give_up:
+        raise ConformanceError(
+            f"plugin {name!r} gave up (False) at {where}; pass allow_give_up=True if it means to"
+        )
+    if answer is not False and answer > max_delay:
+        raise ConformanceError(f"plugin {name!r} asked for {answer} at {where}, more than max_delay {max_delay}")
+
+
+def _apply_delay(plugin, impl, name, target, task, attempt, attempts) -> tuple[int, Any, Any]:
+    """Fail a real job at `attempt` and compare its new ``run_at`` with the plugin's answer."""
+    recorder = _RecordingDelay(impl)
+    queue = conformance_queue(target, [plugin, recorder])
+    queue_name = unique_queue_name("backoff")
+    queue.task(name=task, queue=queue_name, max_attempts=attempts + 1)(_never_called)
+    try:
+        queue.enqueue(task, {"attempt": attempt})
+        (job,) = queue.claim(queue_name, worker_id="sqla_queue.conformance")
+        job = replace(job, attempts=attempt)  # the hook sees attempt N; the row stays claimable
+        before = database_now(queue)
+        outcome = queue.handle_failure(job, RuntimeError("conformance check"))
+        after = database_now(queue)
+    finally:
+        delete_queue_jobs(queue, queue_name)
+    answer = recorder.answers[-1] if recorder.answers else None
+    _check_applied(name, attempt, answer, outcome, before, after)
+    return attempt, answer, outcome.run_at if outcome else None
+
+
+def _check_applied(name, attempt, answer, outcome, before, after) -> None:
+    if outcome is None:
+        raise ConformanceError(f"the conformance job lost its claim at attempt {attempt}")
+    if answer is False:
+        if outcome.status is not JobStatus.FAILED:
+            raise ConformanceError(f"plugin {name!r} gave up at attempt {attempt} but the job is {outcome.status}")
+        return
+    if outcome.status is not JobStatus.PENDING:
+        raise ConformanceError(f"plugin {name!r}: the job is {outcome.status} after attempt {attempt}, not pending")
+    if isinstance(answer, timedelta) and not before + answer <= outcome.run_at <= after + answer:
+        raise ConformanceError(
+            f"plugin {name!r} answered {answer} at attempt {attempt}, but the job runs at "
+            f"{outcome.run_at.isoformat()}, not between {(before + answer).isoformat()} and "
+            f"{(after + answer).isoformat()}"
+        )
+
+
+class _RecordingDelay:
+    """Asks the plugin's implementation and remembers the answer the Queue then applies."""
+
+    plugin_name = "sqla_queue.testing.recording_delay"
+
+    def __init__(self, impl: Any) -> None:
+        self._impl = impl
+        self.answers: list[Any] = []
+
+    @hookimpl(tryfirst=True)
+    def sqla_queue_retry_delay(self, job: ClaimedJob, error: BaseException, attempt: int) -> Any:
+        answer = call_impl(self._impl, job=job, error=error, attempt=attempt)
+        self.answers.append(answer)
+        return answer
+
+
+# -- dedupe -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DedupeReport:
+    """The key the plugin gave each sample payload (in sample order)."""
+
+    plugin: str
+    keys: list[str | None]
+
+
+def check_dedupe_plugin(
+    plugin: object,
+    target: Target,
+    *,
+    task: str = "conformance_dedupe",
+    payloads: list[dict[str, Any]] | None = None,
+    distinct: bool = True,
+) -> DedupeReport:
+    """Check a `sqla_queue_idempotency_key` plugin.
+
+    For each payload the key must be ``None`` or a valid key (non-empty, printable, at most
+    512 characters), the same on every call, for a deep copy, and for the same payload with
+    its keys in another order (recursively); the payload must not be mutated. With `distinct`,
+    different payloads must get different keys. Then, on the real database (in a transaction
+    that is rolled back), enqueueing a payload and its reordered twin must give one job, and a
+    different payload another.
+    """
+    impl = require_impl(plugin, "sqla_queue_idempotency_key")
+    name = plugin_name(plugin)
+    samples = payloads if payloads is not None else sample_payloads()
+    keys = [_stable_key(impl, name, task, payload) for payload in samples]
+    if all(key is None for key in keys):
+        raise ConformanceError(f"plugin {name!r} returned no key for any sample payload of task {task!r}")
+    if distinct:
+        _check_distinct(name, samples, keys)
+    keyed = [payload for payload, key in zip(samples, keys) if key is not None]
+    _check_collapses(plugin, name, target, task, keyed)
+    return DedupeReport(plugin=name, keys=keys)
+
+
+def _stable_key(impl, name: str, task: str, payload: dict[str, Any]) -> str | None:
+    before = json.dumps(payload, sort_keys=True)
+    options = {"queue": "default", "max_attempts": 5, "run_at": None, "delay": None}
+    variants = {"the payload": payload, "a deep copy": copy.deepcopy(payload),
+                "the payload with keys reordered": reordered(payload)}
+    found: dict[str, Any] = {}
+    for label, variant in variants.items():
+        try:
+            found[label] = call_impl(impl, task=task, payload=variant, options=dict(options))
+        except Exception as exc:
+            raise ConformanceError(f"plugin {name!r} raised {exc!r} for {label} {_brief(payload)}") from exc
+    if json.dumps(payload, sort_keys=True) != before:
+        raise ConformanceError(f"plugin {name!r} mutated the payload it was given")
+    key = found["the payload"]
+    _check_key(name, key, payload)
+    for label, other in found.items():
+        if other != key:
+            raise ConformanceError(
+                f"plugin {name!r} is unstable: {key!r} for the payload but {other!r} for {label} "
+                f"({_brief(payload)})"
+            )
+    return key
+
+
+def _check_key(name: str, key: Any, payload: Mapping[str, Any]) -> None:
+    if key is None:
+        return
+    try:
+        _validate.idempotency_key(key)
+    except InvalidInputError as exc:
+        raise ConformanceError(f"plugin {name!r} returned an unusable key for {_brief(payload)}: {exc}") from None
+
+
+def _check_distinct(name: str, samples: list[dict[str, Any]], keys: list[str | None]) -> None:
+    seen: dict[str, dict[str, Any]] = {}
+    for payload, key in zip(samples, keys):
+        if key is None:
+            continue
+        if key in seen and _canonical(seen[key]) != _canonical(payload):
+            raise ConformanceError(
+                f"plugin {name!r} gave different payloads the same key {key!r}: "
+                f"{_brief(seen[key])} and {_brief(payload)}"
+            )
+        seen[key] = payload
+
+
+def _check_collapses(plugin, name, target, task, keyed: list[dict[str, Any]]) -> None:
+    queue = conformance_queue(target, [plugin])
+    queue.task(name=task, queue=unique_queue_name("dedupe"))(_never_called)
+    with queue.engine.connect() as conn, conn.begin() as transaction:
+        ids = [queue.enqueue(task, payload, connection=conn) for payload in keyed]
+        twins = [queue.enqueue(task, reordered(payload), connection=conn) for payload in keyed]
+        transaction.rollback()
+    if ids != twins:
+        raise ConformanceError(f"plugin {name!r}: reordered payloads were enqueued as new jobs ({ids} vs {twins})")
+    if len(set(ids)) != len({_canonical(payload) for payload in keyed}):
+        raise ConformanceError(f"plugin {name!r}: distinct payloads were collapsed into one job ({ids})")
+
+
+# -- lifecycle ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LifecycleReport:
+    """The hooks the plugin implements, and how often each event fired in the real run."""
+
+    plugin: str
+    hooks: tuple[str, ...]
+    events: dict[str, int]
+
+
+def check_lifecycle_plugin(plugin: object, target: Target) -> LifecycleReport:
+    """Check a metrics/observability plugin: it survives every lifecycle event.
+
+    First each implemented hook is called directly with edge-case events (missing durations,
+    zero durations, long and non-ASCII names, both recovery outcomes): none may raise. Then one
+    real run with the plugin registered fires every event (enqueued, deduplicated, claimed,
+    completed, retried, failed, empty claim, recovered, lost claim): the plugin must log no
+    error and every job must end where the queue alone would put it.
+    """
+    name = plugin_name(plugin)
+    hooks = tuple(hook for hook in LIFECYCLE_HOOKS if hook_impls(plugin, hook))
+    if not hooks:
+        raise ConformanceError(f"plugin {name!r} implements no lifecycle hook")
+    for hook in hooks:
+        _survives_edge_events(plugin, name, hook)
+    recorder = EventRecorder()
+    queue = conformance_queue(target, [plugin, recorder])
+    with plugin_errors() as errors:
+        states = _lifecycle_run(queue)
+    mine = [message for message in errors if repr(name) in message]
+    if mine:
+        raise ConformanceError(f"plugin {name!r} raised in a lifecycle hook: {mine[0]}")
+    _check_states(name, states)
+    missing = [hook for hook in LIFECYCLE_HOOKS if not recorder.counts[hook]]
+    if missing:
+        raise ConformanceError(f"the lifecycle run did not fire {', '.join(missing)}")
+    return LifecycleReport(plugin=name, hooks=hooks, events=dict(recorder.counts))
+
+
+def _survives_edge_events(plugin: object, name: str, hook: str) -> None:
+    for impl in hook_impls(plugin, hook):
+        for event in edge_events(hook):
+            try:
+                call_impl(impl, event=event)
+            except Exception as exc:
+                raise ConformanceError(f"plugin {name!r} raised {exc!r} in {hook} for {event!r}") from exc
+
+
+def _lifecycle_run(queue: Queue) -> dict[str, JobStatus | None]:
+    """Drive one job to each end state and fire every event; return where each job ended."""
+    name = unique_queue_name("lifecycle")
+    task = queue.task(name="conformance_lifecycle", queue=name, max_attempts=3,
+                      retry_delay=timedelta(0))(_never_called)
+    try:
+        done = queue.enqueue(task, {"job": "completes"}, idempotency_key=f"{name}:done")
+        queue.enqueue(task, {"job": "completes"}, idempotency_key=f"{name}:done")  # deduplicated
+        (job,) = queue.claim(name, worker_id="conformance")
+        queue.complete(job.id, job.claim_token)
+        failed = queue.enqueue(task, {"job": "fails"})
+        (job,) = queue.claim(name, worker_id="conformance")
+        queue.handle_failure(job, RuntimeError("first attempt fails"))
+        (job,) = queue.claim(name, worker_id="conformance")
+        queue.handle_failure(job, NonRetryableError("second attempt gives up"))
+        queue.claim(name, worker_id="conformance")  # empty
+        lost = queue.enqueue(task, {"job": "is recovered"})
+        (job,) = queue.claim(name, worker_id="conformance")
+        queue.recover_expired(lease=timedelta(microseconds=1))
+        queue.complete(job.id, job.claim_token)  # lost claim: recovery took it
+        return {label: _status(queue, job_id)
+                for label, job_id in (("completed", done), ("failed", failed), ("recovered", lost))}
+    finally:
+        delete_queue_jobs(queue, name)
+
+
+def _status(queue: Queue, job_id: int) -> JobStatus | None:
+    view = queue.get_job(job_id)
+    return None if view is None else view.status
+
+
+def _check_states(name: str, states: dict[str, JobStatus | None]) -> None:
+    expected = {"completed": JobStatus.COMPLETED, "failed": JobStatus.FAILED, "recovered": JobStatus.PENDING}
+    for label, status in expected.items():
+        if states[label] is not status:
+            raise ConformanceError(
+                f"with plugin {name!r} registered, the job that should be {label} ended {states[label]}"
+            )
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _synthetic_job(task: str, *, job_id: int, attempt: int) -> ClaimedJob:
+    return ClaimedJob(id=job_id, task=task, payload={}, attempts=attempt,
+                      max_attempts=max(attempt + 1, 5), claim_token="conformance", queue="default")
+
+
+def _never_called(payload: Any, ctx: Any) -> None:  # pragma: no cover - checks never run handlers
+    raise AssertionError("conformance jobs are never run")
+
+
+def _canonical(payload: Mapping[str, Any]) -> str:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+
+
+def _brief(payload: Mapping[str, Any]) -> str:
+    text = _canonical(payload)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+__all__ = [
+    "BackoffReport",
+    "ConformanceError",
+    "DedupeReport",
+    "LifecycleReport",
+    "check_backoff_plugin",
+    "check_dedupe_plugin",
+    "check_lifecycle_plugin",
+]
