@@ -37,6 +37,7 @@ operator switch off an installed plugin without touching the application's code.
 BUILTIN = "builtin"
 ENTRY_POINT = "entry point"
 EXPLICIT = "explicit"
+UNKNOWN = "unknown"
 
 logger = logging.getLogger("sqla_queue.plugins")
 
@@ -47,7 +48,8 @@ class PluginInfo:
 
     name: str
     source: str
-    """``builtin``, ``entry point`` or ``explicit`` (given in ``plugins=``)."""
+    """``builtin``, ``entry point`` or ``explicit`` (given in ``plugins=``); a blocked name
+    that matches none of these is ``unknown``."""
     distribution: str | None
     """``name version`` of the distribution that declared the entry point, else None."""
     hooks: tuple[str, ...]
@@ -62,6 +64,7 @@ class QueuePluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self.sources: dict[str, tuple[str, str | None]] = {}
         self.blocked_names: tuple[str, ...] = ()
+        self.explicit_names: frozenset[str] = frozenset()
 
     def register_from(self, source: str, plugin: object, name: str, dist: str | None = None) -> None:
         try:
@@ -93,13 +96,14 @@ def build_plugin_manager(
     if load_entrypoints and not os.environ.get(DISABLE_AUTOLOAD_ENV):
         _load_entry_points(pm)
     explicit = list(plugins)
+    pm.explicit_names = frozenset(plugin_name(plugin) for plugin in explicit)
     for plugin in explicit:
         _register_explicit(pm, plugin)
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise ConfigurationError(f"plugin {exc.plugin!r}: {exc}") from None
-    _warn_unused_blocks(pm, {plugin_name(plugin) for plugin in explicit})
+    _warn_unused_blocks(pm)
     return pm
 
 
@@ -171,11 +175,11 @@ def plugin_name(plugin: object) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _warn_unused_blocks(pm: QueuePluginManager, explicit: set[str]) -> None:
+def _warn_unused_blocks(pm: QueuePluginManager) -> None:
     """A blocked name that matched nothing is usually a typo; the plugin it meant still runs."""
     if not pm.blocked_names:
         return
-    known = {name for name, _ in DEFAULT_PLUGINS} | {TASK_OVERRIDES_NAME} | explicit
+    known = {name for name, _ in DEFAULT_PLUGINS} | {TASK_OVERRIDES_NAME} | pm.explicit_names
     known |= {entry_point.name for _, entry_point in _entry_points()}
     for name in pm.blocked_names:
         if name not in known:
@@ -196,14 +200,16 @@ def describe_plugins(pm: QueuePluginManager) -> list[PluginInfo]:
         callers = pm.get_hookcallers(plugin) or []
         infos.append(PluginInfo(name, source, dist, tuple(sorted(c.name for c in callers))))
     for name in pm.blocked_names:
-        infos.append(PluginInfo(name, _blocked_source(name), None, (), blocked=True))
+        infos.append(PluginInfo(name, _blocked_source(pm, name), None, (), blocked=True))
     return infos
 
 
-def _blocked_source(name: str) -> str:
+def _blocked_source(pm: QueuePluginManager, name: str) -> str:
     if name in {n for n, _ in DEFAULT_PLUGINS} | {TASK_OVERRIDES_NAME}:
         return BUILTIN
-    return ENTRY_POINT if any(ep.name == name for _, ep in _entry_points()) else EXPLICIT
+    if any(entry_point.name == name for _, entry_point in _entry_points()):
+        return ENTRY_POINT
+    return EXPLICIT if name in pm.explicit_names else UNKNOWN
 
 
 # -- calling hooks ------------------------------------------------------------------------

@@ -109,3 +109,4 @@ def run() -> None:
 from . import jobs as _jobs  # noqa: E402,F401  (commands register themselves on `main`)
 from . import db as _db  # noqa: E402,F401
 from . import worker as _worker  # noqa: E402,F401
+from . import plugins as _plugins  # noqa: E402,F401
