@@ -129,6 +129,7 @@ class Queue:
             find_keys=sql.find_active_keys(self.table),
             claim=sql.claim_jobs(self.table),
             complete=sql.complete_job(self.table),
+            complete_many=sql.complete_jobs(self.table),
             retry=sql.retry_job(self.table),
             fail=sql.fail_job(self.table),
             requeue_expired=sql.requeue_expired(self.table),
@@ -440,10 +441,30 @@ class Queue:
         if row is None:
             self._lost(job_id, claim_token, "complete")
             return False
+        self._emit_completed(row)
+        return True
+
+    def complete_many(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
+        """Complete many claimed jobs in one statement; ``{job id: completed?}``.
+
+        Each row is still checked against its own token. A job the batch statement did not
+        complete is settled on its own by `complete`, which recognises a replay (True) and
+        reports a lost claim (False).
+        """
+        jobs = list(jobs)
+        if not jobs:
+            return {}
+        with self._transaction() as conn:
+            rows = conn.execute(self._sql.complete_many, _held_params(jobs)).all()
+        for row in rows:
+            self._emit_completed(row)
+        done = {row.id for row in rows}
+        return {job.id: job.id in done or self.complete(job.id, job.claim_token) for job in jobs}
+
+    def _emit_completed(self, row: Any) -> None:
         emit(self.plugin_manager, "sqla_queue_job_completed",
              event=JobCompleted(job_id=row.id, queue=row.queue_name, task=row.task,
                                 attempt=row.attempts, duration=row.duration))
-        return True
 
     def retry(
         self,
@@ -598,7 +619,10 @@ def _check_claim(job_id: Any, claim_token: Any) -> None:
 
 
 def _held_params(jobs: Sequence[ClaimedJob]) -> dict[str, list[Any]]:
-    return {"job_ids": [job.id for job in jobs], "tokens": [job.claim_token for job in jobs]}
+    """Sorted by id, so that two batch statements on overlapping jobs (a heartbeat and a
+    completion from one worker) lock rows in the same order and cannot deadlock."""
+    ordered = sorted(jobs, key=lambda job: job.id)
+    return {"job_ids": [job.id for job in ordered], "tokens": [job.claim_token for job in ordered]}
 
 
 def _claimed_job(row: Any) -> ClaimedJob:

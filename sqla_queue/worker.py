@@ -193,6 +193,9 @@ class Worker:
         self._held: dict[int, _Held] = {}
         self._held_lock = threading.Lock()
         self._work: list[_Held] = []
+        self._to_complete: list[_Held] = []
+        self._completion_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self._work_ready = threading.Condition()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -298,14 +301,22 @@ class Worker:
             if self._stopping.is_set() or held.settled:
                 continue  # shutting down: not started, so it is released, not run
             held.started = True
+            completing = False
             try:
-                self._execute(held)
+                completing = self._execute(held)
             finally:
-                with self._held_lock:
-                    self._held.pop(held.job.id, None)
-                self._wake.set()
+                if not completing:
+                    self._forget(held)
 
-    def _execute(self, held: _Held) -> None:
+    def _forget(self, held: _Held) -> None:
+        """The job's outcome is recorded (or given up): free its slot and wake the claim loop."""
+        with self._held_lock:
+            self._held.pop(held.job.id, None)
+        self._wake.set()
+
+    def _execute(self, held: _Held) -> bool:
+        """Run the handler and settle the job; True when its completion was queued for the
+        next group commit (the job keeps its slot until then)."""
         job = held.job
         error: BaseException | None = None
         try:
@@ -315,8 +326,50 @@ class Worker:
             error = exc
         except Exception as exc:  # a handler's failure is data: it decides retry or fail
             error = exc
-        if held.settle():
+        if not held.settle():
+            return False  # timed out or fenced meanwhile: that path recorded the outcome
+        if error is not None:
             self._record(held, error)
+            return False
+        with self._completion_lock:
+            self._to_complete.append(held)
+        self._flush_completions()
+        return True
+
+    def _flush_completions(self) -> None:
+        """Group commit: whichever handler thread gets the flush lock completes every finished
+        job in one statement; the others go back to work. After releasing the lock the flusher
+        looks again, so a completion queued during its last statement is never stranded."""
+        while True:
+            if not self._flush_lock.acquire(blocking=False):
+                return
+            try:
+                while True:
+                    with self._completion_lock:
+                        batch, self._to_complete = self._to_complete, []
+                    if not batch:
+                        break
+                    self._complete_batch(batch)
+            finally:
+                self._flush_lock.release()
+            with self._completion_lock:
+                if not self._to_complete:
+                    return
+
+    def _complete_batch(self, batch: list[_Held]) -> None:
+        try:
+            results = self.queue.complete_many(h.job for h in batch)
+        except DatabaseError as exc:
+            logger.warning("worker %s: batch completion failed (%s); completing one by one",
+                           self.worker_id, exc)
+            for held in batch:
+                self._record(held, None)
+        else:
+            for ok in results.values():
+                self._count("completed" if ok else "lost")
+        finally:
+            for held in batch:
+                self._forget(held)
 
     def _record(self, held: _Held, error: BaseException | None) -> None:
         """Record the outcome, retrying through database errors while the lease still holds.

@@ -12,7 +12,7 @@ from .enqueue import find_active_keys, insert_jobs
 from .jobs import claim_state, select_job
 from .lease import release_jobs, renew_leases
 from .notify import channel_name, listen
-from .outcome import complete_job, fail_job, retry_job
+from .outcome import complete_job, complete_jobs, fail_job, retry_job
 from .recover import fail_exhausted_expired, requeue_expired
 from .stats import queue_health
 
@@ -21,6 +21,7 @@ __all__ = [
     "channel_name",
     "claim_state",
     "complete_job",
+    "complete_jobs",
     "fail_exhausted_expired",
     "fail_job",
     "find_active_keys",

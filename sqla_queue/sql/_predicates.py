@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, Table, and_, bindparam, literal
+from sqlalchemy import BigInteger, ColumnElement, Table, Text, and_, bindparam, column, func, literal
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from ..types import JobStatus
 
@@ -15,6 +16,27 @@ def status_is(table: Table, *statuses: JobStatus) -> ColumnElement[bool]:
     """
     values = [literal(s.value, literal_execute=True) for s in statuses]
     return table.c.status == values[0] if len(values) == 1 else table.c.status.in_(values)
+
+
+def held_pairs(name: str):
+    """``(job_id, token)`` pairs from ``:job_ids`` and ``:tokens`` as a derived table, so one
+    statement covers many held jobs while each row is still checked against its own token."""
+    return (
+        func.unnest(
+            bindparam("job_ids", type_=ARRAY(BigInteger)), bindparam("tokens", type_=ARRAY(Text))
+        )
+        .table_valued(column("job_id", BigInteger), column("token", Text))
+        .render_derived(name)
+    )
+
+
+def held_in(table: Table, pairs) -> ColumnElement[bool]:
+    """The batch form of `held_by`: the row is one of `pairs`, running, under its own token."""
+    return and_(
+        table.c.id == pairs.c.job_id,
+        status_is(table, JobStatus.RUNNING),
+        table.c.claim_token == pairs.c.token,
+    )
 
 
 def held_by(table: Table, status: JobStatus = JobStatus.RUNNING) -> ColumnElement[bool]:

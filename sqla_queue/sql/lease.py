@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Table, Text, bindparam, column, func, update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import Table, func, update
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
-from ._predicates import status_is
+from ._predicates import held_in, held_pairs
 
 RELEASED = "released unfinished at worker shutdown"
-
-
-def _held_jobs(name: str):
-    """``(id, token)`` pairs as a derived table: one statement covers every held job."""
-    return (
-        func.unnest(
-            bindparam("job_ids", type_=ARRAY(BigInteger)), bindparam("tokens", type_=ARRAY(Text))
-        )
-        .table_valued(column("job_id", BigInteger), column("token", Text))
-        .render_derived(name)
-    )
 
 
 def renew_leases(table: Table) -> Executable:
@@ -28,14 +16,10 @@ def renew_leases(table: Table) -> Executable:
 
     Each row is checked against its own token; the ids missing from RETURNING are lost claims.
     """
-    held = _held_jobs("held")
+    held = held_pairs("held")
     return (
         update(table)
-        .where(
-            table.c.id == held.c.job_id,
-            status_is(table, JobStatus.RUNNING),
-            table.c.claim_token == held.c.token,
-        )
+        .where(held_in(table, held))
         .values(locked_at=func.clock_timestamp())
         .returning(table.c.id)
     )
@@ -44,14 +28,10 @@ def renew_leases(table: Table) -> Executable:
 def release_jobs(table: Table) -> Executable:
     """Give unfinished jobs back at shutdown: pending now, and the interrupted attempt is not
     counted (a deploy should not burn a job's attempts)."""
-    held = _held_jobs("released")
+    held = held_pairs("released")
     return (
         update(table)
-        .where(
-            table.c.id == held.c.job_id,
-            status_is(table, JobStatus.RUNNING),
-            table.c.claim_token == held.c.token,
-        )
+        .where(held_in(table, held))
         .values(
             status=JobStatus.PENDING.value,
             attempts=func.greatest(table.c.attempts - 1, 0),
