@@ -70,7 +70,7 @@ class QueuePluginManager(pluggy.PluginManager):
         try:
             registered = self.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
-            raise ConfigurationError(f"plugin {name!r} ({source}) is invalid: {exc}") from None
+            raise ConfigurationError(f"invalid {source} plugin: {exc}") from None
         except ValueError as exc:
             raise ConfigurationError(f"cannot register plugin {name!r} ({source}): {exc}") from None
         if registered is not None:
@@ -148,11 +148,11 @@ def _register_explicit(pm: QueuePluginManager, plugin: object) -> None:
     if pm.is_registered(plugin):
         logger.debug("plugin %r is already registered as %r", plugin, pm.get_name(plugin))
         return
-    name = plugin_name(plugin)
-    if pm.has_plugin(name):
-        raise ConfigurationError(
-            f"a different plugin is already registered as {name!r}; plugins= items need unique names"
-        )
+    name = base = plugin_name(plugin)
+    number = 1
+    while pm.has_plugin(name):  # two instances of one class: "pkg.Class", then "pkg.Class#2"
+        number += 1
+        name = f"{base}#{number}"
     pm.register_from(EXPLICIT, plugin, name)
 
 

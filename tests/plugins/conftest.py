@@ -1,0 +1,58 @@
+"""Setup for the plugin-system tests: Queues with and without entry points, the database
+clock, and a quick worker run.
+
+Entry-point tests need the distributions in plugins/ installed in the test environment
+(`.ci/install-extras` does it; run it once locally). They are not skipped without them: a
+missing plugin is a failure of the setup this suite exists to prove.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+import sqla_queue as sq
+from sqla_queue._plugins import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV
+
+FAST_WORKER = {"poll_interval": 0.05, "lease": timedelta(seconds=10), "listen": False, "concurrency": 2}
+
+
+@pytest.fixture(autouse=True)
+def no_plugin_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's shell may block plugins or turn autoloading off; these tests decide."""
+    monkeypatch.delenv(BLOCKED_PLUGINS_ENV, raising=False)
+    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
+
+
+@pytest.fixture
+def installed_queue(engine: Engine, clean_jobs: None) -> Callable[..., sq.Queue]:
+    """Factory: a Queue with the installed entry points loaded, on an empty table."""
+
+    def build(**options) -> sq.Queue:
+        return sq.Queue(engine, load_entrypoints=True, **options)
+
+    return build
+
+
+@pytest.fixture
+def db_now(engine: Engine) -> Callable[[], datetime]:
+    """The database's clock, which decides run_at."""
+
+    def now() -> datetime:
+        with engine.connect() as conn:
+            return conn.execute(select(func.clock_timestamp())).scalar_one()
+
+    return now
+
+
+@pytest.fixture
+def drain() -> Callable[..., object]:
+    """Run a worker until nothing is due: the end-to-end path, not the Queue API alone."""
+
+    def run(queue: sq.Queue, *queues: str):
+        return queue.worker(queues=list(queues), **FAST_WORKER).run(until_empty=True)
+
+    return run
