@@ -441,7 +441,8 @@ class Queue:
         if row is None:
             self._lost(job_id, claim_token, "complete")
             return False
-        self._emit_completed(row)
+        if not row.replayed:
+            self._emit_completed(row)
         return True
 
     def complete_many(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
@@ -510,6 +511,8 @@ class Queue:
     def _outcome(self, row: Any) -> Outcome:
         outcome = Outcome(job_id=row.id, status=JobStatus(row.status), attempts=row.attempts,
                           max_attempts=row.max_attempts, run_at=row.run_at)
+        if row.replayed:
+            return outcome  # the first call's event already fired
         if outcome.status is JobStatus.PENDING:
             emit(self.plugin_manager, "sqla_queue_job_retried",
                  event=JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,

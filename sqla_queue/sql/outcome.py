@@ -9,12 +9,13 @@ UNIONs it with the row as the statement's snapshot saw it *before* the update. W
 call with the same token already committed (its reply was lost), the CTE updates nothing but the
 second branch finds the finished row still carrying that token, so the replay reports the same
 result instead of a lost claim. Both branches can never match at once: the snapshot predates the
-CTE's own update.
+CTE's own update. The ``replayed`` column says which branch a row came from: a replay committed
+nothing, so it fires no lifecycle event.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Table, bindparam, case, func, select, update
+from sqlalchemy import Table, bindparam, case, false, func, select, true, update
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
@@ -31,8 +32,10 @@ def complete_job(table: Table) -> Executable:
         .returning(*_completed_columns(table))
         .cte("completed_now")
     )
-    replay = select(*_completed_columns(table)).where(held_by(table, JobStatus.COMPLETED))
-    return select(*done.c).union_all(replay)
+    replay = select(*_completed_columns(table), true().label("replayed")).where(
+        held_by(table, JobStatus.COMPLETED)
+    )
+    return select(*done.c, false().label("replayed")).union_all(replay)
 
 
 def complete_jobs(table: Table) -> Executable:
@@ -68,12 +71,12 @@ def retry_job(table: Table) -> Executable:
         .returning(*_retried_columns(table))
         .cte("retried_now")
     )
-    replay = select(*_retried_columns(table)).where(
+    replay = select(*_retried_columns(table), true().label("replayed")).where(
         table.c.id == bindparam("job_id"),
         table.c.claim_token == bindparam("token"),
         status_is(table, JobStatus.PENDING, JobStatus.FAILED),
     )
-    return select(*retried.c).union_all(replay)
+    return select(*retried.c, false().label("replayed")).union_all(replay)
 
 
 def fail_job(table: Table) -> Executable:
@@ -86,8 +89,10 @@ def fail_job(table: Table) -> Executable:
         .returning(*_retried_columns(table))
         .cte("failed_now")
     )
-    replay = select(*_retried_columns(table)).where(held_by(table, JobStatus.FAILED))
-    return select(*failed.c).union_all(replay)
+    replay = select(*_retried_columns(table), true().label("replayed")).where(
+        held_by(table, JobStatus.FAILED)
+    )
+    return select(*failed.c, false().label("replayed")).union_all(replay)
 
 
 def _identity_columns(table: Table) -> tuple:

@@ -129,3 +129,19 @@ def test_events_fire_in_lifecycle_order(recorded_queue, recorder):
 
     assert recorder.names == ["enqueued", "claimed", "retried", "claimed", "completed", "empty_claim"]
     assert {e.job_id for name, e in recorder.events if name != "empty_claim"} == {job_id}
+
+
+def test_a_replayed_outcome_fires_no_second_event(recorded_queue, recorder):
+    """The hooks say "committed under its claim token": a replay committed nothing new."""
+    done, failed, retried = recorded_queue.enqueue_many([{"task": "send_email", "payload": {}}] * 3)
+    jobs = {j.id: j for j in recorded_queue.claim(worker_id="w", limit=3)}
+
+    for _ in range(2):
+        recorded_queue.complete(done, jobs[done].claim_token)
+        recorded_queue.fail(failed, jobs[failed].claim_token, error="x")
+        recorded_queue.retry(retried, jobs[retried].claim_token, error="x", delay=60)
+
+    assert [e.job_id for e in recorder.of("completed")] == [done]
+    assert [e.job_id for e in recorder.of("failed")] == [failed]
+    assert [e.job_id for e in recorder.of("retried")] == [retried]
+    assert recorder.of("lost_claim") == []
