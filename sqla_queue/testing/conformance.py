@@ -208,7 +208,7 @@ def check_dedupe_plugin(
         raise ConformanceError(f"plugin {name!r} returned no key for any sample payload of task {task!r}")
     if distinct:
         _check_distinct(name, samples, keys)
-    keyed = [payload for payload, key in zip(samples, keys) if key is not None]
+    keyed = [(payload, key) for payload, key in zip(samples, keys) if key is not None]
     _check_collapses(plugin, name, target, task, keyed)
     return DedupeReport(plugin=name, keys=keys)
 
@@ -259,17 +259,19 @@ def _check_distinct(name: str, samples: list[dict[str, Any]], keys: list[str | N
         seen[key] = payload
 
 
-def _check_collapses(plugin, name, target, task, keyed: list[dict[str, Any]]) -> None:
+def _check_collapses(plugin, name, target, task, keyed: list[tuple[dict[str, Any], str]]) -> None:
+    """Two enqueues share a job exactly when the plugin gave them the same key."""
     queue = conformance_queue(target, [plugin])
     queue.task(name=task, queue=unique_queue_name("dedupe"))(_never_called)
     with queue.engine.connect() as conn, conn.begin() as transaction:
-        ids = [queue.enqueue(task, payload, connection=conn) for payload in keyed]
-        twins = [queue.enqueue(task, reordered(payload), connection=conn) for payload in keyed]
+        ids = [queue.enqueue(task, payload, connection=conn) for payload, _ in keyed]
+        twins = [queue.enqueue(task, reordered(payload), connection=conn) for payload, _ in keyed]
         transaction.rollback()
     if ids != twins:
         raise ConformanceError(f"plugin {name!r}: reordered payloads were enqueued as new jobs ({ids} vs {twins})")
-    if len(set(ids)) != len({_canonical(payload) for payload in keyed}):
-        raise ConformanceError(f"plugin {name!r}: distinct payloads were collapsed into one job ({ids})")
+    job_of_key = dict(zip((key for _, key in keyed), ids))
+    if len(set(ids)) != len(job_of_key) or any(job_of_key[key] != job_id for (_, key), job_id in zip(keyed, ids)):
+        raise ConformanceError(f"plugin {name!r}: jobs {ids} do not match the keys the plugin gave")
 
 
 # -- lifecycle ----------------------------------------------------------------------------

@@ -1,0 +1,201 @@
+"""sqla_queue.testing's conformance checks: the built-ins pass, and each kind of broken plugin
+fails with a message naming it. A check that passed everything would prove nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from datetime import timedelta
+
+import pytest
+
+import sqla_queue as sq
+from sqla_queue.builtins import backoff, idempotency, logging as logging_plugin
+from sqla_queue.testing import (
+    ConformanceError,
+    check_backoff_plugin,
+    check_dedupe_plugin,
+    check_lifecycle_plugin,
+)
+
+
+# -- backoff ------------------------------------------------------------------------------
+
+
+def test_the_builtin_backoff_conforms_and_its_answers_are_applied_by_the_database(engine, count_jobs):
+    report = check_backoff_plugin(backoff, engine, attempts=20, samples=10)
+    assert report.plugin == "sqla_queue.builtins.backoff"
+    assert sorted(report.answers) == list(range(1, 21))
+    assert all(timedelta(0) <= d <= timedelta(hours=1) for ds in report.answers.values() for d in ds)
+    assert [attempt for attempt, _, _ in report.applied] == [1, 10, 20]
+    assert count_jobs("queue_name LIKE 'sqla_queue.conformance.%'") == 0
+
+
+def test_a_backoff_can_be_checked_against_a_queue_and_its_model(queue):
+    report = check_backoff_plugin(backoff, queue, attempts=3, samples=2)
+    assert len(report.applied) == 3
+
+
+class Delay:
+    """A backoff whose answer is a function of the attempt."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    @sq.hookimpl
+    def sqla_queue_retry_delay(self, attempt):
+        return self.answer(attempt)
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (lambda attempt: 5, r"returned 5 .*attempt 1.*expected a non-negative timedelta"),
+        (lambda attempt: timedelta(seconds=-attempt), r"returned .*days=-1.*attempt 1"),
+        (lambda attempt: timedelta(days=attempt), r"asked for 8 days, 0:00:00 at attempt 8"),
+        (lambda attempt: False if attempt > 3 else timedelta(0), r"gave up \(False\) at attempt 4"),
+        (lambda attempt: None, r"never answered sqla_queue_retry_delay"),
+        (lambda attempt: 1 / 0 if attempt == 2 else timedelta(seconds=attempt), r"raised ZeroDivisionError.*attempt 2"),
+    ],
+)
+def test_a_broken_backoff_fails_the_check_naming_the_plugin(engine, answer, message):
+    with pytest.raises(ConformanceError, match=rf"(?s)plugin 'test_conformance\.Delay' {message}"):
+        check_backoff_plugin(Delay(answer), engine, attempts=10, samples=3)
+
+
+def test_giving_up_is_accepted_when_allowed_and_fails_the_real_job(engine):
+    report = check_backoff_plugin(
+        Delay(lambda attempt: False if attempt >= 5 else timedelta(seconds=attempt)),
+        engine, attempts=6, samples=2, allow_give_up=True,
+    )
+    assert report.answers[6] == [False, False]
+    assert report.applied[-1][1] is False
+
+
+def test_a_random_backoff_is_compared_with_the_answer_the_queue_really_got(engine):
+    """Every call answers differently; the applied check uses the answer recorded at the
+    moment the Queue asked, so randomness is no excuse for a run_at it cannot explain."""
+    report = check_backoff_plugin(Delay(lambda attempt: timedelta(seconds=random.randint(1, 100))), engine,
+                                  attempts=2, samples=2)
+    for _, answer, run_at in report.applied:
+        assert timedelta(seconds=1) <= answer <= timedelta(seconds=100) and run_at is not None
+
+
+def test_a_plugin_without_the_hook_fails_the_backoff_check(engine):
+    with pytest.raises(ConformanceError, match="does not implement sqla_queue_retry_delay"):
+        check_backoff_plugin(logging_plugin, engine)
+
+
+def test_a_plugin_with_a_wrong_argument_cannot_even_register(engine):
+    class Wrong:
+        @sq.hookimpl
+        def sqla_queue_retry_delay(self, retries):
+            return None
+
+    with pytest.raises(ConformanceError, match="cannot be registered"):
+        check_backoff_plugin(Wrong(), engine)
+
+
+# -- dedupe -------------------------------------------------------------------------------
+
+
+class Key:
+    def __init__(self, make):
+        self.make = make
+
+    @sq.hookimpl
+    def sqla_queue_idempotency_key(self, task, payload):
+        return self.make(task, payload)
+
+
+def sorted_hash(task, payload):
+    return hashlib.sha256(f"{task}:{json.dumps(payload, sort_keys=True)}".encode()).hexdigest()
+
+
+def test_a_stable_content_key_conforms_and_leaves_no_job_behind(engine, count_jobs):
+    before = count_jobs()
+    report = check_dedupe_plugin(Key(sorted_hash), engine)
+    assert len(report.keys) == len(set(report.keys)) == 9
+    assert count_jobs() == before
+
+
+def test_the_builtin_dedupe_says_no_key_and_so_fails_the_check(engine):
+    with pytest.raises(ConformanceError, match="returned no key for any sample payload"):
+        check_dedupe_plugin(idempotency, engine)
+
+
+def mutating(task, payload):
+    payload.pop("to", None)
+    return sorted_hash(task, payload)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda task, payload: hashlib.sha256(json.dumps(payload).encode()).hexdigest(),
+         r"is unstable: .* for the payload with keys reordered"),
+        (lambda task, payload: str(random.random()), r"is unstable"),
+        (lambda task, payload: 42, r"returned an unusable key .*must be a string"),
+        (lambda task, payload: "k" * 600, r"returned an unusable key .*the limit is 512"),
+        (lambda task, payload: "same", r"gave different payloads the same key 'same'"),
+        (lambda task, payload: payload["to"], r"raised KeyError\('to'\)"),
+        (mutating, r"mutated the payload"),
+    ],
+)
+def test_a_broken_dedupe_plugin_fails_the_check_naming_it(engine, make, message):
+    with pytest.raises(ConformanceError, match=rf"plugin 'test_conformance\.Key' {message}"):
+        check_dedupe_plugin(Key(make), engine)
+
+
+def test_distinct_can_be_waived_for_a_deliberately_coarse_key(engine):
+    coarse = Key(lambda task, payload: f"{task}:{payload.get('to', '-')}")
+    report = check_dedupe_plugin(coarse, engine, distinct=False,
+                                 payloads=[{"to": "a", "n": 1}, {"to": "a", "n": 2}, {"to": "b"}])
+    assert report.keys == ["conformance_dedupe:a", "conformance_dedupe:a", "conformance_dedupe:b"]
+
+
+# -- lifecycle ----------------------------------------------------------------------------
+
+
+def test_the_builtin_logging_plugin_survives_every_event(engine, count_jobs):
+    report = check_lifecycle_plugin(logging_plugin, engine)
+    assert len(report.hooks) == 8
+    assert report.events["sqla_queue_job_enqueued"] == 4
+    assert all(report.events[hook] >= 1 for hook in report.hooks)
+    assert count_jobs("queue_name LIKE 'sqla_queue.conformance.%'") == 0
+
+
+class Durations:
+    """A metrics plugin that forgot the duration can be missing."""
+
+    def __init__(self):
+        self.total = 0.0
+
+    @sq.hookimpl
+    def sqla_queue_job_completed(self, event):
+        self.total += event.duration.total_seconds()
+
+
+def test_a_plugin_that_assumes_a_duration_fails_on_the_edge_events(engine):
+    with pytest.raises(ConformanceError, match=r"'test_conformance\.Durations' raised AttributeError.*sqla_queue_job_completed"):
+        check_lifecycle_plugin(Durations(), engine)
+
+
+class FailsOnRealJobs:
+    """Passes the edge events, raises on the real run's recovery (its queue is ours)."""
+
+    @sq.hookimpl
+    def sqla_queue_job_recovered(self, event):
+        if event.queue.startswith("sqla_queue.conformance."):
+            raise RuntimeError("cannot reach the metrics backend")
+
+
+def test_a_plugin_that_raises_in_the_real_run_fails_the_check(engine):
+    with pytest.raises(ConformanceError, match=r"'test_conformance\.FailsOnRealJobs' raised in a lifecycle hook"):
+        check_lifecycle_plugin(FailsOnRealJobs(), engine)
+
+
+def test_a_plugin_without_lifecycle_hooks_fails_the_lifecycle_check(engine):
+    with pytest.raises(ConformanceError, match="implements no lifecycle hook"):
+        check_lifecycle_plugin(backoff, engine)
