@@ -58,7 +58,10 @@ def downgrade(obj: CliContext, revision: str) -> None:
 def current(obj: CliContext) -> None:
     """Print the queue's revision in the database, or "none" before the first upgrade."""
     with _connection(obj) as conn:
-        click.echo(_describe(migrations.current(conn)))
+        revision = migrations.current(conn)
+        if revision is None:  # a host revision may depend on ours and hide it: we cannot tell
+            _refuse_foreign_history(conn)
+        click.echo(_describe(revision))
 
 
 @contextmanager
@@ -75,13 +78,14 @@ def _connection(obj: CliContext) -> Iterator[Connection]:
 
 
 def _refuse_foreign_history(conn: Connection) -> None:
-    """The bundled environment knows only our revisions; Alembic would fail on the others."""
+    """The bundled environment knows only our revisions: Alembic would fail on the others, and
+    a host revision that depends on ours hides where our branch stands."""
     foreign = migrations.foreign_revisions(conn)
     if foreign:
         raise MigrationError(
-            f"alembic_version also holds {', '.join(foreign)}, which belongs to your application's "
-            "own Alembic history: upgrade with `alembic upgrade heads` after adding "
-            f"{migrations.VERSION_RESOURCE} to its version_locations "
+            f"alembic_version holds {', '.join(foreign)}, from your application's own Alembic "
+            "history: use its `alembic current` / `alembic upgrade heads`, with "
+            f"{migrations.VERSION_RESOURCE} in its version_locations "
             "(docs/how-to/alembic-integration.md)"
         )
 

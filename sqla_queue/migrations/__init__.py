@@ -40,8 +40,9 @@ QUEUE_TABLES = frozenset({"sqla_queue_jobs"})
 def alembic_config(connection: Connection) -> Config:
     """An Alembic Config for the bundled environment, running on `connection`."""
     config = Config()
+    # version_locations stays unset: its default, script_location/versions, is VERSION_LOCATION,
+    # and an explicit value would be split on spaces in the path by Alembic < 1.16.
     config.set_main_option("script_location", SCRIPT_LOCATION)
-    config.set_main_option("version_locations", VERSION_LOCATION)
     config.attributes["connection"] = connection
     return config
 
@@ -68,9 +69,11 @@ def downgrade(connection: Connection, revision: str = BASE) -> None:
 
 
 def current(connection: Connection) -> str | None:
-    """The queue's revision stamped in the database, or None if the queue was never installed.
+    """The queue's revision stamped in ``alembic_version``, or None if none is.
 
-    Rows of the host's own branches in a shared ``alembic_version`` are ignored.
+    Rows of the host's own branches are ignored. Alembic keeps only heads in that table, so a
+    host revision that ``depends_on`` ours replaces our row: when `foreign_revisions` is not
+    empty, None means "unknown here" (ask the host's ``alembic current``), not "not installed".
     """
     ours = _our_revisions()
     return next((rev for rev in _stamped(connection) if rev in ours), None)
