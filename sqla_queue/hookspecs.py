@@ -183,9 +183,10 @@ def sqla_queue_job_recovered(event: JobRecovered) -> None:
 def sqla_queue_lost_claim(event: LostClaim) -> None:
     """An outcome or heartbeat found the claim no longer ours; nothing was changed.
 
-    Fired when ``complete``, ``retry``, ``fail`` or a lease renewal updated zero rows: the job
-    was recovered, reclaimed or changed by an operator. Return value ignored; an exception is
-    logged and swallowed.
+    Fired when ``complete``, ``retry``, ``fail`` or a lease renewal updated zero rows (the job
+    was recovered, reclaimed or changed by an operator), and when a worker fences itself off a
+    job whose lease it could not renew in time (``operation`` ``"fence"``). Return value
+    ignored; an exception is logged and swallowed.
     """
 
 
