@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -86,19 +87,26 @@ def worker_engine(
         pool_pre_ping=False,
         hide_parameters=True,
     )
-    event.listen(ours, "connect", _mark_fresh)
+    event.listen(ours, "checkin", _note_checkin)
     event.listen(ours, "checkout", _bounded_ping(call_timeout))
     return ours
 
 
-def _mark_fresh(dbapi_connection, connection_record) -> None:
-    connection_record.info["fresh"] = True  # just connected: no need to ping it
+# A connection back in use within this many seconds is not pinged: one that broke meanwhile
+# fails its statement, which every worker call retries. Pinging only idle connections keeps
+# the extra round trip off the hot path and still makes a restart during a quiet spell free.
+PING_IF_IDLE_FOR = 1.0
+
+
+def _note_checkin(dbapi_connection, connection_record) -> None:
+    connection_record.info["checked_in"] = time.monotonic()
 
 
 def _bounded_ping(call_timeout: float):
     def ping(dbapi_connection, connection_record, connection_proxy) -> None:
-        if connection_record.info.pop("fresh", False):
-            return
+        checked_in = connection_record.info.get("checked_in")
+        if checked_in is None or time.monotonic() - checked_in < PING_IF_IDLE_FOR:
+            return  # brand new, or used a moment ago
         try:
             with driver_deadline(dbapi_connection, call_timeout):
                 dbapi_connection.execute("SELECT 1")  # a constant probe, no values
