@@ -529,9 +529,11 @@ class Queue:
         with self._transaction() as conn:
             return conn.execute(statement, params).first()
 
-    def _lost(self, job_id: int, claim_token: str, operation: str) -> None:
+    def _lost(self, job_id: int, claim_token: str, operation: str, *, unless_finished: bool = False) -> None:
         with self._connection() as conn:
             state = conn.execute(self._sql.claim_state, {"job_id": job_id}).first()
+        if unless_finished and state is not None and state.claim_token == claim_token:
+            return  # finished under this very token: an outcome of this claim raced the caller
         emit(self.plugin_manager, "sqla_queue_lost_claim",
              event=LostClaim(job_id=job_id, claim_token=claim_token,
                              reason=_lost_reason(state), operation=operation))
@@ -539,7 +541,9 @@ class Queue:
     def heartbeat(self, jobs: Iterable[ClaimedJob]) -> set[int]:
         """Restart the lease of each job still held under its token; returns the renewed ids.
 
-        A job missing from the result is a lost claim: reported through the lost-claim hook.
+        A job missing from the result is a lost claim, reported through the lost-claim hook,
+        unless its row was already finished under this same token: a worker's heartbeat races
+        its own outcomes, and a job this claim completed (or retried, or failed) was not lost.
         """
         jobs = list(jobs)
         if not jobs:
@@ -549,7 +553,7 @@ class Queue:
         renewed = {row.id for row in rows}
         for job in jobs:
             if job.id not in renewed:
-                self._lost(job.id, job.claim_token, "heartbeat")
+                self._lost(job.id, job.claim_token, "heartbeat", unless_finished=True)
         return renewed
 
     def release(self, jobs: Iterable[ClaimedJob]) -> list[int]:
