@@ -176,12 +176,13 @@ def test_metrics_of_a_real_run_are_scraped_over_http(installed_queue, monkeypatc
     for n in (1, 2, 1):  # the third is collapsed onto the first by the content key
         queue.enqueue("ok", {"n": n})
     queue.enqueue("flaky", {})
+    queue.enqueue("ok", {"n": "tomorrow"}, delay=timedelta(days=1))
     summary = drain(queue, name)
     assert (summary.completed, summary.retried, summary.failed) == (2, 1, 1)
 
     metrics = scrape(port)
     ok, flaky_labels = (("queue", name), ("task", "ok")), (("queue", name), ("task", "flaky"))
-    assert metrics[("sqla_queue_jobs_enqueued_total", ok)] == 2
+    assert metrics[("sqla_queue_jobs_enqueued_total", ok)] == 3
     assert metrics[("sqla_queue_jobs_deduplicated_total", ok)] == 1
     assert metrics[("sqla_queue_jobs_claimed_total", ok)] == 2
     assert metrics[("sqla_queue_jobs_claimed_total", flaky_labels)] == 2
@@ -189,8 +190,9 @@ def test_metrics_of_a_real_run_are_scraped_over_http(installed_queue, monkeypatc
     assert metrics[("sqla_queue_job_duration_seconds_count", ok)] == 2
     assert metrics[("sqla_queue_jobs_retried_total", flaky_labels)] == 1
     assert metrics[("sqla_queue_jobs_failed_total", flaky_labels)] == 1
-    assert metrics[("sqla_queue_jobs", (("queue", name), ("status", "completed")))] == 2
-    assert metrics[("sqla_queue_jobs", (("queue", name), ("status", "failed")))] == 1
+    assert metrics[("sqla_queue_jobs", (("queue", name), ("status", "pending")))] == 1
+    assert metrics[("sqla_queue_jobs", (("queue", name), ("status", "running")))] == 0
+    assert metrics[("sqla_queue_scheduled_jobs", (("queue", name),))] == 1
     assert metrics[("sqla_queue_eligible_jobs", (("queue", name),))] == 0
 
 

@@ -1,22 +1,42 @@
 """The seed's queue-health signals as gauges, read from the database at scrape time.
 
 A gauge set from lifecycle events would drift (a job enqueued by another process, a row an
-operator deleted); ``queue.stats()`` is one aggregate query and is the truth. One scrape runs
-it once per watched queue table.
+operator deleted); ``queue.stats()`` is the truth. One scrape runs it once per watched queue
+table.
+
+Every number `sqla_queue.QueueHealth` carries becomes a gauge: the ones named below with their
+documented names, any field a later sqla_queue adds as ``sqla_queue_health_<field>`` (with
+``_seconds`` for durations), so upgrading sqla_queue never silently drops a signal.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import weakref
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 logger = logging.getLogger("sqla_queue_prometheus")
 
-_STATUSES = ("pending", "running", "completed", "failed")
+STATUS_FIELDS = ("pending", "running", "completed", "failed")
+"""Counts by status, exported together as ``sqla_queue_jobs{status=...}``."""
+
+NAMED_FIELDS = {
+    "eligible": ("sqla_queue_eligible_jobs", "Pending jobs that are due now with attempts left."),
+    "scheduled": ("sqla_queue_scheduled_jobs", "Pending jobs due in the future."),
+    "oldest_eligible_age": (
+        "sqla_queue_oldest_eligible_age_seconds",
+        "How long the oldest due pending job has waited (0 when none is due).",
+    ),
+    "near_max_attempts": (
+        "sqla_queue_near_max_attempts_jobs", "Active jobs with at most one attempt left."),
+}
+ZERO_WHEN_MISSING = {"oldest_eligible_age"}
+"""A missing age means "nothing waits": 0 keeps the series (and its alert) continuous."""
 
 
 class QueueHealthCollector:
@@ -34,11 +54,12 @@ class QueueHealthCollector:
         self._queues[(url, queue.table.fullname)] = queue
 
     def describe(self) -> Iterable[Metric]:
-        """Names only: registering the collector must not query the database."""
-        return list(_families().values())
+        """Nothing: registering the collector must not query the database (prometheus_client
+        calls ``collect`` at registration when there is no ``describe``)."""
+        return []
 
     def collect(self) -> Iterator[Metric]:
-        families = _families()
+        families: dict[str, GaugeMetricFamily] = {}
         up = 1
         for queue in list(self._queues.values()):
             try:
@@ -53,27 +74,40 @@ class QueueHealthCollector:
         yield GaugeMetricFamily("sqla_queue_health_up", "1 if every queue table answered the last scrape.", up)
 
 
-def _families() -> dict[str, GaugeMetricFamily]:
-    return {
-        "jobs": GaugeMetricFamily("sqla_queue_jobs", "Jobs by status.", labels=["queue", "status"]),
-        "eligible": GaugeMetricFamily(
-            "sqla_queue_eligible_jobs", "Pending jobs that are due now.", labels=["queue"]),
-        "scheduled": GaugeMetricFamily(
-            "sqla_queue_scheduled_jobs", "Pending jobs due in the future.", labels=["queue"]),
-        "oldest": GaugeMetricFamily(
-            "sqla_queue_oldest_eligible_age_seconds",
-            "How long the oldest due pending job has waited (0 when none).", labels=["queue"]),
-        "near_max": GaugeMetricFamily(
-            "sqla_queue_near_max_attempts_jobs",
-            "Active jobs on or one before their last attempt.", labels=["queue"]),
-    }
-
-
 def _add(families: dict[str, GaugeMetricFamily], health: Any) -> None:
-    for status in _STATUSES:
-        families["jobs"].add_metric([health.queue, status], getattr(health, status))
-    families["eligible"].add_metric([health.queue], health.eligible)
-    families["scheduled"].add_metric([health.queue], health.scheduled)
-    age = health.oldest_eligible_age
-    families["oldest"].add_metric([health.queue], age.total_seconds() if age is not None else 0.0)
-    families["near_max"].add_metric([health.queue], health.near_max_attempts)
+    for field in dataclasses.fields(health):
+        if field.name == "queue":
+            continue
+        value = getattr(health, field.name)
+        if field.name in ZERO_WHEN_MISSING and value is None:
+            value = timedelta(0)
+        number = _number(value)
+        if number is None:
+            continue
+        if field.name in STATUS_FIELDS:
+            family = _family(families, "sqla_queue_jobs", "Jobs by status.", ["queue", "status"])
+            family.add_metric([health.queue, field.name], number)
+        else:
+            name, documentation = _name(field.name, value)
+            _family(families, name, documentation, ["queue"]).add_metric([health.queue], number)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _name(field: str, value: Any) -> tuple[str, str]:
+    if field in NAMED_FIELDS:
+        return NAMED_FIELDS[field]
+    suffix = "_seconds" if isinstance(value, timedelta) else ""
+    return f"sqla_queue_health_{field}{suffix}", f"sqla_queue.QueueHealth.{field}."
+
+
+def _family(families: dict[str, GaugeMetricFamily], name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
+    if name not in families:
+        families[name] = GaugeMetricFamily(name, documentation, labels=labels)
+    return families[name]
