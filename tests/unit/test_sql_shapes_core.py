@@ -141,6 +141,27 @@ def test_outcome_replay_branch_matches_the_finished_row_under_the_same_token(nam
     else:
         assert "sqla_queue_jobs.status IN ('pending', 'failed')" in replay
     assert "'running'" not in replay
+    assert "true AS replayed" in replay  # a replay fires no second lifecycle event
+    assert "false AS replayed" in text.split("UNION ALL", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("builder", "alias"),
+    [
+        (sql.complete_jobs, "finished"),
+        (sql.renew_leases, "held"),
+        (sql.release_jobs, "released"),
+    ],
+)
+def test_batch_statements_fence_each_row_with_its_own_token(builder, alias):
+    text = rendered(builder(TABLE))
+    assert text.startswith("UPDATE sqla_queue_jobs SET")
+    assert f"FROM unnest(%(job_ids)s::BIGINT[], %(tokens)s::TEXT[]) AS {alias}(job_id, token)" in text
+    where = text.split(" WHERE ", 1)[1]
+    assert f"sqla_queue_jobs.id = {alias}.job_id" in where
+    assert "sqla_queue_jobs.status = 'running'" in where
+    assert f"sqla_queue_jobs.claim_token = {alias}.token" in where
+    assert "RETURNING sqla_queue_jobs.id" in text
 
 
 @pytest.mark.parametrize("name", OUTCOMES)
