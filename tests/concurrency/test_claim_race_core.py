@@ -30,5 +30,4 @@ def test_concurrent_workers_claim_every_job_exactly_once(fresh_queue, sql_scalar
     assert set(claimed) == set(ids)  # none left out
     assert sql_scalar("SELECT count(*) FROM sqla_queue_jobs WHERE status <> 'completed'") == 0
     assert sql_scalar("SELECT count(*) FROM sqla_queue_jobs WHERE attempts <> 1") == 0
-    assert sql_scalar("SELECT count(DISTINCT locked_by) FROM sqla_queue_jobs") > 1
     assert len(claimed_per_worker) >= 8
