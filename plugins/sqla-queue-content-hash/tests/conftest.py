@@ -10,6 +10,14 @@ from sqlalchemy import Engine, create_engine
 
 from sqla_queue.testing import migrated_database
 
+try:
+    import sqla_queue_content_hash  # noqa: F401  (the installed distribution, not the source tree)
+except ImportError as exc:  # say how to fix it instead of a bare ModuleNotFoundError
+    raise ImportError(
+        "sqla-queue-content-hash is not installed: run .ci/install-extras "
+        "(or pip install ./plugins/sqla-queue-content-hash) before its tests"
+    ) from exc
+
 
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Engine]:
