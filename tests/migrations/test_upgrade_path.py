@@ -1,0 +1,106 @@
+"""Upgrading a queue that is in use: jobs survive, interrupted runs can be re-run, and the
+revisions never end up inside (or waiting on) the caller's transaction."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.util import CommandError
+from migration_helpers import HEAD_ID, PREVIOUS_ID, schema_catalog, stamped, table_catalog, upgrade
+from sqlalchemy import Engine, MetaData, Table, insert, select, text
+from sqlalchemy.exc import IntegrityError
+
+import sqla_queue as sq
+from sqla_queue import migrations
+
+REVISION_1_JOBS = [
+    {"queue_name": "default", "task": "send_email", "payload": {"to": "a@b.c"}},
+    {"queue_name": "default", "task": "send_email", "payload": {"n": 2}, "status": "completed",
+     "attempts": 1, "completed_at": text("now()")},
+    {"queue_name": "images", "task": "resize", "payload": {}, "status": "failed",
+     "attempts": 5, "last_error": "boom", "idempotency_key": "k1"},
+]
+
+
+def reflected_jobs(engine: Engine) -> Table:
+    """The table as the database has it: revision 1 has no failed_at, unlike the models."""
+    return Table("sqla_queue_jobs", MetaData(), autoload_with=engine)
+
+
+def all_rows(engine: Engine, table: Table) -> list[dict]:
+    with engine.connect() as conn:
+        return [dict(row._mapping) for row in conn.execute(select(table).order_by(table.c.id))]
+
+
+def test_upgrading_from_revision_1_keeps_existing_jobs_and_they_keep_working(empty_engine):
+    upgrade(empty_engine, "sqlaq_0001")
+    old_table = reflected_jobs(empty_engine)
+    with empty_engine.begin() as conn:
+        for job in REVISION_1_JOBS:
+            conn.execute(insert(old_table).values(**job))
+    before = all_rows(empty_engine, old_table)
+
+    upgrade(empty_engine, "sqlaq_0002")
+
+    after = all_rows(empty_engine, reflected_jobs(empty_engine))
+    assert [{k: v for k, v in row.items() if k != "failed_at"} for row in after] == before
+    assert [row["failed_at"] for row in after] == [None, None, None]
+
+    upgrade(empty_engine)  # the code of this version needs the whole branch
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    [job] = queue.claim("default", worker_id="w1")
+    assert job.id == before[0]["id"]
+    assert queue.fail(job.id, job.claim_token, error="gave up")
+    assert queue.get_job(job.id).failed_at is not None
+
+
+def test_revision_2_can_be_rerun_after_an_interrupted_index_build(make_engine):
+    """The autocommit block commits the new column before the revision is stamped, and a failed
+    CONCURRENTLY build leaves an INVALID index of the same name: a re-run must cope with both."""
+    interrupted, clean = make_engine(), make_engine()
+    upgrade(clean)
+    upgrade(interrupted, "sqlaq_0001")
+    table = reflected_jobs(interrupted)
+    with interrupted.begin() as conn:
+        conn.execute(insert(table), [{"queue_name": "q", "task": "t", "payload": {}}] * 2)
+        conn.execute(text("ALTER TABLE sqla_queue_jobs ADD COLUMN failed_at timestamptz"))
+    with interrupted.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with pytest.raises(IntegrityError):  # duplicate queue_name: the build fails half-way
+            conn.execute(text(
+                "CREATE UNIQUE INDEX CONCURRENTLY sqla_queue_jobs_failed_at_idx ON sqla_queue_jobs (queue_name)"
+            ))
+    assert table_catalog(interrupted).indexes["sqla_queue_jobs_failed_at_idx"][1] is False
+    assert stamped(interrupted) == {"sqlaq_0001"}
+
+    upgrade(interrupted)
+
+    assert schema_catalog(interrupted) == schema_catalog(clean)
+    assert stamped(interrupted) == {HEAD_ID}
+
+
+def test_upgrade_inside_an_untouched_begin_block_runs_beside_it(empty_engine):
+    """``with engine.begin() as conn`` has not sent BEGIN yet: nothing to wait on."""
+    with empty_engine.begin() as conn:
+        migrations.upgrade(conn)
+    assert stamped(empty_engine) == {HEAD_ID}
+
+
+def test_upgrade_refuses_a_connection_whose_transaction_reached_the_server(empty_engine):
+    """Such a transaction may hold locks or a snapshot that the DDL and CONCURRENTLY would wait
+    on forever, from the same thread: refusing beats hanging."""
+    with empty_engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+        with pytest.raises(CommandError, match="open transaction"):
+            migrations.upgrade(conn)
+    assert stamped(empty_engine) == set()
+
+
+def test_current_reads_without_leaving_a_transaction_open(empty_engine):
+    with empty_engine.connect() as conn:
+        assert migrations.current(conn) is None
+        assert not conn.in_transaction()
+        migrations.upgrade(conn, "sqlaq_0001")
+        assert migrations.current(conn) == "sqlaq_0001"
+        migrations.upgrade(conn)
+        assert migrations.current(conn) == HEAD_ID
+        migrations.downgrade(conn, migrations.PREVIOUS)
+        assert migrations.current(conn) == PREVIOUS_ID
