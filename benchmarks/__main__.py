@@ -1,0 +1,140 @@
+"""``python -m benchmarks``: run every section, print the table, write the report and the plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+
+from . import claim_cost, drain, enqueue, latency, raw, report, roundtrips, sustained
+from .server import benchmark_database, load_average, server_facts
+from .sizes import SIZES
+
+SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "roundtrips")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--out", default="docs/performance.md", help="report path; the PNG goes beside it")
+    parser.add_argument("--size", choices=sorted(SIZES), default="full",
+                        help="full: the issue's numbers (~30-40 min); small: a quick look; tiny: CI")
+    parser.add_argument("--repeat", type=int, help="repetitions per figure (default: the size's)")
+    parser.add_argument("--database-url", help="use this server (a database is created and dropped there) "
+                        "instead of starting an embedded PostgreSQL 18")
+    parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
+    parser.add_argument("--render", metavar="JSON", help="measure nothing: re-render the report and plot "
+                        "from results written earlier with --json")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render:
+        results = json.loads(Path(args.render).read_text())
+        write_outputs(results, Path(args.out), plot=not args.no_plot, json_path=None)
+        report.print_summary(results, Console(width=200))
+        return 0
+    size = SIZES[args.size].with_repeat(args.repeat)
+    console = Console(stderr=True, width=160)
+    t0 = time.monotonic()
+
+    def log(message: str) -> None:
+        console.print(f"[dim]{time.monotonic() - t0:7.1f}s[/dim] {message}", highlight=False)
+
+    started, load_start = _now(), load_average()
+    results: dict = {}
+
+    def checkpoint() -> None:  # a late failure keeps what was measured
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+
+    with benchmark_database(args.database_url) as db:
+        facts = server_facts(db)
+        log(f"server: {facts['postgres_version']}; size {size.name}, {size.repeat} repetition(s)")
+        results["raw"] = {"claim": raw.claim_limit(db, size, raw.CLAIM_BATCHES, log),
+                          "enqueue": raw.enqueue_limit(db, size, log)}
+        results["enqueue"] = enqueue.run(db, size, log)
+        checkpoint()
+        results["drain"] = drain.run(db, size, log)
+        checkpoint()
+        extra = [b for b in drain.worker_batches(results["drain"]) if b not in raw.CLAIM_BATCHES]
+        if extra:
+            log(f"raw limit at the batch sizes the workers used: {extra}")
+            _merge(results["raw"]["claim"], raw.claim_limit(db, size, extra, log))
+        results["latency"] = latency.run(db, size, log)
+        checkpoint()
+        results["claim_cost"] = claim_cost.run(db, size, log)
+        checkpoint()
+        results["sustained"] = sustained.run(db, size, log)
+        checkpoint()
+        try:
+            results["roundtrips"] = roundtrips.run(db, size, log)
+        except Exception as exc:  # a diagnostic, not a figure: the report goes out without it
+            log(f"WARNING: statement counts skipped: {exc!r}")
+            results["roundtrips"] = None
+    results["meta"] = {
+        "command": "python -m benchmarks " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+        "size": size.name, "repeat": size.repeat, "started": started, "finished": _now(),
+        "duration_s": time.monotonic() - t0, "load_start": load_start, "load_end": load_average(),
+        "facts": facts, "raw_methods": raw.methods(db), "code_version": code_version(),
+    }
+    write_outputs(results, Path(args.out), plot=not args.no_plot, json_path=args.json)
+    report.print_summary(results, Console(width=200))
+    log(f"wrote {args.out}" + ("" if args.no_plot else f" and {Path(args.out).with_suffix('.png')}"))
+    return 0
+
+
+def write_outputs(results: dict, out: Path, *, plot: bool, json_path: str | None) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = out.with_suffix(".png")
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1, default=str))
+    if plot:
+        from . import plot as plotting
+
+        plotting.draw(results, png)
+    out.write_text(report.render_markdown(results, png.name if plot else None))
+
+
+def code_version() -> str:
+    """Which sqla_queue was measured: $SQLA_QUEUE_BENCH_CODE_VERSION, else the git commit of
+    the checkout it was imported from, with the files that differ from that commit."""
+    given = os.environ.get("SQLA_QUEUE_BENCH_CODE_VERSION")
+    if given:
+        return given
+    import sqla_queue
+
+    where = Path(sqla_queue.__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=where, capture_output=True,
+                               text=True, check=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return f"{where} (not a git checkout)"
+    changed = [line[3:] for line in dirty if line.strip()]
+    return f"commit {head}" + (f" plus uncommitted changes to {', '.join(changed)}" if changed else "")
+
+
+def _merge(into: dict, extra: dict) -> None:
+    for method, per_c in extra.items():
+        for clients, per_b in per_c.items():
+            into.setdefault(method, {}).setdefault(clients, {}).update(per_b)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

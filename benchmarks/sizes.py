@@ -1,0 +1,90 @@
+"""What ``--size tiny|small|full`` means for every section.
+
+``full`` is the issue's numbers; ``small`` is a developer's quick look; ``tiny`` keeps the whole
+run well under two minutes for CI (its figures mean nothing, it only proves the instrument runs).
+Every count scales with the size, so no section is skipped at any size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    repeat: int
+    # raw-SQL limit: jobs claimed+completed per run, by claim batch size
+    raw_jobs: dict[int, int]
+    raw_enqueue_rows: int  # rows per raw enqueue run (single-row and multi-row)
+    raw_clients: tuple[int, ...]
+    # sqla_queue enqueue
+    enqueue_single: int  # jobs enqueued one per transaction
+    enqueue_many_total: int  # jobs per enqueue_many run (in calls of 100 or 1,000)
+    # drain
+    drain_jobs: int
+    drain_processes: tuple[int, ...]
+    drain_concurrency: tuple[int, ...]
+    # idle wake-up latency
+    latency_jobs: int
+    # claim cost against backlog
+    claim_small_backlog: int
+    claim_large_backlog: int
+    claim_history: int  # completed rows present in both cases
+    claim_samples: int  # claims timed per repetition
+    # sustained drain
+    sustained_jobs: int
+    sustained_window: float  # seconds per window
+    sustained_max_seconds: float  # cap per variant (the report says when it cut a run short)
+    sustained_repeat: int
+
+    def with_repeat(self, repeat: int | None) -> Size:
+        return self if repeat is None else replace(self, repeat=repeat)
+
+
+SIZES = {
+    "tiny": Size(
+        name="tiny", repeat=1,
+        raw_jobs={1: 200, 10: 600, 100: 2_000}, raw_enqueue_rows=1_000, raw_clients=(1, 4),
+        enqueue_single=100, enqueue_many_total=2_000,
+        drain_jobs=300, drain_processes=(1, 2), drain_concurrency=(1, 10, 50),
+        latency_jobs=20,
+        claim_small_backlog=1_000, claim_large_backlog=10_000, claim_history=5_000, claim_samples=50,
+        sustained_jobs=3_000, sustained_window=1.0, sustained_max_seconds=10.0, sustained_repeat=1,
+    ),
+    "small": Size(
+        name="small", repeat=2,
+        raw_jobs={1: 3_000, 10: 10_000, 100: 40_000}, raw_enqueue_rows=10_000, raw_clients=(1, 4),
+        enqueue_single=1_000, enqueue_many_total=20_000,
+        drain_jobs=5_000, drain_processes=(1, 2), drain_concurrency=(1, 10, 50),
+        latency_jobs=100,
+        claim_small_backlog=10_000, claim_large_backlog=100_000, claim_history=100_000,
+        claim_samples=500,
+        sustained_jobs=100_000, sustained_window=5.0, sustained_max_seconds=40.0, sustained_repeat=1,
+    ),
+    "full": Size(
+        name="full", repeat=3,
+        raw_jobs={1: 3_000, 10: 15_000, 100: 60_000}, raw_enqueue_rows=20_000, raw_clients=(1, 4),
+        enqueue_single=2_000, enqueue_many_total=50_000,
+        drain_jobs=20_000, drain_processes=(1, 2), drain_concurrency=(1, 10, 50),
+        latency_jobs=200,
+        claim_small_backlog=10_000, claim_large_backlog=1_000_000, claim_history=1_000_000,
+        claim_samples=1_000,
+        # A 1,000,000-job backlog, but each of the five variants stops after 90 s (9 windows):
+        # on this machine class a full drain of 1M jobs per variant would not fit a ~40 min run.
+        sustained_jobs=1_000_000, sustained_window=10.0, sustained_max_seconds=90.0,
+        sustained_repeat=1,
+    ),
+}
+
+
+def raw_jobs_for(size: Size, batch: int) -> int:
+    """Jobs per raw run at any batch size: interpolated between the configured ones, so runs at
+    the worker's own batch size last about as long as the others."""
+    points = sorted(size.raw_jobs.items())
+    if batch <= points[0][0]:
+        return points[0][1]
+    for (b0, j0), (b1, j1) in zip(points, points[1:]):
+        if batch <= b1:
+            return int(j0 + (j1 - j0) * (batch - b0) / (b1 - b0))
+    return points[-1][1]

@@ -1,0 +1,200 @@
+"""Section 6, sustained drain: a large backlog drained by 2 worker processes x concurrency 10,
+completions counted per window, under table settings that decide how fast dead index entries
+go away.
+
+Claimed rows leave dead entries in the pending partial index until a VACUUM removes them, and
+every claim walks past them, so a claim slows down as it works. The variants:
+
+* ``default``: the table as the migrations create it, server-default autovacuum.
+* ``autovacuum``: per-table autovacuum that fires on dead tuples alone (scale factor 0,
+  threshold 10,000, no cost delay). It still waits for ``autovacuum_naptime`` (1 min, a server
+  setting the benchmark leaves at its default) between looks at the database.
+* ``autovacuum + fillfactor 70``: as above, with room on each page for new row versions.
+* ``autovacuum + pruning``: as above, and completed jobs older than 1 s deleted every second
+  in batches of 5,000, as a retention job would: with sqla_queue's own prune statement where
+  the library has one (``sqla_queue.sql.ops.prune_finished``), else with the equivalent
+  ``raw_sql.PRUNE_COMPLETED`` (the report says which).
+* ``VACUUM every window``: the harness runs a plain ``VACUUM`` of the table once per window,
+  the cadence a library-owned vacuum could keep (a reference point, not a setting).
+
+Completions are counted through the library's ``sqla_queue_job_completed`` hook into a shared
+counter the parent samples every 0.2 s; windows are interpolated from those samples. A variant
+stops at its size's time cap if the backlog is not drained by then (the report says so).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+from sqla_queue import JobStatus
+from sqla_queue.models import Job
+
+from . import raw_sql, tables
+from .procs import CTX, run_workers
+from .server import Database
+from .sizes import Size
+from .stats import summary, window_rates
+
+PROCESSES, CONCURRENCY = 2, 10
+AUTOVACUUM = ("autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000, "
+              "autovacuum_vacuum_cost_delay = 0")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    options: str | None = None
+    prune: bool = False
+    vacuum_each_window: bool = False
+
+
+VARIANTS = (
+    Variant("default"),
+    Variant("autovacuum", AUTOVACUUM),
+    Variant("autovacuum + fillfactor 70", AUTOVACUUM + ", fillfactor = 70"),
+    Variant("autovacuum + pruning", AUTOVACUUM, prune=True),
+    Variant("VACUUM every window", vacuum_each_window=True),
+)
+
+
+def run(db: Database, size: Size, log) -> dict:
+    out = {}
+    for variant in VARIANTS:
+        reps = [_once(db, size, variant) for _ in range(size.sustained_repeat)]
+        first, last = reps[0]["windows"][:1], reps[0]["windows"][-1:]
+        log(f"sustained {variant.name}: {reps[0]['completed']:,} jobs in {reps[0]['seconds']:.0f} s, "
+            f"first window {first[0] if first else 0:,.0f}/s, last {last[0] if last else 0:,.0f}/s")
+        out[variant.name] = _summarise(variant, reps)
+    out["_config"] = {"processes": PROCESSES, "concurrency": CONCURRENCY, "jobs": size.sustained_jobs,
+                      "window_s": size.sustained_window, "max_seconds": size.sustained_max_seconds,
+                      "autovacuum_options": AUTOVACUUM, "prune_method": prune_method()}
+    return out
+
+
+def _once(db: Database, size: Size, variant: Variant) -> dict:
+    tables.reset(db, pending=size.sustained_jobs, options=variant.options)
+    counters = [CTX.RawValue("q", 0) for _ in range(PROCESSES)]
+    helpers = _Helpers(db, variant, size.sustained_window)
+    samples: list[tuple[float, int]] = []
+
+    def watch(sync):
+        t0 = time.monotonic()
+        helpers.start()
+        while True:
+            elapsed, done = time.monotonic() - t0, sum(c.value for c in counters)
+            samples.append((elapsed, done))
+            if done >= size.sustained_jobs or elapsed >= size.sustained_max_seconds:
+                break
+            time.sleep(0.2)
+        sync["stop"].set()
+        helpers.stop()
+
+    run_workers(db.url, processes=PROCESSES, mode="drain", counters=counters, while_running=watch,
+                options={"concurrency": CONCURRENCY})
+    end = tables.sizes(db)
+    seconds, completed = samples[-1]
+    return {
+        "windows": window_rates(samples, size.sustained_window),
+        "completed": completed,
+        "seconds": seconds,
+        "capped": completed < size.sustained_jobs,
+        "pruned": helpers.pruned,
+        "vacuums": helpers.vacuums,
+        "end": end,
+    }
+
+
+class _Helpers:
+    """What runs beside the workers in the parent: the pruner, or the per-window VACUUM."""
+
+    def __init__(self, db: Database, variant: Variant, window: float) -> None:
+        self.db, self.variant, self.window = db, variant, window
+        self.pruned = self.vacuums = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        if self.variant.prune:
+            self._threads.append(threading.Thread(target=self._prune, daemon=True))
+        if self.variant.vacuum_each_window:
+            self._threads.append(threading.Thread(target=self._vacuum, daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=60)
+
+    def _prune(self) -> None:
+        delete = _prune_statement()
+        while not self._stop.wait(1.0):
+            while True:
+                deleted = delete(self.db)
+                self.pruned += deleted
+                if deleted < PRUNE_BATCH or self._stop.is_set():
+                    break
+
+    def _vacuum(self) -> None:
+        with self.db.connect(autocommit=True) as conn:
+            while not self._stop.wait(self.window):
+                conn.execute("VACUUM sqla_queue_jobs")
+                self.vacuums += 1
+
+
+PRUNE_BATCH = 5_000
+PRUNE_AGE = timedelta(seconds=1)
+
+
+def prune_method() -> str:
+    try:
+        from sqla_queue.sql.ops import prune_finished  # noqa: F401
+    except ImportError:
+        return "raw_sql.PRUNE_COMPLETED (this sqla_queue has no prune statement)"
+    return "sqla_queue.sql.ops.prune_finished"
+
+
+def _prune_statement():
+    """One bounded prune: returns how many completed jobs it deleted."""
+    try:
+        from sqla_queue.sql.ops import prune_finished
+    except ImportError:
+        def raw(db: Database) -> int:
+            with db.connect(autocommit=True) as conn:
+                return conn.execute(raw_sql.PRUNE_COMPLETED, {"age": PRUNE_AGE, "limit": PRUNE_BATCH}).fetchone()[0]
+        return raw
+
+    statement = prune_finished(Job.__table__, JobStatus.COMPLETED)
+
+    def library(db: Database) -> int:
+        engine = create_engine(db.sqlalchemy_url, poolclass=NullPool)  # one batch a second
+        try:
+            with engine.begin() as conn:
+                return conn.execute(statement, {"age": PRUNE_AGE, "limit": PRUNE_BATCH}).scalar()
+        finally:
+            engine.dispose()
+    return library
+
+
+def _summarise(variant: Variant, reps: list[dict]) -> dict:
+    def ratio(r):
+        w = r["windows"]
+        return w[-1] / w[0] if len(w) >= 2 and w[0] else None
+
+    firsts = [r["windows"][0] for r in reps if r["windows"]]
+    lasts = [r["windows"][-1] for r in reps if r["windows"]]
+    ratios = [x for x in (ratio(r) for r in reps) if x is not None]
+    rates = [r["completed"] / r["seconds"] for r in reps if r["seconds"]]
+    return {
+        "options": variant.options, "prune": variant.prune, "vacuum_each_window": variant.vacuum_each_window,
+        "first": summary(firsts), "last": summary(lasts), "last_over_first": summary(ratios),
+        "overall": summary(rates), "windows": reps[0]["windows"], "completed": reps[0]["completed"],
+        "seconds": reps[0]["seconds"], "capped": any(r["capped"] for r in reps),
+        "pruned": reps[0]["pruned"], "vacuums": reps[0]["vacuums"], "end": reps[0]["end"],
+    }

@@ -1,0 +1,89 @@
+"""The speed targets of issue 7, judged against one run's results."""
+
+from __future__ import annotations
+
+from .stats import ratio
+
+
+def _get(mapping: dict, key):
+    """Results come as built (int keys) or back from JSON (str keys)."""
+    if key in mapping:
+        return mapping[key]
+    return mapping.get(str(key))
+
+
+def raw_limit(results: dict, batch: int) -> tuple[float | None, str]:
+    """The raw-SQL limit at `batch`: the best median over methods and client counts."""
+    best, label = None, ""
+    for method, per_c in results["raw"]["claim"].items():
+        for clients, per_b in per_c.items():
+            stat = _get(per_b, batch)
+            if stat and stat["median"] is not None and (best is None or stat["median"] > best):
+                best, label = stat["median"], f"{method}, {clients} client{'s' if int(clients) > 1 else ''}"
+    return best, label
+
+
+def raw_enqueue_limit(results: dict, rows: int) -> tuple[float | None, str]:
+    best, label = None, ""
+    for method, per_r in results["raw"]["enqueue"].items():
+        stat = _get(per_r, rows)
+        if stat and stat["median"] is not None and (best is None or stat["median"] > best):
+            best, label = stat["median"], method
+    return best, label
+
+
+def drain_ratios(results: dict) -> list[dict]:
+    """Each drain against the raw-SQL limit at the batch size it used (rounded)."""
+    out = []
+    for key, d in results["drain"].items():
+        batch = max(1, round(d["batch"]["median"])) if d["batch"]["median"] else None
+        limit, label = raw_limit(results, batch) if batch else (None, "")
+        out.append({"key": key, "processes": d["processes"], "concurrency": d["concurrency"],
+                    "rate": d["jobs_per_s"]["median"], "batch": batch, "limit": limit,
+                    "limit_label": label, "ratio": ratio(d["jobs_per_s"]["median"], limit)})
+    return out
+
+
+def evaluate(results: dict) -> list[dict]:
+    """``[{"target", "measured", "ratio", "met", "note"}]``; ``met`` is None when not measured."""
+    rows = []
+    drains = {d["key"]: d for d in drain_ratios(results)}
+    for key, floor in (("1x10", 6_000), ("2x10", 10_000)):
+        d = drains.get(key)
+        procs = key.split("x")[0]
+        rows.append(_row(f"Drain, {procs} process{'es' if procs != '1' else ''} x concurrency 10 >= {floor:,} jobs/s",
+                         d and d["rate"], d and ratio(d["rate"], floor), lambda r: r >= 1, "{:,.0f} jobs/s"))
+    worst = min((d for d in drains.values() if d["ratio"] is not None), key=lambda d: d["ratio"], default=None)
+    rows.append(_row(
+        "Drain at any batch size >= 60 % of the raw-SQL limit at that batch size",
+        worst and worst["ratio"], worst and worst["ratio"], lambda r: r >= 0.6, "{:.0%} (worst)",
+        note=worst and f"worst: {worst['processes']} proc x conc {worst['concurrency']} at batch {worst['batch']}"))
+    many = results["enqueue"].get("many_1000", {}).get("median")
+    rows.append(_row("enqueue_many(1,000) >= 60,000 jobs/s", many, ratio(many, 60_000), lambda r: r >= 1,
+                     "{:,.0f} jobs/s"))
+    single = results["enqueue"].get("single", {}).get("median")
+    raw_single, label = raw_enqueue_limit(results, 1)
+    slower = ratio(raw_single, single)
+    rows.append(_row("Single enqueue within 1.5x of the raw single-row INSERT", slower, slower,
+                     lambda r: r <= 1.5, "{:.2f}x slower", note=f"raw: {label}"))
+    lat = results["latency"]
+    for key, limit in (("p50_ms", 3.0), ("p99_ms", 20.0)):
+        value = lat[key]["median"]
+        rows.append(_row(f"Idle wake-up latency {key[:3]} <= {limit:g} ms", value, ratio(value, limit),
+                         lambda r: r <= 1, "{:.2f} ms"))
+    cost = results["claim_cost"]
+    growth = ratio(cost["large"]["ours_us"]["median"], cost["small"]["ours_us"]["median"])
+    rows.append(_row(f"Claim cost at {cost['large']['backlog']:,} pending within 1.3x of {cost['small']['backlog']:,}",
+                     growth, growth, lambda r: r <= 1.3, "{:.2f}x"))
+    default = results["sustained"].get("default", {})
+    keep = default.get("last_over_first", {}).get("median")
+    rows.append(_row("Sustained drain: last window >= 80 % of the first (default table)", keep, keep,
+                     lambda r: r >= 0.8, "{:.0%}",
+                     note="run stopped at the time cap" if default.get("capped") else None))
+    return rows
+
+
+def _row(target, measured, ratio_value, passes, fmt, note=None) -> dict:
+    met = None if ratio_value is None else bool(passes(ratio_value))
+    shown = "not measured" if measured is None else fmt.format(measured)
+    return {"target": target, "measured": shown, "ratio": ratio_value, "met": met, "note": note}

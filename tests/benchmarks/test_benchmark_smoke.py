@@ -1,0 +1,194 @@
+"""The benchmark's pure pieces: statistics, pgbench parsing, targets, report rendering.
+
+No database and no timing: the benchmark is an instrument, not a test (issue 7). CI runs the
+instrument itself once at ``--size tiny`` (.ci/run) so it cannot rot; this file checks shapes.
+The figures below are made up for the rendering and prove nothing about speed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds benchmarks/
+
+from benchmarks import raw_sql, report, stats, targets  # noqa: E402
+from benchmarks.pgbench import parse_output  # noqa: E402
+from benchmarks.sizes import SIZES, raw_jobs_for  # noqa: E402
+
+PGBENCH_OUTPUT = """\
+pgbench (18.6)
+transaction type: /tmp/sqlaq-pgbench-x/script.sql
+scaling factor: 1
+query mode: prepared
+number of clients: 4
+number of threads: 1
+maximum number of tries: 1
+number of transactions per client: 250
+number of transactions actually processed: 1000/1000
+number of failed transactions: 0 (0.000%)
+latency average = 1.843 ms
+initial connection time = 7.311 ms
+tps = 2170.392113 (without initial connection time)
+"""
+
+
+def test_summary_gives_median_and_range():
+    s = stats.summary([3.0, 1.0, 2.0, 10.0])
+    assert (s["median"], s["min"], s["max"], s["n"]) == (2.5, 1.0, 10.0, 4)
+    assert stats.summary([])["median"] is None
+
+
+def test_percentile_interpolates_like_numpy():
+    values = list(range(1, 101))
+    assert stats.percentile(values, 50) == 50.5
+    assert stats.percentile(values, 0) == 1 and stats.percentile(values, 100) == 100
+    assert stats.percentile([5.0], 99) == 5.0
+    with pytest.raises(ValueError):
+        stats.percentile([], 50)
+
+
+def test_window_rates_drop_the_partial_window():
+    samples = [(0.0, 0), (5.0, 500), (10.0, 1000), (15.0, 1200), (23.0, 1400)]
+    rates = stats.window_rates(samples, 10.0)
+    # 0-10 s and 10-20 s (the count at 20 s is interpolated: 1,325); 20-23 s is partial
+    assert rates == [100.0, pytest.approx(32.5)]
+
+
+def test_pgbench_output_is_parsed():
+    out = parse_output(PGBENCH_OUTPUT)
+    assert out["clients"] == 4 and out["transactions"] == 1000 and out["failed"] == 0
+    assert out["tps"] == pytest.approx(2170.392113)
+    assert out["query_mode"] == "prepared"
+
+
+def test_pgbench_output_without_tps_is_an_error():
+    with pytest.raises(ValueError, match="no tps"):
+        parse_output("pgbench: error: connection to server failed\n")
+
+
+def test_pgbench_scripts_use_variables_and_gset():
+    script = raw_sql.pgbench_script(raw_sql.PGBENCH_CLAIM_AND_COMPLETE)
+    assert "%(" not in script
+    assert ":batch" in script and ":tok" in script and "\\gset" in script
+    assert "FOR UPDATE SKIP LOCKED" in script and "claim_token = :tok" in script
+    multi = raw_sql.pgbench_enqueue_script(100)
+    assert multi.count("('bench', 'noop',") == 100  # literals: pgbench caps variable references
+
+
+def test_every_size_runs_every_section_and_full_is_the_issues():
+    for size in SIZES.values():
+        assert size.drain_jobs > 0 and size.sustained_jobs > 0 and size.latency_jobs > 0
+        assert size.claim_large_backlog > size.claim_small_backlog
+    full = SIZES["full"]
+    assert full.drain_jobs == 20_000 and full.repeat >= 3 and full.latency_jobs == 200
+    assert full.claim_large_backlog == 1_000_000 and full.sustained_jobs == 1_000_000
+    assert SIZES["tiny"].repeat == 1
+
+
+def test_raw_jobs_interpolate_between_configured_batches():
+    size = SIZES["full"]
+    assert raw_jobs_for(size, 1) == size.raw_jobs[1]
+    assert size.raw_jobs[10] < raw_jobs_for(size, 50) < size.raw_jobs[100]
+    assert raw_jobs_for(size, 1000) == size.raw_jobs[100]
+
+
+def _stat(*values):
+    return stats.summary(values)
+
+
+def fake_results() -> dict:
+    """A results dict with the shape the benchmark writes (numbers invented)."""
+    drain = {}
+    for p in (1, 2):
+        for c in (1, 10):
+            drain[f"{p}x{c}"] = {
+                "processes": p, "concurrency": c, "jobs": 20_000,
+                "jobs_per_s": _stat(1000 * p * c, 1100 * p * c, 900 * p * c),
+                "batch": _stat(float(c)), "commits_per_job": _stat(2.0 / c),
+                "wal_bytes_per_job": _stat(900.0), "client_cpu_us_per_job": _stat(120.0),
+                "server_cpu_us_per_job": _stat(80.0), "seconds": _stat(10.0),
+            }
+    variant = {
+        "options": None, "prune": False, "vacuum_each_window": False,
+        "first": _stat(5000.0), "last": _stat(3000.0), "last_over_first": _stat(0.6),
+        "overall": _stat(4000.0), "windows": [5000.0, 4000.0, 3000.0], "completed": 120_000,
+        "seconds": 30.0, "capped": True, "pruned": 0, "vacuums": 0,
+        "end": {"table_bytes": 2**27, "indexes_bytes": 2**26, "pending_index_bytes": 2**24,
+                "n_live_tup": 1, "n_dead_tup": 2, "autovacuum_count": 0, "vacuum_count": 1},
+    }
+    return {
+        "meta": {"command": "python -m benchmarks --size tiny", "size": "tiny", "repeat": 3,
+                 "started": "2026-01-01 00:00 UTC", "finished": "2026-01-01 00:30 UTC", "duration_s": 1800.0,
+                 "load_start": [1.0, 1.0, 1.0], "load_end": [2.0, 2.0, 2.0], "raw_methods": ["pgbench", "psycopg"],
+                 "facts": {"cores": 2, "cpu_model": "cpu", "memory_gib": 8, "platform": "linux", "python": "3.11",
+                           "postgres_version": "PostgreSQL 18.6", "server": "embedded", "pgbench": "/bin/pgbench",
+                           "settings": {"server_version": "18.6", "fsync": "on"}}},
+        "raw": {
+            "claim": {m: {c: {b: _stat(2000.0 * b ** 0.5 * c) for b in (1, 10, 100)} for c in (1, 4)}
+                      for m in ("pgbench", "psycopg")},
+            "enqueue": {m: {r: _stat(5000.0 * r ** 0.6) for r in (1, 100, 1000)} for m in ("pgbench", "psycopg")},
+        },
+        "enqueue": {"single": _stat(4000.0), "many_100": _stat(50_000.0), "many_1000": _stat(70_000.0)},
+        "drain": drain,
+        "latency": {"p50_ms": _stat(2.0), "p99_ms": _stat(25.0), "call_p50_ms": _stat(3.0),
+                    "call_p99_ms": _stat(30.0), "enqueue_call_ms": _stat(1.0), "samples_ms": [1.0, 2.0, 30.0],
+                    "jobs": 200, "concurrency": 10},
+        "claim_cost": {"history": 1_000_000,
+                       "small": {"backlog": 10_000, "ours_us": _stat(500.0), "raw_us": _stat(200.0), "buffers": 6},
+                       "large": {"backlog": 1_000_000, "ours_us": _stat(600.0), "raw_us": _stat(250.0), "buffers": 8}},
+        "sustained": {"default": variant, "autovacuum": {**variant, "last_over_first": _stat(0.9)},
+                      "_config": {"processes": 2, "concurrency": 10, "jobs": 1_000_000, "window_s": 10.0,
+                                  "max_seconds": 90.0, "autovacuum_options": "x = 0"}},
+        "roundtrips": {"drain": [{"statement": "COMMIT", "calls": 10, "per_job": 0.5}]},
+    }
+
+
+def test_targets_are_judged_from_the_results():
+    rows = {row["target"]: row for row in targets.evaluate(fake_results())}
+    assert len(rows) == 9
+    assert all(set(row) == {"target", "measured", "ratio", "met", "note"} for row in rows.values())
+    met = {name.split(" >=")[0].split(" <=")[0].split(" within")[0]: row["met"] for name, row in rows.items()}
+    assert met["Drain, 1 process x concurrency 10"] is True  # 10,000 >= 6,000
+    assert met["Idle wake-up latency p99"] is False  # 25 ms > 20 ms
+    assert met["Claim cost at 1,000,000 pending"] is True  # 1.2x
+    assert rows["Sustained drain: last window >= 80 % of the first (default table)"]["met"] is False
+
+
+def test_drain_ratio_uses_the_raw_limit_at_the_batch_used():
+    by_key = {row["key"]: row for row in targets.drain_ratios(fake_results())}
+    row = by_key["1x10"]
+    assert row["batch"] == 10
+    assert row["limit"] == pytest.approx(2000 * 10 ** 0.5 * 4)  # best over methods and client counts
+    assert row["ratio"] == pytest.approx(row["rate"] / row["limit"])
+
+
+def test_report_renders_every_section_and_survives_json():
+    results = fake_results()
+    for data in (results, json.loads(json.dumps(results))):  # int keys come back as str
+        text = report.render_markdown(data, "performance.png")
+        for heading in ("## Targets (issue 7)", "## Machine and server", "## 1. The raw-SQL limit",
+                        "## 2. sqla_queue enqueue", "## 3. Drain", "## 4. Idle wake-up latency",
+                        "## 5. Claim cost against backlog", "## 6. Sustained drain", "## Where the time goes"):
+            assert heading in text
+        assert "![performance plot](performance.png)" in text
+        assert "**met**" in text and "**not met**" in text
+        assert "1,100 (900–1,100)" in text or "1,000 (900–1,100)" in text  # median (min–max)
+
+
+def test_stat_formatting():
+    assert report.fmt_stat(stats.summary([1.0, 2.0, 3.0])) == "2 (1–3)"
+    assert report.fmt_stat(stats.summary([1500.0])) == "1,500"
+    assert report.fmt_stat(None) == "–"
+
+
+def test_plot_draws_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from benchmarks import plot
+
+    path = tmp_path / "performance.png"
+    plot.draw(fake_results(), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
