@@ -153,7 +153,15 @@ class WorkerSummary:
 
 
 class _Held:
-    """A job this worker holds, and who gets to settle it (handler, timeout, fence, release)."""
+    """A job this worker holds, and its state here.
+
+    ``running`` (claimed; the handler has not finished) -> ``completing`` (the handler
+    succeeded; the completion waits for the claim loop's next transaction) -> ``settled`` (the
+    outcome is recorded, or the job was given up: timed out, fenced, lost or released).
+    Transitions are compare-and-set, so exactly one party decides each job's fate.
+    """
+
+    RUNNING, COMPLETING, SETTLED = "running", "completing", "settled"
 
     def __init__(self, job: ClaimedJob, timeout: timedelta | None) -> None:
         now = time.monotonic()
@@ -161,20 +169,19 @@ class _Held:
         self.lease_confirmed = now  # monotonic time at which the lease was last known renewed
         self.handler_deadline = None if timeout is None else now + timeout.total_seconds()
         self.started = False
-        self._settled = False
+        self.state = self.RUNNING
         self._lock = threading.Lock()
 
-    def settle(self) -> bool:
-        """True for exactly one caller: the one that decides this job's fate."""
+    def move(self, to: str, *, allowed: tuple[str, ...] = (RUNNING,)) -> bool:
         with self._lock:
-            if self._settled:
+            if self.state not in allowed:
                 return False
-            self._settled = True
+            self.state = to
             return True
 
     @property
     def settled(self) -> bool:
-        return self._settled
+        return self.state == self.SETTLED
 
 
 class Worker:
@@ -195,7 +202,6 @@ class Worker:
         self._work: list[_Held] = []
         self._to_complete: list[_Held] = []
         self._completion_lock = threading.Lock()
-        self._flush_lock = threading.Lock()
         self._work_ready = threading.Condition()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -233,7 +239,7 @@ class Worker:
                 if time.monotonic() >= next_recovery:
                     self._recover()
                     next_recovery = time.monotonic() + self._recovery_interval
-                claimed = self._claim_free_slots()
+                claimed = self._complete_and_claim()
                 failures = 0
             except DatabaseError as exc:
                 failures += 1
@@ -243,23 +249,58 @@ class Worker:
                 continue
             if until_empty and claimed == 0 and self._held_count() == 0:
                 return
-            if claimed == 0 or self._free_slots() == 0:
+            if (claimed == 0 or self._free_slots() == 0) and not self._finished_waiting():
                 self._wake.wait(self.config.poll_interval)
                 self._wake.clear()
 
-    def _claim_free_slots(self) -> int:
+    def _complete_and_claim(self) -> int:
+        """One transaction per queue: complete what finished, claim into the free slots.
+
+        Sharing the commit halves the commits per job (a commit waits for a WAL flush, the
+        dominant cost of a no-op job). The finished jobs still count as held until then, so a
+        claim never reserves more jobs than there are slots.
+        """
         claimed = 0
         for queue_name in self._queue_order():
-            free = self._free_slots()
-            if free <= 0 or self._stopping.is_set():
-                break
-            limit = min(free, self.config.effective_batch_size)
-            jobs = self.queue.claim(queue_name, worker_id=self.worker_id, limit=limit)
+            finished = self._take_finished()
+            free = self._free_slots() + len(finished)
+            limit = 0 if self._stopping.is_set() else min(free, self.config.effective_batch_size)
+            if not finished and limit <= 0:
+                continue
+            try:
+                results, jobs = self.queue.complete_and_claim(
+                    [h.job for h in finished], queue_name, worker_id=self.worker_id, limit=limit
+                )
+            except DatabaseError:
+                self._return_finished(finished)
+                raise
+            self._settle_completed(finished, results)
             for job in jobs:
                 self._hold(job)
             claimed += len(jobs)
         self.summary.claimed += claimed
         return claimed
+
+    def _take_finished(self) -> list[_Held]:
+        with self._completion_lock:
+            finished, self._to_complete = self._to_complete, []
+        return [h for h in finished if h.state == _Held.COMPLETING]
+
+    def _return_finished(self, finished: list[_Held]) -> None:
+        """A failed transaction completed nothing: try again next round (leases are renewed
+        meanwhile; past the lease, fencing gives them up)."""
+        with self._completion_lock:
+            self._to_complete[:0] = finished
+
+    def _finished_waiting(self) -> bool:
+        with self._completion_lock:
+            return bool(self._to_complete)
+
+    def _settle_completed(self, finished: list[_Held], results: dict[int, bool]) -> None:
+        for held in finished:
+            if held.move(_Held.SETTLED, allowed=(_Held.COMPLETING,)):
+                self._count("completed" if results.get(held.job.id) else "lost")
+            self._forget(held)
 
     def _queue_order(self) -> list[str]:
         """Rotate the starting queue each round so one busy queue cannot starve the others."""
@@ -298,7 +339,7 @@ class Worker:
                 if not self._work:
                     return
                 held = self._work.pop(0)
-            if self._stopping.is_set() or held.settled:
+            if self._stopping.is_set() or held.state != _Held.RUNNING:
                 continue  # shutting down: not started, so it is released, not run
             held.started = True
             completing = False
@@ -315,8 +356,8 @@ class Worker:
         self._wake.set()
 
     def _execute(self, held: _Held) -> bool:
-        """Run the handler and settle the job; True when its completion was queued for the
-        next group commit (the job keeps its slot until then)."""
+        """Run the handler and settle the job; True when its completion was handed to the
+        claim loop (the job keeps its slot until that commits)."""
         job = held.job
         error: BaseException | None = None
         try:
@@ -326,50 +367,16 @@ class Worker:
             error = exc
         except Exception as exc:  # a handler's failure is data: it decides retry or fail
             error = exc
-        if not held.settle():
-            return False  # timed out or fenced meanwhile: that path recorded the outcome
         if error is not None:
-            self._record(held, error)
+            if held.move(_Held.SETTLED):
+                self._record(held, error)
             return False
+        if not held.move(_Held.COMPLETING):
+            return False  # timed out or fenced meanwhile: that path decided the outcome
         with self._completion_lock:
             self._to_complete.append(held)
-        self._flush_completions()
+        self._wake.set()
         return True
-
-    def _flush_completions(self) -> None:
-        """Group commit: whichever handler thread gets the flush lock completes every finished
-        job in one statement; the others go back to work. After releasing the lock the flusher
-        looks again, so a completion queued during its last statement is never stranded."""
-        while True:
-            if not self._flush_lock.acquire(blocking=False):
-                return
-            try:
-                while True:
-                    with self._completion_lock:
-                        batch, self._to_complete = self._to_complete, []
-                    if not batch:
-                        break
-                    self._complete_batch(batch)
-            finally:
-                self._flush_lock.release()
-            with self._completion_lock:
-                if not self._to_complete:
-                    return
-
-    def _complete_batch(self, batch: list[_Held]) -> None:
-        try:
-            results = self.queue.complete_many(h.job for h in batch)
-        except DatabaseError as exc:
-            logger.warning("worker %s: batch completion failed (%s); completing one by one",
-                           self.worker_id, exc)
-            for held in batch:
-                self._record(held, None)
-        else:
-            for ok in results.values():
-                self._count("completed" if ok else "lost")
-        finally:
-            for held in batch:
-                self._forget(held)
 
     def _record(self, held: _Held, error: BaseException | None) -> None:
         """Record the outcome, retrying through database errors while the lease still holds.
@@ -417,7 +424,9 @@ class Worker:
                 self._renew()
 
     def _renew(self) -> None:
-        held = [h for h in self._snapshot() if not h.settled]
+        # Only running jobs: a finished one is completed within the claim loop's next
+        # transaction, which reports it lost if its claim was taken meanwhile.
+        held = [h for h in self._snapshot() if h.state == _Held.RUNNING]
         if not held:
             return
         started = time.monotonic()
@@ -430,7 +439,7 @@ class Worker:
         for h in held:
             if h.job.id in renewed:
                 h.lease_confirmed = started
-            elif h.settle():  # not renewed and not finished meanwhile: lost (already reported)
+            elif h.move(_Held.SETTLED):  # not renewed, still running: lost (already reported)
                 self._count("lost")
 
     def _fence_expired(self, held: list[_Held]) -> None:
@@ -438,7 +447,7 @@ class Worker:
         else, so this worker must stop treating it as its own."""
         now = time.monotonic()
         for h in held:
-            if now - h.lease_confirmed >= self.config.lease_seconds and h.settle():
+            if now - h.lease_confirmed >= self.config.lease_seconds and h.move(_Held.SETTLED):
                 self._report_fenced(h, "lease could not be renewed before it expired")
 
     def _report_fenced(self, held: _Held, reason: str) -> None:
@@ -453,7 +462,7 @@ class Worker:
     def _enforce_timeouts(self) -> None:
         now = time.monotonic()
         for h in self._snapshot():
-            if h.handler_deadline is not None and now >= h.handler_deadline and h.settle():
+            if h.handler_deadline is not None and now >= h.handler_deadline and h.move(_Held.SETTLED):
                 task = self.queue.get_task(h.job.task)
                 error = TimeoutError(f"handler exceeded its timeout of {task.timeout.total_seconds():g}s")
                 self._record(h, error)
@@ -461,21 +470,43 @@ class Worker:
     # -- shutdown ---------------------------------------------------------------------
 
     def _drain(self) -> None:
+        """Stop claiming; keep completing while running handlers get the grace period; then
+        release what is left (started or not) and complete the last finished jobs."""
         deadline = time.monotonic() + self.config.shutdown_grace
-        while self._running_count() and time.monotonic() < deadline and self._signals < 2:
+        while self._signals < 2:
+            self._complete_finished()
+            if not self._running_count() or time.monotonic() >= deadline:
+                break
             self._wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             self._wake.clear()
-        leftover = [h for h in self._snapshot() if h.settle()]
-        if leftover:
-            try:
-                released = self.queue.release(h.job for h in leftover)
-            except DatabaseError as exc:
-                logger.error("worker %s: could not release %d job(s); they return when their "
-                             "lease expires: %s", self.worker_id, len(leftover), exc)
-                return
-            self.summary.released += len(released)
-            logger.warning("worker %s released %d unfinished job(s): %s", self.worker_id,
-                           len(released), ", ".join(map(str, released)))
+        leftover = [h for h in self._snapshot() if h.move(_Held.SETTLED)]
+        self._release(leftover)
+        self._complete_finished()
+
+    def _complete_finished(self) -> None:
+        finished = self._take_finished()
+        if not finished:
+            return
+        try:
+            results = self.queue.complete_many(h.job for h in finished)
+        except DatabaseError as exc:
+            logger.error("worker %s: could not complete %d finished job(s); they return when "
+                         "their lease expires: %s", self.worker_id, len(finished), exc)
+            results = {}
+        self._settle_completed(finished, results)
+
+    def _release(self, leftover: list[_Held]) -> None:
+        if not leftover:
+            return
+        try:
+            released = self.queue.release(h.job for h in leftover)
+        except DatabaseError as exc:
+            logger.error("worker %s: could not release %d job(s); they return when their "
+                         "lease expires: %s", self.worker_id, len(leftover), exc)
+            return
+        self.summary.released += len(released)
+        logger.warning("worker %s released %d unfinished job(s): %s", self.worker_id,
+                       len(released), ", ".join(map(str, released)))
 
     @contextmanager
     def _signal_handlers(self) -> Iterator[None]:
@@ -522,10 +553,10 @@ class Worker:
             self._done.set()
             with self._work_ready:
                 self._work_ready.notify_all()
-            # One budget for all joins, not 5 s each: a handler still running a job that was
-            # just released never finishes in time, and every second spent here is a second in
-            # which that job may also run on another worker.
-            join_until = time.monotonic() + (0 if self._signals >= 2 else 5)
+            # Idle handler threads exit at once. One still running a job that was just released
+            # is abandoned (daemon threads die with the process): every second spent waiting
+            # for it is a second in which that job may also run on another worker.
+            join_until = time.monotonic() + (0 if self._signals >= 2 else 1)
             for thread in threads:
                 thread.join(timeout=max(0.0, join_until - time.monotonic()))
 
@@ -539,7 +570,7 @@ class Worker:
             return list(self._held.values())
 
     def _running_count(self) -> int:
-        return sum(1 for h in self._snapshot() if h.started and not h.settled)
+        return sum(1 for h in self._snapshot() if h.started and h.state == _Held.RUNNING)
 
     def _held_count(self) -> int:
         with self._held_lock:
