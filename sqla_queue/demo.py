@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     url = args.database_url or fresh_demo_database(_embedded.start(Path(args.data_dir)))
     engine = create_engine(url)
-    with engine.begin() as conn:
+    with engine.connect() as conn:  # the queue's revisions commit on their own
         migrations.upgrade(conn)
+    with engine.begin() as conn:
         DemoBase.metadata.create_all(conn)
     queue = sq.Queue(engine, load_entrypoints=False, blocked_plugins=["sqla_queue.logging"])
     tour(queue, engine)

@@ -67,7 +67,7 @@ def create_database(server_url: str):
         url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
         if migrate:
             engine = create_engine(url)
-            with engine.begin() as conn:
+            with engine.connect() as conn:  # revisions commit on their own (CONCURRENTLY)
                 migrations.upgrade(conn)
             engine.dispose()
         return url
