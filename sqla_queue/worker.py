@@ -39,6 +39,7 @@ from . import _validate
 from ._engine import worker_engine
 from ._listener import Listener
 from .errors import ConfigurationError, DatabaseError, SqlaQueueError, UnknownTaskError
+from .maintenance import PruneConfig, worker_pruner
 from .types import DEFAULT_LEASE, ClaimedJob, JobStatus
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ class WorkerConfig:
     :param worker_id: recorded in ``locked_by``. Default ``host:pid:random``.
     :param engine: a dedicated engine for this worker (default: one built from the queue's
         URL with keepalives and timeouts; pass your own for custom connect arguments).
+    :param pruning: a `sqla_queue.maintenance.PruneConfig`: delete old finished jobs a few
+        batches at a time from the claim loop. Default None (no pruning).
     """
 
     queues: tuple[str, ...] = ("default",)
@@ -88,6 +91,7 @@ class WorkerConfig:
     prepared_statements: bool = True
     worker_id: str | None = None
     engine: Engine | None = field(default=None, compare=False)
+    pruning: PruneConfig | None = None
 
     @classmethod
     def build(cls, **options: Any) -> WorkerConfig:
@@ -111,6 +115,8 @@ class WorkerConfig:
         for name in self.queues:
             _config(_validate.name, name, "queue")
         _validate.config_positive_int(self.concurrency, "concurrency")
+        if self.pruning is not None and not isinstance(self.pruning, PruneConfig):
+            raise ConfigurationError(f"pruning must be a PruneConfig, got {type(self.pruning).__name__}")
         if self.batch_size is not None:
             _validate.config_positive_int(self.batch_size, "batch_size")
         for name in ("poll_interval", "shutdown_grace", "call_timeout", "recovery_interval"):
@@ -196,6 +202,7 @@ class Worker:
             prepared_statements=self.config.prepared_statements,
         )
         self.queue = queue._bound_to(self.engine, call_timeout=timeout)
+        self._pruner = worker_pruner(self.queue, self.config.pruning)
         self.summary = WorkerSummary()
         self._held: dict[int, _Held] = {}
         self._held_lock = threading.Lock()
@@ -239,6 +246,10 @@ class Worker:
                 if time.monotonic() >= next_recovery:
                     self._recover()
                     next_recovery = time.monotonic() + self._recovery_interval
+                self._pruner.run_if_due()
+                # Sampled before the claim: a job that finishes during it may retry at once, so
+                # "empty" only counts when nothing was held while the queue was looked at.
+                idle_before = self._held_count() == 0
                 claimed = self._complete_and_claim()
                 failures = 0
             except DatabaseError as exc:
@@ -247,7 +258,7 @@ class Worker:
                 logger.warning("worker %s: database error, retrying in %.1fs: %s", self.worker_id, delay, exc)
                 self._stopping.wait(delay)
                 continue
-            if until_empty and claimed == 0 and self._held_count() == 0:
+            if until_empty and claimed == 0 and idle_before:
                 return
             if (claimed == 0 or self._free_slots() == 0) and not self._finished_waiting():
                 self._wake.wait(self.config.poll_interval)

@@ -280,3 +280,18 @@ def _wait_for(condition, timeout: float = 10.0) -> bool:
         stop.wait(0.02)
         waited += 0.02
     return bool(condition())
+
+
+def test_until_empty_also_runs_a_retry_that_is_due_at_once(queue):
+    attempts: list[int] = []
+
+    @queue.task(max_attempts=2, retry_delay=timedelta(0))
+    def twice(payload, ctx):
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+
+    job_id = queue.enqueue("twice", {})
+    queue.worker(concurrency=1, **FAST).run(until_empty=True)
+    assert attempts == [1, 2]
+    assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED
