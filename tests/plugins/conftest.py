@@ -2,7 +2,7 @@
 clock, and a quick worker run.
 
 Entry-point tests need the distributions in plugins/ installed in the test environment
-(`.ci/install-extras` does it; run it once locally). They are not skipped without them: a
+(the README's test command installs them). They are not skipped without them: a
 missing plugin is a failure of the setup this suite exists to prove.
 """
 

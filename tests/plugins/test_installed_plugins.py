@@ -36,7 +36,7 @@ def loaded_from_entry_point(queue: sq.Queue, name: str) -> object:
     """The plugin registered under entry-point `name`, after checking where it came from."""
     infos = {info.name: info for info in describe_plugins(queue.plugin_manager)}
     distribution, package = DISTRIBUTIONS[name]
-    assert name in infos, f"{distribution} is not installed: run .ci/install-extras first"
+    assert name in infos, f"{distribution} is not installed: the README's test command installs plugins/*"
     assert infos[name].source == "entry point"
     assert infos[name].distribution.startswith(f"{distribution} ")
     plugin = queue.plugin_manager.get_plugin(name)

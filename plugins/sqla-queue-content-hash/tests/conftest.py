@@ -14,7 +14,7 @@ try:
     import sqla_queue_content_hash  # noqa: F401  (the installed distribution, not the source tree)
 except ImportError as exc:  # say how to fix it instead of a bare ModuleNotFoundError
     raise ImportError(
-        "sqla-queue-content-hash is not installed: run .ci/install-extras "
+        "sqla-queue-content-hash is not installed: the README's test command installs it "
         "(or pip install ./plugins/sqla-queue-content-hash) before its tests"
     ) from exc
 

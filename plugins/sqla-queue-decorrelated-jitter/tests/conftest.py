@@ -14,7 +14,7 @@ try:
     import sqla_queue_decorrelated_jitter  # noqa: F401  (the installed distribution, not the source tree)
 except ImportError as exc:  # say how to fix it instead of a bare ModuleNotFoundError
     raise ImportError(
-        "sqla-queue-decorrelated-jitter is not installed: run .ci/install-extras "
+        "sqla-queue-decorrelated-jitter is not installed: the README's test command installs it "
         "(or pip install ./plugins/sqla-queue-decorrelated-jitter) before its tests"
     ) from exc
 

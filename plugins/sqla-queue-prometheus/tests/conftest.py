@@ -14,7 +14,7 @@ try:
     import sqla_queue_prometheus  # noqa: F401  (the installed distribution, not the source tree)
 except ImportError as exc:  # say how to fix it instead of a bare ModuleNotFoundError
     raise ImportError(
-        "sqla-queue-prometheus is not installed: run .ci/install-extras "
+        "sqla-queue-prometheus is not installed: the README's test command installs it "
         "(or pip install ./plugins/sqla-queue-prometheus) before its tests"
     ) from exc
 
