@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint()
         results["claim_cost"] = claim_cost.run(db, size, log)
         checkpoint()
-        results["sustained"] = sustained.run(db, size, log)
+        results["sustained"] = sustained.run(db, size, log, raw_batch=_sustained_batch(results["drain"]))
         checkpoint()
         try:
             results["roundtrips"] = roundtrips.run(db, size, log)
@@ -104,6 +104,12 @@ def write_outputs(results: dict, out: Path, *, plot: bool, json_path: str | None
 
         plotting.draw(results, png)
     out.write_text(report.render_markdown(results, png.name if plot else None))
+
+
+def _sustained_batch(drains: dict) -> int:
+    """The batch size the 2 x 10 drain used, for the sustained drain's raw reference."""
+    d = drains.get("2x10") or next(iter(drains.values()))
+    return max(1, round(d["batch"]["median"] or 1))
 
 
 def code_version() -> str:

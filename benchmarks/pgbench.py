@@ -34,15 +34,24 @@ def parse_output(text: str) -> dict:
     return found
 
 
-def run(db: Database, script: str, *, clients: int, transactions: int, defines: dict) -> dict:
-    """`transactions` runs of `script` per client, ``-M prepared``; parsed report + wall time."""
+def parse_progress(text: str) -> list[tuple[float, float]]:
+    """``(seconds, tps)`` of each ``-P`` progress line (pgbench prints them on stderr)."""
+    return [(float(t), float(tps)) for t, tps in re.findall(r"^progress: ([\d.]+) s, ([\d.]+) tps", text, re.MULTILINE)]
+
+
+def run(db: Database, script: str, *, clients: int, transactions: int | None = None, defines: dict,
+        seconds: int | None = None, progress: int | None = None) -> dict:
+    """`script` with ``-M prepared``, `transactions` runs per client (or for `seconds`);
+    parsed report + wall time (+ ``progress`` pairs every `progress` seconds)."""
     if db.pgbench is None:
         raise RuntimeError("pgbench is not available")
     with tempfile.TemporaryDirectory(prefix="sqlaq-pgbench-") as tmp:
         path = Path(tmp) / "script.sql"
         path.write_text(script)
-        argv = [db.pgbench, "-n", "-M", "prepared", "-f", str(path), "-c", str(clients), "-j", "1",
-                "-t", str(transactions)]
+        argv = [db.pgbench, "-n", "-M", "prepared", "-f", str(path), "-c", str(clients), "-j", "1"]
+        argv += ["-T", str(seconds)] if seconds else ["-t", str(transactions)]
+        if progress:
+            argv += ["-P", str(progress)]
         for name, value in defines.items():
             argv += ["-D", f"{name}={value}"]
         argv += db.libpq_args
@@ -51,4 +60,5 @@ def run(db: Database, script: str, *, clients: int, transactions: int, defines: 
         raise RuntimeError(f"pgbench failed ({proc.returncode}): {proc.stderr[-2000:]}")
     result = parse_output(proc.stdout)
     result["seconds"] = result["transactions"] / result["tps"]
+    result["progress"] = parse_progress(proc.stderr)
     return result

@@ -172,6 +172,10 @@ def _claim_cost_section(results: dict) -> list[str]:
     for key in ("small", "large"):
         s = c[key]
         lines.append(f"| {s['backlog']:,} | {fmt_stat(s['ours_us'])} | {fmt_stat(s['raw_us'])} | {s['buffers']} |")
+    ours = targets.ratio(c["large"]["ours_us"]["median"], c["small"]["ours_us"]["median"])
+    raw = targets.ratio(c["large"]["raw_us"]["median"], c["small"]["raw_us"]["median"])
+    if ours is not None and raw is not None:
+        lines.append(f"| large / small | {ours:.2f}x | {raw:.2f}x | |")
     return lines + [""]
 
 
@@ -186,7 +190,7 @@ def _sustained_section(results: dict) -> list[str]:
              "completed jobs older than 1 s, every second, 5,000 per statement. Sizes are at the end of the run; "
              "the backlog not drained by the cap is still in the table.", "",
              "| Variant | First window | Last window | Last / first | Slowest window | Overall jobs/s | Drained | "
-             "Table | Indexes | Pending index | Dead tuples | Autovacuums | Pruned |",
+             "Table | Indexes | Pending index | Dead tuples | Autovacuums / VACUUMs during the run | Pruned |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, v in s.items():
         if name.startswith("_"):
@@ -198,7 +202,7 @@ def _sustained_section(results: dict) -> list[str]:
             f"| {name} | {fmt_stat(v['first'])} | {fmt_stat(v['last'])} | {fmt_stat(v['last_over_first'], '.0%')} | "
             f"{slowest} | {fmt_stat(v['overall'])} | {drained} | {_mib(end['table_bytes'])} | "
             f"{_mib(end['indexes_bytes'])} | {_mib(end['pending_index_bytes'])} | {end['n_dead_tup']:,} | "
-            f"{end['autovacuum_count']} | {v['pruned']:,} |")
+            f"{end['autovacuum_count']} / {end['vacuum_count']} | {v['pruned']:,} |")
     lines += ["", "Jobs/s per window:", ""]
     for name, v in s.items():
         if not name.startswith("_"):

@@ -20,6 +20,10 @@ every claim walks past them, so a claim slows down as it works. The variants:
 Completions are counted through the library's ``sqla_queue_job_completed`` hook into a shared
 counter the parent samples every 0.2 s; windows are interpolated from those samples. A variant
 stops at its size's time cap if the backlog is not drained by then (the report says so).
+
+As a reference, the same backlog is also drained by the seed's raw claim + completion through
+pgbench (4 clients, the batch size the 2 x 10 drain used, default table) for up to 60 s, its rate
+per window read from pgbench's ``-P`` progress lines: does the raw claim slow down here?
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from sqlalchemy.pool import NullPool
 from sqla_queue import JobStatus
 from sqla_queue.models import Job
 
-from . import raw_sql, tables
+from . import pgbench, raw_sql, tables
 from .procs import CTX, run_workers
 from .server import Database
 from .sizes import Size
@@ -63,7 +67,7 @@ VARIANTS = (
 )
 
 
-def run(db: Database, size: Size, log) -> dict:
+def run(db: Database, size: Size, log, *, raw_batch: int = 4) -> dict:
     out = {}
     for variant in VARIANTS:
         reps = [_once(db, size, variant) for _ in range(size.sustained_repeat)]
@@ -71,14 +75,53 @@ def run(db: Database, size: Size, log) -> dict:
         log(f"sustained {variant.name}: {reps[0]['completed']:,} jobs in {reps[0]['seconds']:.0f} s, "
             f"first window {first[0] if first else 0:,.0f}/s, last {last[0] if last else 0:,.0f}/s")
         out[variant.name] = _summarise(variant, reps)
+    if db.pgbench:
+        out["raw reference (pgbench)"] = _raw_reference(db, size, raw_batch)
+        windows = out["raw reference (pgbench)"]["windows"]
+        log(f"sustained raw reference, batch {raw_batch}: windows {', '.join(f'{w:,.0f}' for w in windows)}")
     out["_config"] = {"processes": PROCESSES, "concurrency": CONCURRENCY, "jobs": size.sustained_jobs,
                       "window_s": size.sustained_window, "max_seconds": size.sustained_max_seconds,
                       "autovacuum_options": AUTOVACUUM, "prune_method": prune_method()}
     return out
 
 
+def _raw_reference(db: Database, size: Size, batch: int) -> dict:
+    tables.reset(db, pending=size.sustained_jobs)
+    before = tables.sizes(db)
+    seconds = int(min(size.sustained_max_seconds, 60))  # pgbench is fast: keep inside the backlog
+    window = max(1, int(size.sustained_window))
+    out = pgbench.run(db, raw_sql.pgbench_script(raw_sql.PGBENCH_CLAIM_AND_COMPLETE), clients=4,
+                      seconds=seconds, progress=window,
+                      defines={"batch": batch, "queue": raw_sql.QUEUE, "worker": "pgbench"})
+    completed = tables.completed(db)
+    # tps counts script runs, each claiming a full batch while the backlog lasts; once it runs
+    # out, runs claim nothing, so windows stop at the one in which the completed rows ran out.
+    windows, total = [], 0.0
+    for _, tps in out["progress"]:
+        jobs = tps * window * batch
+        if total + jobs > completed * 1.01:
+            break
+        total += jobs
+        windows.append(jobs / window)
+    variant = Variant(f"raw reference (pgbench, batch {batch}, 4 clients)")
+    rep = {"windows": windows, "completed": completed, "seconds": out["seconds"],
+           "capped": completed < size.sustained_jobs, "pruned": 0, "vacuums": 0,
+           "end": _end_sizes(db, before)}
+    return _summarise(variant, [rep])
+
+
+def _end_sizes(db: Database, before: dict) -> dict:
+    """Sizes at the end; vacuum counts as the change during this variant (the statistics are
+    cumulative for the table over the whole benchmark)."""
+    end = tables.sizes(db)
+    for key in ("autovacuum_count", "vacuum_count"):
+        end[key] = end[key] - before[key]
+    return end
+
+
 def _once(db: Database, size: Size, variant: Variant) -> dict:
     tables.reset(db, pending=size.sustained_jobs, options=variant.options)
+    before = tables.sizes(db)
     counters = [CTX.RawValue("q", 0) for _ in range(PROCESSES)]
     helpers = _Helpers(db, variant, size.sustained_window)
     samples: list[tuple[float, int]] = []
@@ -97,7 +140,7 @@ def _once(db: Database, size: Size, variant: Variant) -> dict:
 
     run_workers(db.url, processes=PROCESSES, mode="drain", counters=counters, while_running=watch,
                 options={"concurrency": CONCURRENCY})
-    end = tables.sizes(db)
+    end = _end_sizes(db, before)
     seconds, completed = samples[-1]
     return {
         "windows": window_rates(samples, size.sustained_window),

@@ -192,3 +192,12 @@ def test_plot_draws_a_png(tmp_path):
     path = tmp_path / "performance.png"
     plot.draw(fake_results(), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pgbench_progress_lines_are_parsed():
+    from benchmarks.pgbench import parse_progress
+
+    stderr = ("pgbench: starting vacuum...\n"
+              "progress: 10.0 s, 2047.9 tps, lat 1.951 ms stddev 0.870, 0 failed\n"
+              "progress: 20.0 s, 1204.1 tps, lat 3.321 ms stddev 1.020, 0 failed\n")
+    assert parse_progress(stderr) == [(10.0, 2047.9), (20.0, 1204.1)]
