@@ -49,3 +49,9 @@ class EnqueueConflictError(DatabaseError):
 
 class NonRetryableError(SqlaQueueError):
     """Raise from a handler to fail the job now, whatever attempts remain."""
+
+
+class JobStateError(SqlaQueueError):
+    """An operator action found the job in a state it does not apply to (retry a job that is not
+    failed, cancel one that is not pending) or held by another transaction; nothing was changed.
+    The message says which, so the caller can decide whether to try again."""

@@ -13,11 +13,14 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
+    Column,
     DateTime,
     Identity,
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
+    Table,
     Text,
     func,
     text,
@@ -46,7 +49,8 @@ class JobMixin:
     """Every queue column, constraint and index; mix into a class on any DeclarativeBase.
 
     Index and constraint names derive from ``__tablename__``, so two job tables in one database
-    do not collide.
+    do not collide. Mapping a class declares its companion counters table too (see
+    `counters_table`), so ``create_all`` and autogenerate see both.
     """
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
@@ -74,6 +78,12 @@ class JobMixin:
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)  # DeclarativeBase maps the class here
+        table = cls.__dict__.get("__table__")
+        if isinstance(table, Table):
+            counters_table(table)
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:
@@ -118,6 +128,35 @@ class JobMixin:
                 postgresql_where="status = 'failed'",
             ),
         )
+
+
+def counters_table(job_table: Table) -> Table:
+    """The companion of `job_table` that counts events no job row remembers (revision sqlaq_0003).
+
+    An expired lease that was recovered, a retry, a claim that came back empty while jobs were
+    pending: a job row keeps none of these (the next claim clears ``last_error``; an empty claim
+    has no row at all), yet the health signals need them across processes. One row per
+    (minute, queue, kind) holds how many happened, upserted in the transaction of the event
+    itself. The table is named ``<job table>_counters`` on the job table's MetaData and schema;
+    it is declared on first use, so a job table mapped by other means still finds it.
+    """
+    name = f"{job_table.name}_counters"
+    key = f"{job_table.schema}.{name}" if job_table.schema else name
+    existing = job_table.metadata.tables.get(key)
+    if existing is not None:
+        return existing
+    return Table(
+        name,
+        job_table.metadata,
+        # Minute start on the database clock. Leading the key: window reads and pruning are
+        # range scans on it.
+        Column("bucket", DateTime(timezone=True), nullable=False),
+        Column("queue_name", Text, nullable=False),
+        Column("kind", Text, nullable=False),
+        Column("events", BigInteger, nullable=False),
+        PrimaryKeyConstraint("bucket", "queue_name", "kind"),
+        schema=job_table.schema,
+    )
 
 
 class Base(DeclarativeBase):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.orm import Session
 
-from . import _validate, sql
+from . import _validate, maintenance, operations, sql
 from ._deadline import deadline
 from ._engine import database_errors, library_engine
 from ._plugins import build_plugin_manager, configure, emit, failure_decision, first_result
@@ -34,6 +34,7 @@ from .errors import (
 from .models import Job
 from .types import (
     DEFAULT_LEASE,
+    DEFAULT_STATS_WINDOW,
     ClaimedJob,
     EmptyClaim,
     JobClaimed,
@@ -43,10 +44,10 @@ from .types import (
     JobRecovered,
     JobRetried,
     JobStatus,
+    JobPage,
     JobView,
     LostClaim,
     Outcome,
-    QueueHealth,
     QueueStats,
 )
 
@@ -136,7 +137,6 @@ class Queue:
             fail_expired=sql.fail_exhausted_expired(self.table),
             select_job=sql.select_job(self.table),
             claim_state=sql.claim_state(self.table),
-            health=sql.queue_health(self.table),
             renew=sql.renew_leases(self.table),
             release=sql.release_jobs(self.table),
         )
@@ -415,15 +415,49 @@ class Queue:
             "token": secrets.token_urlsafe(24),
         }
         with self._transaction() as conn:
-            rows = conn.execute(self._sql.claim, params).all()
+            rows, empty_reason = self._claim_in(conn, params)
         jobs = sorted((_claimed_job(row) for row in rows), key=lambda j: j.id)
-        self._emit_claimed(jobs, rows, queue, worker_id, limit)
+        self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
         return jobs
 
-    def _emit_claimed(self, jobs, rows, queue: str, worker_id: str, limit: int) -> None:
+    def _claim_in(self, conn: Connection, params: dict[str, Any]) -> tuple[list[Any], str | None]:
+        rows = conn.execute(self._sql.claim, params).all()
+        # Idle path only: an empty claim is classified and counted in the same transaction.
+        empty_reason = None if rows else operations.count_empty_claim(self, conn, params["queue"])
+        return rows, empty_reason
+
+    def complete_and_claim(
+        self, finished: Iterable[ClaimedJob], queue: str = DEFAULT_QUEUE, *, worker_id: str, limit: int
+    ) -> tuple[dict[int, bool], list[ClaimedJob]]:
+        """Complete `finished` jobs and claim up to `limit` more in one transaction.
+
+        One commit for both: a worker's steady state costs one WAL flush per round instead of
+        two. Completion results are as for `complete_many`; ``limit=0`` only completes.
+        """
+        finished = list(finished)
+        queue = _validate.name(queue, "queue")
+        worker_id = _validate.name(worker_id, "worker_id")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
+        params = {"queue": queue, "worker_id": worker_id, "limit": limit,
+                  "token": secrets.token_urlsafe(24)}
+        with self._transaction() as conn:
+            done = conn.execute(self._sql.complete_many, _held_params(finished)).all() if finished else []
+            rows, empty_reason = self._claim_in(conn, params) if limit else ([], None)
+        for row in done:
+            self._emit_completed(row)
+        completed = {row.id for row in done}
+        results = {job.id: job.id in completed or self.complete(job.id, job.claim_token) for job in finished}
+        jobs = sorted((_claimed_job(row) for row in rows), key=lambda j: j.id)
+        if limit:
+            self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
+        return results, jobs
+
+    def _emit_claimed(self, jobs, rows, queue: str, worker_id: str, limit: int,
+                      empty_reason: str | None = None) -> None:
         if not jobs:
             emit(self.plugin_manager, "sqla_queue_empty_claim",
-                 event=EmptyClaim(queue=queue, worker_id=worker_id, limit=limit))
+                 event=EmptyClaim(queue=queue, worker_id=worker_id, limit=limit, reason=empty_reason))
             return
         run_at = {row.id: row.run_at for row in rows}
         for job in jobs:
@@ -527,7 +561,9 @@ class Queue:
         _check_claim(job_id, claim_token)
         params = {"job_id": job_id, "token": claim_token, **values}
         with self._transaction() as conn:
-            return conn.execute(statement, params).first()
+            row = conn.execute(statement, params).first()
+            operations.count_retry(self, conn, row)  # a retry's counter commits with the retry
+            return row
 
     def _lost(self, job_id: int, claim_token: str, operation: str, *, unless_finished: bool = False) -> None:
         with self._connection() as conn:
@@ -585,8 +621,10 @@ class Queue:
                   "limit": _validate.positive_int(limit, "limit")}
         with self._transaction() as conn:
             requeued = conn.execute(self._sql.requeue_expired, params).all()
+            operations.count_recovered(self, conn, requeued)
         with self._transaction() as conn:
             failed = conn.execute(self._sql.fail_expired, params).all()
+            operations.count_recovered(self, conn, failed)
         for rows, status in ((requeued, JobStatus.PENDING), (failed, JobStatus.FAILED)):
             for row in rows:
                 emit(self.plugin_manager, "sqla_queue_job_recovered",
@@ -600,10 +638,38 @@ class Queue:
             row = conn.execute(self._sql.select_job, {"job_id": job_id}).first()
         return None if row is None else _job_view(row)
 
-    def stats(self) -> QueueStats:
-        with self._connection() as conn:
-            rows = conn.execute(self._sql.health).all()
-        return QueueStats(queues={row.queue_name: _health(row) for row in rows})
+    def stats(self, *, window: timedelta | float = DEFAULT_STATS_WINDOW) -> QueueStats:
+        """The health signals of every queue: active jobs now, finished jobs and counted events
+        within `window` (default 15 minutes). See docs/how-to/operations.md."""
+        return operations.queue_stats(self, window)
+
+    # -- operator actions (sqla_queue.operations, sqla_queue.maintenance) ------------------
+
+    def list_jobs(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> JobPage:
+        """A page of jobs, newest first; pass ``before_id=page.next_before`` for the next."""
+        return operations.list_jobs(self, status=status, queue_name=queue, task=task,
+                                    limit=limit, before_id=before_id)
+
+    def retry_now(self, job_id: int) -> JobView:
+        """Make a failed job pending and due now, with at least one attempt left."""
+        return operations.retry_now(self, job_id)
+
+    def cancel(self, job_id: int) -> JobView:
+        """Delete a pending job that no transaction holds; returns its last state."""
+        return operations.cancel(self, job_id)
+
+    def prune(self, **options: Any) -> maintenance.PruneResult:
+        """Delete finished jobs older than ``completed_after`` / ``failed_after`` in batches
+        until caught up; options are `sqla_queue.maintenance.PruneConfig`'s fields."""
+        return maintenance.prune(self, **options)
 
 
 # -- row mapping -------------------------------------------------------------------------
@@ -648,15 +714,6 @@ def _job_view(row: Any) -> JobView:
         locked_by=row.locked_by, completed_at=row.completed_at, failed_at=row.failed_at,
         last_error=row.last_error,
         idempotency_key=row.idempotency_key,
-    )
-
-
-def _health(row: Any) -> QueueHealth:
-    return QueueHealth(
-        queue=row.queue_name, pending=row.pending, running=row.running,
-        completed=row.completed, failed=row.failed, eligible=row.eligible,
-        scheduled=row.scheduled, oldest_eligible_age=row.oldest_eligible_age,
-        near_max_attempts=row.near_max_attempts,
     )
 
 

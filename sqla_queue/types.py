@@ -110,9 +110,24 @@ class JobView:
     idempotency_key: str | None
 
 
+DEFAULT_STATS_WINDOW = timedelta(minutes=15)
+"""How far back `Queue.stats` looks for finished jobs, durations and counted events."""
+
+
 @dataclass(frozen=True)
 class QueueHealth:
-    """Health signals of one queue at one moment (database time)."""
+    """Health signals of one queue at one moment (database time); see docs/how-to/operations.md.
+
+    Now: `pending`, `running`, `eligible` (due, attempts left), `scheduled` (due later),
+    `oldest_eligible_age`, `near_max_attempts` (pending or running on or one before their last
+    attempt). Within the stats window: `completed` and `failed` (terminal) jobs, the
+    claim-to-completion durations of the completed ones (``None`` when none completed),
+    `retried` attempts, `lease_recoveries` (running jobs taken back after their lease expired)
+    and ``empty_claims_*``: claims on this queue that returned nothing while jobs were pending,
+    by reason (due jobs were locked, all due later, none with attempts left, only in other
+    queues). Finished counts cover the window only: counting every finished job ever kept would
+    read the whole table.
+    """
 
     queue: str
     pending: int = 0
@@ -123,19 +138,54 @@ class QueueHealth:
     scheduled: int = 0
     oldest_eligible_age: timedelta | None = None
     near_max_attempts: int = 0
+    retried: int = 0
+    lease_recoveries: int = 0
+    duration_p50: timedelta | None = None
+    duration_p95: timedelta | None = None
+    duration_max: timedelta | None = None
+    empty_claims_locked: int = 0
+    empty_claims_scheduled: int = 0
+    empty_claims_exhausted: int = 0
+    empty_claims_other_queue: int = 0
+
+    @property
+    def empty_claims(self) -> int:
+        """Claims that returned nothing while jobs were pending, whatever the reason."""
+        return (self.empty_claims_locked + self.empty_claims_scheduled
+                + self.empty_claims_exhausted + self.empty_claims_other_queue)
 
 
 @dataclass(frozen=True)
 class QueueStats:
-    """Health signals for every queue that has jobs, keyed by queue name."""
+    """Health signals for every queue that has jobs, keyed by queue name.
+
+    A queue is listed when it has active jobs or jobs that finished in the window. `idle` holds
+    the other queues that workers claimed from in the window while jobs were pending elsewhere:
+    a worker polling a queue nobody enqueues to shows up there, its ``empty_claims_other_queue``
+    saying that the jobs are in another queue. `window` is the look-back of the windowed signals
+    and `measured_at` the database time they end at.
+    """
 
     queues: dict[str, QueueHealth] = field(default_factory=dict)
+    idle: dict[str, QueueHealth] = field(default_factory=dict)
+    window: timedelta = DEFAULT_STATS_WINDOW
+    measured_at: datetime | None = None
 
     def __getitem__(self, queue: str) -> QueueHealth:
-        return self.queues.get(queue, QueueHealth(queue=queue))
+        found = self.queues.get(queue) or self.idle.get(queue)
+        return found if found is not None else QueueHealth(queue=queue)
 
     def __iter__(self):
         return iter(self.queues.values())
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of `Queue.list_jobs`, newest first. `next_before` is the ``before_id`` that
+    fetches the next page, or None on the last one."""
+
+    jobs: list[JobView] = field(default_factory=list)
+    next_before: int | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +267,11 @@ class LostClaim:
 
 @dataclass(frozen=True)
 class EmptyClaim:
+    """`reason` says why nothing was claimed although jobs were pending (``"empty_locked"``,
+    ``"empty_scheduled"``, ``"empty_exhausted"``, ``"empty_other_queue"``); None when no job
+    was pending at all."""
+
     queue: str
     worker_id: str
     limit: int
+    reason: str | None = None

@@ -110,3 +110,4 @@ from . import jobs as _jobs  # noqa: E402,F401  (commands register themselves on
 from . import db as _db  # noqa: E402,F401
 from . import worker as _worker  # noqa: E402,F401
 from . import plugins as _plugins  # noqa: E402,F401
+from . import ops as _ops  # noqa: E402,F401

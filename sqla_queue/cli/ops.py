@@ -1,0 +1,181 @@
+"""``doctor``, ``prune`` and ``jobs list / retry / cancel``: operating a running queue.
+
+Exit codes as everywhere: 0 done (doctor: no check failed), 1 the command ran and found a
+problem (a failed check, a job in the wrong state or busy), 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from . import EXIT_PROBLEM, CliContext, main
+from ._params import DURATION, timestamp
+from .jobs import console
+from ..doctor import Doctor, DoctorConfig, Report, Verdict
+from ..errors import JobStateError
+from ..maintenance import DEFAULT_BATCH_SIZE, DEFAULT_COUNTERS_AFTER
+from ..types import DEFAULT_LEASE, JobPage, JobStatus, JobView
+
+
+class Refused(click.ClickException):
+    """The job is not in a state the action applies to, or busy: exit 1, nothing changed."""
+
+    exit_code = EXIT_PROBLEM
+
+
+# -- doctor ----------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+@click.option("--queue", "queue_name", default="default", show_default=True, help="Queue whose claim is planned.")
+@click.option("--lease", type=DURATION, default=str(DEFAULT_LEASE.total_seconds()), show_default=True,
+              help="The workers' lease: running jobs past two leases are stuck.")
+@click.option("--max-transaction-age", type=DURATION, default="5m", show_default=True,
+              help="Transactions and snapshots older than this fail.")
+@click.option("--max-lock-wait", type=DURATION, default="5s", show_default=True,
+              help="Lock waits involving the queue table longer than this fail.")
+@click.option("--max-xmin-age", type=click.IntRange(min=0), default=1_000_000, show_default=True,
+              help="Replication slots or standbys holding the horizon back more transactions than this fail.")
+@click.option("--dead-tuples", "dead_tuples_min", type=click.IntRange(min=0), default=10_000, show_default=True,
+              help="Dead tuples fail above this and above 20%% of the live ones.")
+@click.option("--max-failed", type=click.IntRange(min=0),
+              help="More failed jobs than this in the last hour fail (default: they only warn).")
+@click.pass_obj
+def doctor(obj: CliContext, as_json: bool, strict: bool, queue_name: str, lease: timedelta,
+           max_transaction_age: timedelta, max_lock_wait: timedelta, max_xmin_age: int,
+           dead_tuples_min: int, max_failed: int | None) -> None:
+    """Check the queue's database for what makes PostgreSQL queues degrade; exit 1 if a check fails."""
+    config = DoctorConfig(
+        lease=lease, max_transaction_age=max_transaction_age, max_lock_wait=max_lock_wait,
+        max_xmin_age=max_xmin_age, dead_tuples_min=dead_tuples_min, max_failed=max_failed,
+        claim_queue=queue_name,
+    )
+    report = Doctor(obj.queue(), config).run()
+    if as_json:
+        click.echo(report.to_json())
+    else:
+        _print_report(report, strict)
+    if report.worst(strict=strict) is Verdict.FAIL:
+        sys.exit(EXIT_PROBLEM)
+
+
+_STYLE = {Verdict.OK: "green", Verdict.WARN: "yellow", Verdict.FAIL: "bold red"}
+
+
+def _print_report(report: Report, strict: bool) -> None:
+    out = console()
+    table = Table(title="sqla-queue doctor", title_justify="left", show_lines=True, width=min(out.width, 120))
+    table.add_column("check", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("finding")
+    for check in report.checks:
+        finding = escape("\n".join([check.summary, *(f"  {line}" for line in check.details)]))
+        if check.verdict is not Verdict.OK and check.hint:
+            finding += f"\n[italic]hint:[/italic] {escape(check.hint)}"
+        table.add_row(check.name, f"[{_STYLE[check.verdict]}]{check.verdict.value.upper()}[/]", finding)
+    out.print(table)
+    worst = report.worst(strict=strict)
+    out.print(f"verdict: [{_STYLE[worst]}]{worst.value.upper()}[/]")
+
+
+# -- prune -----------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--completed-older-than", type=DURATION, help="Delete completed jobs older than this (e.g. 7d).")
+@click.option("--failed-older-than", type=DURATION, help="Delete failed jobs older than this (e.g. 30d).")
+@click.option("--counters-older-than", type=DURATION, default=f"{DEFAULT_COUNTERS_AFTER.days}d", show_default=True,
+              help="Delete event counters older than this.")
+@click.option("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, show_default=True,
+              help="Rows per DELETE, each in a transaction of its own.")
+@click.pass_obj
+def prune(obj: CliContext, completed_older_than, failed_older_than, counters_older_than, batch_size) -> None:
+    """Delete old finished jobs in batches until none is left; pending and running jobs stay."""
+    if completed_older_than is None and failed_older_than is None:
+        raise click.UsageError("give --completed-older-than, --failed-older-than, or both")
+    result = obj.queue().prune(completed_after=completed_older_than, failed_after=failed_older_than,
+                               counters_after=counters_older_than, batch_size=batch_size)
+    click.echo(f"pruned {result.completed} completed and {result.failed} failed job(s) and "
+               f"{result.counters} counter row(s) in {result.batches} batch(es)")
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+@main.group()
+def jobs() -> None:
+    """List jobs, retry a failed one now, cancel a pending one."""
+
+
+@jobs.command("list")
+@click.option("--status", type=click.Choice([s.value for s in JobStatus]), help="Only jobs in this state.")
+@click.option("--queue", "queue_name", help="Only jobs of this queue.")
+@click.option("--task", help="Only jobs of this task.")
+@click.option("--limit", type=int, default=20, show_default=True, help="Jobs per page (at most 1000).")
+@click.option("--before", "before_id", type=int, metavar="ID", help="The page after the one that ended at ID.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def list_(obj: CliContext, status, queue_name, task, limit, before_id, as_json) -> None:
+    """Jobs newest first; the last line says how to get the next page."""
+    page = obj.queue().list_jobs(status=status, queue=queue_name, task=task, limit=limit, before_id=before_id)
+    if as_json:
+        click.echo(json.dumps({"jobs": [_job_dict(j) for j in page.jobs], "next_before": page.next_before},
+                              indent=2))
+        return
+    console().print(_jobs_table(page))
+    click.echo(f"next page: --before {page.next_before}" if page.next_before else "last page")
+
+
+def _jobs_table(page: JobPage) -> Table:
+    table = Table(title_justify="left")
+    for column in ("id", "status", "queue", "task", "attempts", "run at / finished", "last error"):
+        table.add_column(column, no_wrap=column != "last error", justify="right" if column == "id" else "left")
+    for job in page.jobs:
+        when = job.completed_at or job.failed_at or job.run_at
+        table.add_row(str(job.id), job.status.value, job.queue, job.task,
+                      f"{job.attempts}/{job.max_attempts}", timestamp(when), job.last_error or "")
+    return table
+
+
+def _job_dict(job: JobView) -> dict:
+    values = vars(job).copy()
+    values["status"] = job.status.value
+    for key, value in values.items():
+        if hasattr(value, "isoformat"):
+            values[key] = value.isoformat()
+    return values
+
+
+@jobs.command()
+@click.argument("job_id", type=int)
+@click.pass_obj
+def retry(obj: CliContext, job_id: int) -> None:
+    """Make failed job JOB_ID pending and due now, with at least one attempt left."""
+    try:
+        job = obj.queue().retry_now(job_id)
+    except JobStateError as exc:
+        raise Refused(str(exc)) from None
+    click.echo(f"job {job.id} ({job.task} on {job.queue}) is pending again, due now: "
+               f"attempt {job.attempts + 1} of {job.max_attempts}")
+
+
+@jobs.command()
+@click.argument("job_id", type=int)
+@click.pass_obj
+def cancel(obj: CliContext, job_id: int) -> None:
+    """Delete pending job JOB_ID; prints what it was."""
+    try:
+        job = obj.queue().cancel(job_id)
+    except JobStateError as exc:
+        raise Refused(str(exc)) from None
+    click.echo(f"cancelled job {job.id} ({job.task} on {job.queue}, created {timestamp(job.created_at)}, "
+               f"attempts {job.attempts}/{job.max_attempts}); payload: {json.dumps(job.payload)}")
+

@@ -1,0 +1,422 @@
+"""``sqla-queue doctor``: the seed's "observe queue health" advice, as checks with verdicts.
+
+Each check reads PostgreSQL's own views (pg_stat_activity, pg_locks, pg_stat_user_tables,
+pg_replication_slots, pg_prepared_xacts), the claim's plan, or the job table through one of its
+partial indexes, and returns a `Check`: a verdict, what it saw, and a hint saying what to do.
+A failed check makes the command exit 1, so it can run from cron or a readiness probe.
+
+The checks look for the ways PostgreSQL queues really degrade: a claim that stopped using the
+pending index, transactions that hold locks or snapshots, and above all dead tuples that vacuum
+cannot remove because something holds the xmin horizon back. Each check runs in a transaction
+of its own with ``lock_timeout`` and ``statement_timeout`` set, so a sick database gets an
+answer, not a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+
+from . import _validate, sql
+from ._sanitize import clean_text
+from .errors import ConfigurationError, DatabaseError, SqlaQueueError
+from .sql import catalog
+from .sql import stats as stats_sql
+from .types import DEFAULT_LEASE
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+
+class Verdict(str, Enum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome: `summary` is one line; `details` are the evidence (sessions, slots,
+    queues); `hint` says what to do and is empty when there is nothing to do."""
+
+    name: str
+    verdict: Verdict
+    summary: str
+    hint: str = ""
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...]
+
+    def worst(self, *, strict: bool = False) -> Verdict:
+        verdicts = {c.verdict for c in self.checks}
+        if Verdict.FAIL in verdicts or (strict and Verdict.WARN in verdicts):
+            return Verdict.FAIL
+        return Verdict.WARN if Verdict.WARN in verdicts else Verdict.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.worst().value,
+            "checks": [
+                {"name": c.name, "verdict": c.verdict.value, "summary": c.summary,
+                 "hint": c.hint, "details": list(c.details)}
+                for c in self.checks
+            ],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2)
+
+
+@dataclass(frozen=True)
+class DoctorConfig:
+    """Thresholds, validated at construction (`ConfigurationError`).
+
+    :param lease: the workers' lease. A running job whose lease expired more than one more
+        lease ago is stuck: every worker runs recovery each half lease. Default 60 s.
+    :param max_transaction_age: a transaction (or a snapshot holding the vacuum horizon) older
+        than this fails. Default 5 minutes.
+    :param max_lock_wait: a lock wait involving the queue table longer than this fails.
+        Default 5 s; SKIP LOCKED claims never wait, so any wait is someone else's.
+    :param max_xmin_age: a replication slot or standby holding the horizon back by more than
+        this many transactions fails. Default 1,000,000.
+    :param dead_tuples_min: dead tuples below this never fail. Default 10,000.
+    :param dead_tuples_ratio: dead tuples above this fraction of live ones (and above
+        `dead_tuples_min`) fail. Default 0.2, autovacuum's own default scale factor.
+    :param failed_window: how far back to count terminal failures. Default one hour.
+    :param max_failed: more failures than this in the window fail; with None (the default)
+        failures only warn: a failing job is the application's business, not an outage.
+    :param claim_queue: the queue whose claim is planned. Default ``"default"``.
+    :param small_table_rows: below this many live rows a sequential scan is a fine claim plan,
+        so the planner is asked again with sequential scans off. Default 10,000.
+    :param statement_timeout: seconds any one check may take. Default 10.
+    """
+
+    lease: timedelta = DEFAULT_LEASE
+    max_transaction_age: timedelta = timedelta(minutes=5)
+    max_lock_wait: timedelta = timedelta(seconds=5)
+    max_xmin_age: int = 1_000_000
+    dead_tuples_min: int = 10_000
+    dead_tuples_ratio: float = 0.2
+    failed_window: timedelta = timedelta(hours=1)
+    max_failed: int | None = None
+    claim_queue: str = "default"
+    small_table_rows: int = 10_000
+    statement_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name, positive in (("lease", True), ("max_transaction_age", False),
+                               ("max_lock_wait", False), ("failed_window", True)):
+            value = _config(_validate.duration, getattr(self, name), name, positive=positive)
+            object.__setattr__(self, name, value)
+        for name in ("max_xmin_age", "dead_tuples_min", "small_table_rows"):
+            _non_negative_int(getattr(self, name), name)
+        if self.max_failed is not None:
+            _non_negative_int(self.max_failed, "max_failed")
+        for name in ("dead_tuples_ratio", "statement_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+        _config(_validate.name, self.claim_queue, "claim_queue")
+
+    @property
+    def stuck_after(self) -> timedelta:
+        return self.lease * 2
+
+
+def _config(check, value, *args, **kwargs):
+    try:
+        return check(value, *args, **kwargs)
+    except SqlaQueueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+def _non_negative_int(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+class Doctor:
+    """Runs every check against `queue`'s database and table."""
+
+    def __init__(self, queue: Queue, config: DoctorConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise ConfigurationError("pass a DoctorConfig or options, not both")
+        if config is None:
+            known = {f.name for f in fields(DoctorConfig)}
+            unknown = sorted(set(options) - known)
+            if unknown:
+                raise ConfigurationError(f"unknown doctor option(s) {', '.join(unknown)}")
+            config = DoctorConfig(**options)
+        self.queue = queue
+        self.config = config
+        self.table = queue.table
+
+    def checks(self) -> list[tuple[str, Callable[[Connection], Check]]]:
+        return [
+            ("claim plan", self.check_claim_plan),
+            ("long transactions", self.check_long_transactions),
+            ("lock waits", self.check_lock_waits),
+            ("dead tuples", self.check_dead_tuples),
+            ("vacuum horizon", self.check_vacuum_horizon),
+            ("stuck jobs", self.check_stuck_jobs),
+            ("recent failures", self.check_recent_failures),
+        ]
+
+    def run(self) -> Report:
+        """Every check, in order. A database that cannot be reached at all raises
+        `DatabaseError` (the CLI exits 1) rather than failing seven checks one by one."""
+        with self._transaction() as conn:
+            conn.execute(stats_sql.database_now())
+        return Report(tuple(self._run_one(name, check) for name, check in self.checks()))
+
+    def _run_one(self, name: str, check: Callable[[Connection], Check]) -> Check:
+        """A check that cannot run fails, with the reason: for a readiness probe, a database too
+        slow to answer its catalog within the statement timeout is not ready."""
+        try:
+            with self._transaction() as conn:
+                return check(conn)
+        except DatabaseError as exc:
+            return Check(name, Verdict.FAIL, f"could not run this check: {exc}",
+                         "A timeout means the database is too slow to answer catalog reads; a "
+                         "permission error, that the queue's role needs pg_monitor.")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self.queue._transaction() as conn:
+            timeout = f"{int(self.config.statement_timeout * 1000)}ms"
+            for setting, value in (("statement_timeout", timeout), ("lock_timeout", "2s")):
+                conn.execute(catalog.set_local(), {"setting": setting, "value": value})
+            yield conn
+
+    # -- the checks ---------------------------------------------------------------------
+
+    def check_claim_plan(self, conn: Connection) -> Check:
+        """The claim must read the pending partial index; on a small table the planner may
+        prefer a sequential scan, so it is asked again with sequential scans off."""
+        index = f"{self.table.name}_pending_claim_idx"
+        plan = self._claim_plan(conn)
+        if index in _indexes(plan):
+            return Check("claim plan", Verdict.OK, f"the claim reads {index}")
+        live = self._live_rows(conn)
+        if live < self.config.small_table_rows:
+            conn.execute(catalog.set_local(), {"setting": "enable_seqscan", "value": "off"})
+            if index in _indexes(self._claim_plan(conn)):
+                return Check("claim plan", Verdict.OK,
+                             f"the table is small ({live} live rows) and a sequential scan is cheaper "
+                             f"for now; the claim can use {index}")
+        return Check(
+            "claim plan", Verdict.FAIL,
+            f"the claim does not use {index}: {_plan_shape(plan)}",
+            "Check that the index exists and is valid (an interrupted CREATE INDEX CONCURRENTLY "
+            "leaves it INVALID: drop and rebuild it), then ANALYZE the table. The status must be "
+            "the literal 'pending', never a parameter, for the planner to prove the predicate.",
+        )
+
+    def _claim_plan(self, conn: Connection) -> dict[str, Any]:
+        params = {"queue": self.config.claim_queue, "worker_id": "sqla-queue-doctor", "limit": 1,
+                  "token": "explain-only"}
+        [[document]] = conn.execute(catalog.explain(sql.claim_jobs(self.table)), params).all()
+        return (document if isinstance(document, list) else json.loads(document))[0]["Plan"]
+
+    def _live_rows(self, conn: Connection) -> int:
+        row = conn.execute(catalog.table_vacuum_stats(self.table)).first()
+        return int(row.n_live_tup) if row is not None else 0
+
+    def check_long_transactions(self, conn: Connection) -> Check:
+        rows = conn.execute(catalog.long_transactions(), {"max_age": self.config.max_transaction_age}).all()
+        limit = format_duration(self.config.max_transaction_age)
+        if not rows:
+            return Check("long transactions", Verdict.OK, f"no transaction in this database is older than {limit}")
+        return Check(
+            "long transactions", Verdict.FAIL,
+            f"{len(rows)} session(s) in a transaction for more than {limit}; oldest {format_duration(rows[0].age)}",
+            "A long transaction holds its locks and its snapshot: vacuum cannot remove the queue's "
+            "dead tuples meanwhile. Find the application that leaves it open (idle in transaction "
+            "means it is waiting on the client); end it with SELECT pg_terminate_backend(pid). "
+            "Set idle_in_transaction_session_timeout to stop it recurring.",
+            tuple(f"pid {r.pid} ({r.application_name or 'no application_name'}, {r.state}) "
+                  f"for {format_duration(r.age)}: {_query(r.query)}" for r in rows),
+        )
+
+    def check_lock_waits(self, conn: Connection) -> Check:
+        params = {"min_wait": self.config.max_lock_wait}
+        rows = conn.execute(catalog.lock_waits(self.table), params).all()
+        limit = format_duration(self.config.max_lock_wait)
+        if not rows:
+            return Check("lock waits", Verdict.OK, f"no session has waited more than {limit} for a lock "
+                                                   f"involving {self.table.name}")
+        return Check(
+            "lock waits", Verdict.FAIL,
+            f"{len(rows)} session(s) waiting more than {limit} on locks involving {self.table.name}",
+            "Claims never wait (SKIP LOCKED), so a wait comes from a transaction that locks job rows "
+            "or the table itself: DDL (ALTER TABLE, a non-concurrent CREATE INDEX), an operator's "
+            "UPDATE, or a host transaction that enqueued and then waited on something else. End the "
+            "blocker (pg_terminate_backend) or let it finish.",
+            tuple(f"pid {r.pid} waits {format_duration(r.waited)} for {r.mode} ({r.locktype}), blocked by "
+                  f"{', '.join(map(str, r.blocked_by or [])) or 'nobody (granted meanwhile)'}: {_query(r.query)}"
+                  for r in rows),
+        )
+
+    def check_dead_tuples(self, conn: Connection) -> Check:
+        row = conn.execute(catalog.table_vacuum_stats(self.table)).first()
+        if row is None:
+            return Check("dead tuples", Verdict.FAIL, f"table {self.table.name} not found in pg_stat_user_tables",
+                         "Run `sqla-queue db upgrade` (or your Alembic upgrade) on this database.")
+        threshold = max(self.config.dead_tuples_min, int(self.config.dead_tuples_ratio * row.n_live_tup))
+        vacuumed = _last_vacuum(row)
+        summary = (f"{row.n_dead_tup} dead and {row.n_live_tup} live tuples; {vacuumed}; "
+                   f"table {format_size(row.table_bytes)}, indexes {format_size(row.index_bytes)}")
+        if row.n_dead_tup < threshold:
+            return Check("dead tuples", Verdict.OK, summary)
+        return Check(
+            "dead tuples", Verdict.FAIL, f"{summary} (limit {threshold})",
+            "Dead index entries make every claim walk further (see the vacuum horizon check for "
+            f"what may stop their removal). Run VACUUM (VERBOSE) {self.table.name}; then make "
+            f"autovacuum visit more often: ALTER TABLE {self.table.name} SET "
+            "(autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000).",
+        )
+
+    def check_vacuum_horizon(self, conn: Connection) -> Check:
+        """What keeps vacuum from removing dead tuples: the oldest snapshot (``backend_xmin``) of
+        a session of this database or of a standby's feedback, replication slots (cluster-wide)
+        and this database's prepared transactions. Other databases' sessions and prepared
+        transactions are shown but do not count: since PostgreSQL 14 they do not hold back
+        vacuum of this database's tables."""
+        holders = list(self._horizon_holders(conn))
+        offenders = [text for text, in_scope, too_old in holders if in_scope and too_old]
+        details = tuple(text for text, _, _ in holders)
+        if not offenders:
+            return Check("vacuum horizon", Verdict.OK,
+                         "nothing holds the vacuum horizon of this database back beyond the limits",
+                         details=details)
+        return Check(
+            "vacuum horizon", Verdict.FAIL,
+            f"vacuum of this database is held back by {offenders[0]}",
+            "Until it ends, every completed job stays in the table and its indexes as a dead "
+            "tuple and claims slow down. End the session (pg_terminate_backend), drop an "
+            "abandoned replication slot (pg_drop_replication_slot), or COMMIT/ROLLBACK PREPARED "
+            "the forgotten transaction. On a standby, hot_standby_feedback relays its queries' "
+            "snapshots here.",
+            details,
+        )
+
+    def _horizon_holders(self, conn: Connection) -> Iterator[tuple[str, bool, bool]]:
+        max_age, max_xids = self.config.max_transaction_age, self.config.max_xmin_age
+        for r in conn.execute(catalog.horizon_backends(), {"limit": 5}):
+            too_old = (r.age is not None and r.age > max_age) or (r.age is None and r.xmin_age > max_xids)
+            scope = "" if r.in_scope else " [other database: does not hold back this one]"
+            yield (f"pid {r.pid} ({r.backend_type}, {r.application_name or 'no application_name'}, "
+                   f"{r.state or 'no state'}, database {r.datname or '-'}): snapshot {r.xmin_age} xids "
+                   f"old, transaction open {format_duration(r.age)}{scope}", bool(r.in_scope), too_old)
+        for r in conn.execute(catalog.horizon_slots()):
+            if r.xmin_age is not None:
+                yield (f"replication slot {r.slot_name} ({r.slot_type}, {'active' if r.active else 'inactive'}): "
+                       f"xmin {r.xmin_age} xids old", True, r.xmin_age > max_xids)
+            if r.catalog_xmin_age is not None:
+                yield (f"replication slot {r.slot_name}: catalog_xmin {r.catalog_xmin_age} xids old "
+                       "[system catalogs only]", False, False)
+        for r in conn.execute(catalog.horizon_prepared()):
+            scope = "" if r.in_scope else " [other database: does not hold back this one]"
+            yield (f"prepared transaction {r.gid!r} (database {r.database}, owner {r.owner}) "
+                   f"prepared {format_duration(r.age)} ago{scope}", bool(r.in_scope), r.age > max_age)
+
+    def check_stuck_jobs(self, conn: Connection) -> Check:
+        stuck_after = self.config.stuck_after
+        rows = conn.execute(catalog.stuck_running(self.table), {"lease": stuck_after}).all()
+        if not rows:
+            return Check("stuck jobs", Verdict.OK, f"no running job's lease expired more than "
+                                                   f"{format_duration(self.config.lease)} ago")
+        total = sum(r.jobs for r in rows)
+        return Check(
+            "stuck jobs", Verdict.FAIL,
+            f"{total} running job(s) whose lease ({format_duration(self.config.lease)}) expired long ago",
+            "Their workers are gone and no process is recovering leases (every worker does, each "
+            "half lease). Start a worker, or run `sqla-queue recover --lease SECONDS` with the "
+            "workers' lease. If workers are running, check that they use the same --lease.",
+            tuple(f"queue {r.queue_name}: {r.jobs} job(s), oldest claimed {format_duration(r.oldest)} ago" for r in rows),
+        )
+
+    def check_recent_failures(self, conn: Connection) -> Check:
+        rows = conn.execute(catalog.recent_failures(self.table), {"since": self.config.failed_window}).all()
+        window = format_duration(self.config.failed_window)
+        total = sum(r.jobs for r in rows)
+        details = tuple(f"queue {r.queue_name}: {r.jobs} failed, latest error: {_query(r.latest_error or '')}"
+                        for r in rows)
+        if total == 0:
+            return Check("recent failures", Verdict.OK, f"no job failed for good in the last {window}")
+        hint = ("List them with `sqla-queue jobs list --status failed`; once the cause is fixed, "
+                "`sqla-queue jobs retry ID` runs one again.")
+        limit = self.config.max_failed
+        verdict = Verdict.FAIL if limit is not None and total > limit else Verdict.WARN
+        return Check("recent failures", verdict, f"{total} job(s) failed for good in the last {window}",
+                     hint, details)
+
+
+# -- formatting ----------------------------------------------------------------------------
+
+
+def _indexes(plan: dict[str, Any]) -> set[str]:
+    found = {plan["Index Name"]} if "Index Name" in plan else set()
+    for child in plan.get("Plans", []):
+        found |= _indexes(child)
+    return found
+
+
+def _plan_shape(plan: dict[str, Any]) -> str:
+    node = plan["Node Type"] + (f" on {plan['Relation Name']}" if "Relation Name" in plan else "")
+    children = [_plan_shape(child) for child in plan.get("Plans", [])]
+    return node + (f" ({'; '.join(children)})" if children else "")
+
+
+def format_duration(value: timedelta | None) -> str:
+    """Short, human durations: 350ms, 12.3s, 4m05s, 2h03m, 3d04h."""
+    if value is None:
+        return "-"
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def format_size(n: int) -> str:
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def _last_vacuum(row: Any) -> str:
+    times = [t for t in (row.last_vacuum, row.last_autovacuum) if t is not None]
+    if not times:
+        return "never vacuumed since statistics were reset"
+    return f"last vacuumed {format_duration(row.now - max(times))} ago ({row.autovacuum_count} autovacuum runs)"
+
+
+def _query(text: str | None) -> str:
+    """A session's query, one line, credentials masked (it may hold literals)."""
+    one_line = " ".join((text or "").split())
+    return clean_text(one_line, catalog.QUERY_PREVIEW) if one_line else "-"

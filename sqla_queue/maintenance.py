@@ -1,0 +1,206 @@
+"""Retention: delete finished jobs (and old event counters) in bounded batches.
+
+The shape of every background service here (River's job cleaner): a `PruneConfig`, validated
+when it is built; `Pruner.run_once()`, one bounded batch of each kind, returning a
+`PruneResult` that tests assert on; `Pruner.run()`, batches until caught up (``sqla-queue
+prune``); and `Pruner.run_if_due()`, the thin periodic hook a worker calls from its claim loop.
+
+Why prune at all: a queue table is update-heavy and mostly finished jobs. Finished rows keep
+the table, its primary key and every index over all rows (the active-key index included) big,
+so vacuum has more to scan and more pages compete for cache. Deleting them in small batches
+leaves dead tuples that autovacuum turns into reusable space; the table stops growing instead
+of shrinking (only ``VACUUM FULL`` or pg_repack return space to the OS). See
+docs/how-to/operations.md, "Retention, vacuum and bloat".
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import math
+import time
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Table
+
+from . import _validate
+from .errors import ConfigurationError, InvalidInputError, SqlaQueueError
+from .models import counters_table
+from .sql import counters as counter_sql
+from .sql import ops as ops_sql
+from .types import JobStatus
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+logger = logging.getLogger("sqla_queue.maintenance")
+
+DEFAULT_BATCH_SIZE = 1000
+DEFAULT_COUNTERS_AFTER = timedelta(days=1)
+DEFAULT_PRUNE_INTERVAL = 60.0
+DEFAULT_MAX_BATCHES = 10
+MAX_BATCH_SIZE = 100_000
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """What to prune and how hard; validated at construction (`ConfigurationError`).
+
+    :param completed_after: delete completed jobs that completed longer ago than this
+        (a ``timedelta`` or seconds). None (the default) keeps them.
+    :param failed_after: the same for failed jobs, by the time they failed. Keep them longer
+        than completed ones: they are what an operator inspects and retries. Default None.
+    :param counters_after: delete event counters (expired leases, retries, empty claims) older
+        than this. Default one day; the stats window is minutes.
+    :param batch_size: the most rows one statement deletes, each batch in a transaction of its
+        own, so row locks, WAL bursts and replica lag stay small. Default 1000.
+    :param max_batches: the most batches of each kind a worker's periodic pass deletes, so a
+        backlog never stalls its claim loop; `Pruner.run` has no cap. Default 10.
+    :param interval: seconds between a worker's pruning passes. Default 60.
+    """
+
+    completed_after: timedelta | None = None
+    failed_after: timedelta | None = None
+    counters_after: timedelta = DEFAULT_COUNTERS_AFTER
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_batches: int = DEFAULT_MAX_BATCHES
+    interval: float = DEFAULT_PRUNE_INTERVAL
+
+    def __post_init__(self) -> None:
+        for name in ("completed_after", "failed_after", "counters_after"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _config(_validate.duration, value, name, positive=True))
+        if self.completed_after is None and self.failed_after is None:
+            raise ConfigurationError("pruning needs completed_after or failed_after (or both)")
+        _config(_validate.positive_int, self.batch_size, "batch_size")
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise ConfigurationError(f"batch_size must be at most {MAX_BATCH_SIZE}, got {self.batch_size}")
+        _config(_validate.positive_int, self.max_batches, "max_batches")
+        interval = self.interval
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not math.isfinite(interval) or interval <= 0:
+            raise ConfigurationError(f"interval must be a positive number of seconds, got {interval!r}")
+
+    @classmethod
+    def build(cls, **options: Any) -> PruneConfig:
+        """Like the constructor, with "did you mean" for a misspelt option."""
+        known = [f.name for f in fields(cls)]
+        for name in options:
+            if name not in known:
+                hint = difflib.get_close_matches(name, known, n=1)
+                raise ConfigurationError(
+                    f"unknown pruning option {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+                )
+        return cls(**options)
+
+
+def _config(check, value, *args, **kwargs):
+    try:
+        return check(value, *args, **kwargs)
+    except SqlaQueueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """Rows deleted: completed jobs, failed jobs, counter rows; and the statements it took."""
+
+    completed: int = 0
+    failed: int = 0
+    counters: int = 0
+    batches: int = 0
+
+    def __add__(self, other: PruneResult) -> PruneResult:
+        return PruneResult(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    @property
+    def jobs(self) -> int:
+        return self.completed + self.failed
+
+
+@lru_cache(maxsize=64)
+def _statements(table: Table) -> dict[str, Any]:
+    return {
+        "completed": ops_sql.prune_finished(table, JobStatus.COMPLETED),
+        "failed": ops_sql.prune_finished(table, JobStatus.FAILED),
+        "counters": counter_sql.prune_counters(counters_table(table)),
+    }
+
+
+class Pruner:
+    """Deletes what `config` says is old enough, from `queue`'s table."""
+
+    def __init__(self, queue: Queue, config: PruneConfig) -> None:
+        if not isinstance(config, PruneConfig):
+            raise ConfigurationError(f"pruning must be a PruneConfig, got {type(config).__name__}")
+        self.queue = queue
+        self.config = config
+        self._ages = {"completed": config.completed_after, "failed": config.failed_after}
+        self._next_run = 0.0
+
+    def run_once(self) -> PruneResult:
+        """One batch of each configured job kind, then the old counters; each batch its own
+        transaction."""
+        return self.run(max_batches=1)
+
+    def run(self, max_batches: int | None = None) -> PruneResult:
+        """Batches until every kind is caught up (a batch came back short of `batch_size`), or
+        `max_batches` of each kind. Safe beside workers and other pruners: SKIP LOCKED splits
+        the work and leaves a row someone holds for the next batch."""
+        total = PruneResult()
+        todo = {kind: age for kind, age in self._ages.items() if age is not None}
+        rounds = 0
+        while todo and (max_batches is None or rounds < max_batches):
+            step = {kind: self._batch(kind, age) for kind, age in todo.items()}
+            total += PruneResult(completed=step.get("completed", 0), failed=step.get("failed", 0),
+                                 batches=len(step))
+            todo = {kind: age for kind, age in todo.items() if step[kind] >= self.config.batch_size}
+            rounds += 1
+        counters = self._delete("counters", {"age": self.config.counters_after})
+        return total + PruneResult(counters=counters, batches=1)
+
+    def run_if_due(self) -> PruneResult | None:
+        """A worker's periodic pass: at most `max_batches` of each kind every `interval` s.
+
+        The next pass is scheduled before this one runs, so a pass that fails (the error
+        reaches the worker's loop, which backs off) is not retried at once."""
+        now = time.monotonic()
+        if now < self._next_run:
+            return None
+        self._next_run = now + self.config.interval
+        result = self.run(max_batches=self.config.max_batches)
+        if result.jobs or result.counters:
+            logger.info("pruned %d completed and %d failed job(s), %d counter row(s) from %s",
+                        result.completed, result.failed, result.counters, self.queue.table.name)
+        return result
+
+    def _batch(self, kind: str, age: timedelta) -> int:
+        return self._delete(kind, {"age": age, "limit": self.config.batch_size})
+
+    def _delete(self, kind: str, params: dict[str, Any]) -> int:
+        with self.queue._transaction() as conn:
+            return int(conn.execute(_statements(self.queue.table)[kind], params).scalar_one())
+
+
+class _NoPruning:
+    """A worker without a pruning option: its claim loop calls this and nothing happens."""
+
+    def run_if_due(self) -> None:
+        return None
+
+
+def worker_pruner(queue: Queue, config: PruneConfig | None) -> Pruner | _NoPruning:
+    return _NoPruning() if config is None else Pruner(queue, config)
+
+
+def prune(queue: Queue, **options: Any) -> PruneResult:
+    """`Queue.prune`: build a config from `options` (bad ones raise `InvalidInputError`, since
+    they are a call's arguments, not a worker's configuration) and prune until caught up."""
+    try:
+        config = PruneConfig.build(**options)
+    except ConfigurationError as exc:
+        raise InvalidInputError(str(exc)) from None
+    return Pruner(queue, config).run()

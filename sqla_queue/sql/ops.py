@@ -1,0 +1,144 @@
+"""Operator statements: list jobs, retry a failed job now, cancel a pending one, prune.
+
+None of them can fight a claim. Each write selects its target in a CTE with ``FOR UPDATE SKIP
+LOCKED`` and a literal status, so a row that a claim (or any other transaction) holds is
+skipped, not waited on, and a row that changed state since the statement's snapshot is
+re-checked against the status under the row lock (READ COMMITTED's re-evaluation) and left
+alone. Zero rows back means "not in that state, or busy": the caller reads the row to say which.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Interval,
+    Table,
+    any_,
+    bindparam,
+    cast,
+    exists,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.sql import Executable
+
+from ..types import ACTIVE_STATUSES, JobStatus
+from ._predicates import status_is
+
+
+def list_jobs(
+    table: Table,
+    *,
+    status: JobStatus | None = None,
+    by_queue: bool = False,
+    by_task: bool = False,
+    paged: bool = False,
+) -> Executable:
+    """Up to ``:limit`` jobs, newest first, optionally filtered; keyset-paged by ``:before_id``.
+
+    The status is a literal of our own enum, so the planner may answer from that status's
+    partial index; queue and task arrive as parameters. Keyset paging (``id < :before_id``)
+    costs the same on page 1,000 as on page 1, unlike OFFSET.
+    """
+    conditions: list[ColumnElement[bool]] = []
+    if status is not None:
+        conditions.append(status_is(table, status))
+    if by_queue:
+        conditions.append(table.c.queue_name == bindparam("queue"))
+    if by_task:
+        conditions.append(table.c.task == bindparam("task"))
+    if paged:
+        conditions.append(table.c.id < bindparam("before_id"))
+    return select(table).where(*conditions).order_by(table.c.id.desc()).limit(bindparam("limit"))
+
+
+def retry_failed_job(table: Table) -> Executable:
+    """Failed job ``:job_id`` back to pending, due now, with at least one attempt left.
+
+    ``max_attempts`` grows to ``attempts + 1`` when the job used them all, so the history of
+    attempts stays true. ``last_error`` is kept until the next claim clears it. The claim token
+    is cleared: a late replay of the outcome that failed the job now finds it changed. A job
+    whose idempotency key an active job holds meanwhile is not touched (it would be a duplicate,
+    and the active-key index would refuse it).
+    """
+    target = (
+        select(table.c.id)
+        .where(table.c.id == bindparam("job_id"), status_is(table, JobStatus.FAILED))
+        .with_for_update(skip_locked=True)
+        .cte("target")
+    )
+    holder = table.alias("holder")
+    key_free = ~exists().where(
+        holder.c.idempotency_key == table.c.idempotency_key, status_is(holder, *ACTIVE_STATUSES)
+    )
+    return (
+        update(table)
+        .where(table.c.id == target.c.id, key_free)
+        .values(
+            status=JobStatus.PENDING.value,
+            run_at=func.clock_timestamp(),
+            max_attempts=func.greatest(table.c.max_attempts, table.c.attempts + 1),
+            failed_at=None,
+            locked_at=None,
+            locked_by=None,
+            claim_token=None,
+        )
+        .returning(*table.c)
+    )
+
+
+def cancel_pending_job(table: Table) -> Executable:
+    """Delete pending job ``:job_id`` and return its row, unless a transaction holds it.
+
+    Deleting is the cancel: the public states are pending, running, completed and failed, and a
+    cancel is no failure (it must not page anyone). The returned row is the caller's record.
+    """
+    target = (
+        select(table.c.id)
+        .where(table.c.id == bindparam("job_id"), status_is(table, JobStatus.PENDING))
+        .with_for_update(skip_locked=True)
+        .cte("target")
+    )
+    return table.delete().where(table.c.id == target.c.id).returning(*table.c)
+
+
+def job_state(table: Table) -> Executable:
+    """Why an operator write found nothing: the row's status and key, if it exists."""
+    return select(table.c.id, table.c.status, table.c.idempotency_key).where(
+        table.c.id == bindparam("job_id")
+    )
+
+
+def active_key_holder(table: Table) -> Executable:
+    """The active job holding ``:key``, if any."""
+    return select(table.c.id).where(
+        table.c.idempotency_key == bindparam("key"), status_is(table, *ACTIVE_STATUSES)
+    )
+
+
+def prune_finished(table: Table, status: JobStatus) -> Executable:
+    """Delete up to ``:limit`` `status` jobs that finished more than ``:age`` ago; returns how many.
+
+    `status` is completed or failed, inlined so the oldest rows come off that status's
+    finished-at partial index in order. Pending and running rows are not in that index and the
+    status is re-checked under the row lock, so they can never be deleted. SKIP LOCKED leaves a
+    row another transaction holds for the next batch.
+    """
+    finished_at = {JobStatus.COMPLETED: table.c.completed_at, JobStatus.FAILED: table.c.failed_at}[status]
+    doomed = (
+        select(table.c.id)
+        .where(status_is(table, status), finished_at < func.now() - bindparam("age", type_=Interval))
+        .order_by(finished_at)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    # ``id = ANY(array)``, not a join to the CTE: with the batch size a parameter the planner
+    # cannot size the join and may hash it against a scan of the whole table; an array of ids
+    # is always probed through the primary key.
+    ids = cast(select(func.array_agg(doomed.c.id)).scalar_subquery(), ARRAY(BigInteger))
+    gone = table.delete().where(table.c.id == any_(ids)).returning(table.c.id).cte("gone")
+    return select(func.count().label("deleted")).select_from(gone)

@@ -1,0 +1,270 @@
+"""Every doctor check seen passing and failing on a real server, in databases these tests
+created: transactions, snapshots and locks are held on the tests' own connections, dead tuples
+made by deleting rows. Other sessions on a shared server (other test runs) never change a
+verdict here: every check is about this database, and the horizon check says so explicitly."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+import sqla_queue as sq
+from sqla_queue.doctor import Doctor, DoctorConfig, Verdict
+
+NOW = timedelta(0)  # a threshold every open transaction or wait exceeds
+
+
+@pytest.fixture
+def db(own_database):
+    url, engine = own_database
+    queue = sq.Queue(engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    return queue, engine
+
+
+def checks(queue: sq.Queue, **options) -> dict[str, sq.doctor.Check]:
+    return {check.name: check for check in Doctor(queue, **options).run().checks}
+
+
+def verdicts(queue: sq.Queue, **options) -> dict[str, Verdict]:
+    return {name: check.verdict for name, check in checks(queue, **options).items()}
+
+
+def pid_of(conn) -> int:
+    return conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+
+
+def wait_until(condition, what: str, timeout: float = 30.0) -> None:
+    """Poll a database condition (not a sleep standing in for one)."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        pause.wait(0.02)
+
+
+def test_a_fresh_queue_database_passes_every_check(db):
+    queue, _ = db
+    report = Doctor(queue).run()
+    assert {c.name: c.verdict for c in report.checks} == {
+        "claim plan": Verdict.OK, "long transactions": Verdict.OK, "lock waits": Verdict.OK,
+        "dead tuples": Verdict.OK, "vacuum horizon": Verdict.OK, "stuck jobs": Verdict.OK,
+        "recent failures": Verdict.OK,
+    }
+    assert report.worst() is Verdict.OK
+
+
+# -- the claim's plan ----------------------------------------------------------------------
+
+
+def test_claim_plan_passes_on_a_small_table_because_the_index_is_usable(db):
+    queue, _ = db
+    queue.enqueue_many([{"task": "send_email", "payload": {}}] * 5)
+    check = checks(queue)["claim plan"]
+    assert check.verdict is Verdict.OK
+    assert "sqla_queue_jobs_pending_claim_idx" in check.summary
+
+
+def test_claim_plan_fails_when_the_pending_index_is_gone(db):
+    queue, engine = db
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX sqla_queue_jobs_pending_claim_idx"))
+    check = checks(queue)["claim plan"]
+    assert check.verdict is Verdict.FAIL
+    assert "does not use sqla_queue_jobs_pending_claim_idx" in check.summary and "ANALYZE" in check.hint
+
+
+# -- transactions, snapshots and locks held on our own connections ---------------------------
+
+
+@contextmanager
+def open_transaction(engine: Engine, *, snapshot: bool = False) -> Iterator[int]:
+    """A session in an open transaction; with `snapshot`, one that holds a snapshot (xmin)."""
+    with engine.connect() as conn:
+        if snapshot:
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        conn.execute(text("SELECT count(*) FROM sqla_queue_jobs"))
+        yield pid_of(conn)
+        conn.rollback()
+
+
+def test_long_transaction_fails_while_open_and_passes_once_it_ends(db):
+    queue, engine = db
+    with open_transaction(engine) as pid:
+        check = checks(queue, max_transaction_age=NOW)["long transactions"]
+        assert check.verdict is Verdict.FAIL
+        assert any(line.startswith(f"pid {pid} ") for line in check.details)
+        assert "pg_terminate_backend" in check.hint
+    assert checks(queue, max_transaction_age=NOW)["long transactions"].verdict is Verdict.OK
+
+
+def test_a_snapshot_in_this_database_holds_the_vacuum_horizon_back(db):
+    queue, engine = db
+    with open_transaction(engine, snapshot=True) as pid:
+        check = checks(queue, max_transaction_age=NOW)["vacuum horizon"]
+        assert check.verdict is Verdict.FAIL
+        assert f"pid {pid} " in check.summary
+    assert checks(queue, max_transaction_age=NOW)["vacuum horizon"].verdict is Verdict.OK
+
+
+def test_a_snapshot_in_another_database_is_listed_but_does_not_fail_this_one(db, create_database):
+    queue, _ = db
+    elsewhere = create_engine(create_database())
+    try:
+        with open_transaction(elsewhere, snapshot=True) as pid:
+            check = checks(queue, max_transaction_age=NOW)["vacuum horizon"]
+            assert check.verdict is Verdict.OK
+            [line] = [d for d in check.details if d.startswith(f"pid {pid} ")]
+            assert "[other database: does not hold back this one]" in line
+    finally:
+        elsewhere.dispose()
+
+
+def test_a_lock_wait_on_the_queue_table_fails_until_the_blocker_lets_go(db):
+    queue, engine = db
+    job_id = queue.enqueue("send_email", {})
+    with engine.connect() as holder:
+        holder.execute(text("SELECT id FROM sqla_queue_jobs WHERE id = :id FOR UPDATE"), {"id": job_id})
+        holder_pid = pid_of(holder)
+        waiter_pid: list[int] = []
+        waiter = threading.Thread(target=_update_job, args=(engine, job_id, waiter_pid))
+        waiter.start()
+        try:
+            wait_until(lambda: _waiting(engine, holder_pid), "the waiter to queue behind the row lock")
+            check = checks(queue, max_lock_wait=NOW)["lock waits"]
+            assert check.verdict is Verdict.FAIL
+            assert any(f"blocked by {holder_pid}" in line for line in check.details), check.details
+        finally:
+            holder.rollback()
+            waiter.join(timeout=30)
+    assert not waiter.is_alive()
+    assert checks(queue, max_lock_wait=NOW)["lock waits"].verdict is Verdict.OK
+
+
+def _update_job(engine: Engine, job_id: int, pid: list[int]) -> None:
+    with engine.begin() as conn:
+        pid.append(pid_of(conn))
+        conn.execute(text("UPDATE sqla_queue_jobs SET last_error = 'operator' WHERE id = :id"), {"id": job_id})
+
+
+def _waiting(engine: Engine, holder_pid: int) -> bool:
+    with engine.connect() as conn:
+        return bool(conn.execute(text(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND waitstart IS NOT NULL"
+            " AND :holder = ANY (pg_blocking_pids(pid))"), {"holder": holder_pid}).scalar_one())
+
+
+def test_a_check_that_cannot_finish_fails_with_the_reason_instead_of_hanging(db):
+    queue, engine = db
+    with engine.connect() as migration:  # e.g. an ALTER TABLE queued behind nothing, holding on
+        migration.execute(text("LOCK TABLE sqla_queue_jobs IN ACCESS EXCLUSIVE MODE"))
+        found = checks(queue)
+        migration.rollback()
+    plan = found["claim plan"]
+    assert plan.verdict is Verdict.FAIL
+    assert plan.summary.startswith("could not run this check:") and "lock timeout" in plan.summary
+    assert found["stuck jobs"].verdict is Verdict.FAIL
+    assert found["vacuum horizon"].verdict is Verdict.OK  # catalog views do not wait on the table
+
+
+def test_an_unreachable_database_is_an_error_not_a_report():
+    queue = sq.Queue("postgresql://nobody@127.0.0.1:1/nowhere", load_entrypoints=False)
+    with pytest.raises(sq.DatabaseError):
+        Doctor(queue).run()
+
+
+# -- dead tuples -------------------------------------------------------------------------------
+
+
+def test_dead_tuples_fail_until_vacuum_removes_them(db, count_jobs):
+    queue, engine = db
+    with engine.begin() as conn:  # autovacuum must not clean up behind the test's back
+        conn.execute(text("ALTER TABLE sqla_queue_jobs SET (autovacuum_enabled = false)"))
+    with engine.connect() as conn:
+        conn.execute(text("INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, completed_at, locked_at)"
+                          " SELECT 'default', 'send_email', '{}', 'completed', now(), now()"
+                          " FROM generate_series(1, 20000)"))
+        conn.commit()
+        assert queue.prune(completed_after=timedelta(seconds=1), batch_size=100_000).completed == 0
+        conn.execute(text("DELETE FROM sqla_queue_jobs"))
+        conn.commit()
+        conn.execute(text("SELECT pg_stat_force_next_flush()"))  # counts reach shared stats when idle
+        conn.execute(text("SELECT 1"))
+
+    check = checks(queue)["dead tuples"]
+    assert check.verdict is Verdict.FAIL
+    assert check.summary.startswith("20000 dead and 0 live tuples") and "VACUUM" in check.hint
+
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM sqla_queue_jobs"))
+    check = checks(queue)["dead tuples"]
+    assert check.verdict is Verdict.OK and check.summary.startswith("0 dead")
+
+
+# -- jobs past their lease, recent failures ------------------------------------------------
+
+
+def test_jobs_stuck_past_their_lease_fail_until_recovered(db):
+    queue, engine = db
+    queue.enqueue("send_email", {})
+    queue.claim(worker_id="crashed")
+    assert checks(queue)["stuck jobs"].verdict is Verdict.OK  # a fresh lease is fine
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour'"))
+    check = checks(queue)["stuck jobs"]
+    assert check.verdict is Verdict.FAIL and check.details[0].startswith("queue default: 1 job(s)")
+    queue.recover_expired(lease=60)
+    assert checks(queue)["stuck jobs"].verdict is Verdict.OK
+
+
+def test_recent_failures_warn_fail_past_a_limit_and_age_out(db):
+    queue, engine = db
+    queue.enqueue("send_email", {})
+    [job] = queue.claim(worker_id="w")
+    queue.fail(job.id, job.claim_token, error="smtp: 550 mailbox unavailable")
+
+    warned = checks(queue)["recent failures"]
+    assert warned.verdict is Verdict.WARN
+    assert warned.details == ("queue default: 1 failed, latest error: smtp: 550 mailbox unavailable",)
+    assert verdicts(queue, max_failed=0)["recent failures"] is Verdict.FAIL
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE sqla_queue_jobs SET failed_at = now() - interval '2 hours'"))
+    assert verdicts(queue, max_failed=0)["recent failures"] is Verdict.OK
+
+
+def test_strict_turns_warnings_into_a_failure(db):
+    queue, _ = db
+    queue.enqueue("send_email", {})
+    [job] = queue.claim(worker_id="w")
+    queue.fail(job.id, job.claim_token, error="boom")
+    report = Doctor(queue).run()
+    assert report.worst() is Verdict.WARN and report.worst(strict=True) is Verdict.FAIL
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"lease": 0}, "lease must be positive"),
+        ({"max_transaction_age": -1}, "max_transaction_age must be non-negative"),
+        ({"max_failed": -1}, "max_failed must be a non-negative integer"),
+        ({"dead_tuples_ratio": 0}, "dead_tuples_ratio must be a positive number"),
+        ({"claim_queue": ""}, "claim_queue must not be empty"),
+        ({"max_lock_wiat": 1}, "unknown doctor option"),
+    ],
+)
+def test_bad_thresholds_are_refused(db, options, message):
+    queue, _ = db
+    with pytest.raises(sq.ConfigurationError, match=message):
+        Doctor(queue, **options)
+
+
+def test_config_and_options_do_not_mix(db):
+    queue, _ = db
+    with pytest.raises(sq.ConfigurationError, match="not both"):
+        Doctor(queue, DoctorConfig(), lease=60)

@@ -1,0 +1,126 @@
+"""The operations statements compiled for PostgreSQL, without a database: their shape is the
+contract the plan tests and the docs rely on (literal statuses for the partial indexes, SKIP
+LOCKED on every operator write, bounded deletes, parameters for every value)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.orm import DeclarativeBase
+
+import sqla_queue as sq
+from sqla_queue.models import counters_table
+from sqla_queue.sql import catalog, counters, ops, stats
+
+JOBS = sq.Job.__table__
+COUNTERS = counters_table(JOBS)
+
+
+class _Compiler(PGDialect_psycopg.statement_compiler):
+    """Renders literal-execute values without asking for every bound value (there are none)."""
+
+    def construct_params(self, *args, **kwargs):
+        kwargs["_check"] = False
+        return super().construct_params(*args, **kwargs)
+
+
+class _Dialect(PGDialect_psycopg):
+    statement_compiler = _Compiler
+
+
+def rendered(statement) -> str:
+    """SQL as psycopg receives it: our literal statuses inlined, every value a parameter."""
+    compiled = statement.compile(dialect=_Dialect(), compile_kwargs={"render_postcompile": True})
+    return " ".join(str(compiled).split())
+
+
+def test_the_active_aggregate_repeats_the_active_key_index_predicate():
+    text = rendered(stats.queue_health(JOBS))
+    assert "WHERE sqla_queue_jobs.status IN ('pending', 'running')" in text
+    assert "'completed'" not in text and "'failed'" not in text
+
+
+def test_windowed_reads_bound_an_index_range_with_a_stable_now():
+    for statement, column in ((stats.completed_in_window(JOBS), "completed_at"),
+                              (stats.failed_in_window(JOBS), "failed_at")):
+        text = rendered(statement)
+        assert f"sqla_queue_jobs.{column} >= now() - %(window)s" in text
+        assert "clock_timestamp" not in text  # volatile: could not bound an index scan
+    assert "percentile_cont" in rendered(stats.completed_in_window(JOBS))
+    assert "sqla_queue_jobs_counters.bucket >= date_trunc" in rendered(stats.counted_in_window(COUNTERS))
+
+
+def test_counters_are_upserted_per_minute_queue_and_kind():
+    text = rendered(counters.count_events(COUNTERS))
+    assert "INSERT INTO sqla_queue_jobs_counters (bucket, queue_name, kind, events)" in text
+    assert "ON CONFLICT (bucket, queue_name, kind) DO UPDATE SET events = " in text
+    assert "date_trunc(%(date_trunc_2)s::VARCHAR, clock_timestamp())" in text
+
+
+def test_empty_claim_classification_is_one_statement_in_reason_order():
+    text = rendered(counters.count_empty_claim(JOBS, COUNTERS))
+    assert text.count("WHEN (EXISTS (SELECT") == 4 and text.count("status = 'pending'") == 4
+    assert "WHERE classified.kind IS NOT NULL" in text and "RETURNING sqla_queue_jobs_counters.kind" in text
+
+
+@pytest.mark.parametrize(("builder", "status"), [
+    (ops.retry_failed_job, "failed"),
+    (ops.cancel_pending_job, "pending"),
+])
+def test_operator_writes_skip_locked_rows_and_inline_the_state_they_need(builder, status):
+    text = rendered(builder(JOBS))
+    assert "FOR UPDATE SKIP LOCKED" in text
+    assert f"sqla_queue_jobs.status = '{status}'" in text
+    assert "sqla_queue_jobs.id = %(job_id)s" in text
+
+
+def test_retry_now_checks_the_idempotency_key_is_free():
+    text = rendered(ops.retry_failed_job(JOBS))
+    assert "NOT (EXISTS (SELECT" in text and "holder.status IN ('pending', 'running')" in text
+    assert "greatest(sqla_queue_jobs.max_attempts, sqla_queue_jobs.attempts +" in text
+
+
+@pytest.mark.parametrize(("status", "column"), [
+    (sq.JobStatus.COMPLETED, "completed_at"),
+    (sq.JobStatus.FAILED, "failed_at"),
+])
+def test_pruning_is_a_bounded_skip_locked_batch_of_one_status(status, column):
+    text = rendered(ops.prune_finished(JOBS, status))
+    assert f"sqla_queue_jobs.status = '{status.value}'" in text
+    assert f"ORDER BY sqla_queue_jobs.{column}" in text and "LIMIT %(limit)s FOR UPDATE SKIP LOCKED" in text
+    assert "sqla_queue_jobs.id = ANY (CAST((SELECT array_agg(doomed.id)" in text
+    assert "'pending'" not in text and "'running'" not in text
+
+
+def test_list_jobs_adds_only_the_filters_asked_for():
+    plain = rendered(ops.list_jobs(JOBS))
+    filtered = rendered(ops.list_jobs(JOBS, status=sq.JobStatus.FAILED, by_queue=True, by_task=True, paged=True))
+    assert "WHERE" not in plain and "ORDER BY sqla_queue_jobs.id DESC" in plain
+    for fragment in ("status = 'failed'", "queue_name = %(queue)s", "task = %(task)s", "id < %(before_id)s"):
+        assert fragment in filtered
+
+
+def test_catalog_reads_stay_in_this_database_where_the_check_is_about_it():
+    assert "datname = current_database()" in rendered(catalog.long_transactions())
+    assert "datname = current_database()" in rendered(catalog.lock_waits(JOBS))
+    horizon = rendered(catalog.horizon_backends())
+    assert "AS in_scope" in horizon and "WHERE pg_catalog.pg_stat_activity.datname" not in horizon
+
+
+def test_explain_wraps_the_real_statement_and_keeps_its_parameters():
+    text = rendered(catalog.explain(sq.sql.claim_jobs(JOBS)))
+    assert text.startswith("EXPLAIN (FORMAT JSON) WITH due_jobs AS")
+    assert "%(queue)s" in text and "FOR UPDATE SKIP LOCKED" in text
+
+
+def test_a_host_job_table_gets_its_own_counters_table():
+    class HostBase(DeclarativeBase):
+        pass
+
+    class HostJob(sq.JobMixin, HostBase):
+        __tablename__ = "host_jobs"
+
+    table = HostBase.metadata.tables["host_jobs_counters"]
+    assert counters_table(HostJob.__table__) is table
+    assert [c.name for c in table.primary_key] == ["bucket", "queue_name", "kind"]
+    assert "INSERT INTO host_jobs_counters" in rendered(counters.count_events(table))

@@ -1,0 +1,103 @@
+"""The stats, doctor and retention statements as PostgreSQL plans them on a table that is mostly
+finished jobs: each must be served by the index docs/how-to/operations.md names, never by a
+sequential scan of the job table."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from ops_helpers import indexes_used, plan_of, seq_scanned
+from sqlalchemy import create_engine, text
+
+import sqla_queue as sq
+from sqla_queue.models import counters_table
+from sqla_queue.sql import catalog, counters, ops, stats
+
+JOBS = sq.Job.__table__
+COUNTERS = counters_table(JOBS)
+WINDOW = {"window": timedelta(minutes=15)}
+
+
+@pytest.fixture(scope="module")
+def big(create_database):
+    """100,000 completed and 5,000 failed jobs over four weeks, a few hundred active ones, and a
+    week of per-minute counters; analyzed."""
+    engine = create_engine(create_database())
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at,"
+            " locked_at, completed_at)"
+            " SELECT CASE WHEN g % 3 = 0 THEN 'images' ELSE 'default' END, 'send_email', '{}',"
+            " 'completed', 1, now() - make_interval(secs => g * 24), now() - make_interval(secs => g * 24),"
+            " now() - make_interval(secs => g * 24 - 1) FROM generate_series(1, 100000) AS g"
+        ))
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at,"
+            " locked_at, failed_at, last_error)"
+            " SELECT 'default', 'send_email', '{}', 'failed', 5, now(), now(),"
+            " now() - make_interval(secs => g * 480), 'boom' FROM generate_series(1, 5000) AS g"
+        ))
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at)"
+            " SELECT CASE WHEN g % 2 = 0 THEN 'images' ELSE 'default' END, 'send_email', '{}',"
+            " now() + make_interval(secs => g - 200) FROM generate_series(1, 400) AS g"
+        ))
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, locked_at,"
+            " claim_token) SELECT 'default', 'send_email', '{}', 'running', 1,"
+            " now() - make_interval(secs => g), 't' FROM generate_series(1, 30) AS g"
+        ))
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs_counters (bucket, queue_name, kind, events)"
+            " SELECT date_trunc('minute', now()) - make_interval(mins => g), q, 'empty_scheduled', 1"
+            " FROM generate_series(0, 10079) AS g, unnest(ARRAY['default', 'images']) AS q"
+        ))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE sqla_queue_jobs"))
+        conn.execute(text("VACUUM ANALYZE sqla_queue_jobs_counters"))
+    yield engine
+    engine.dispose()
+
+
+def assert_served_by(plan, index: str) -> None:
+    assert index in indexes_used(plan), plan
+    assert not seq_scanned(plan) & {"sqla_queue_jobs", "sqla_queue_jobs_counters"}, plan
+
+
+def test_the_active_aggregate_reads_the_active_key_index_not_the_finished_jobs(big):
+    plan = plan_of(big, stats.queue_health(JOBS))
+    assert_served_by(plan, "sqla_queue_jobs_active_key_idx")
+
+
+def test_completions_in_the_window_are_a_range_on_the_completed_at_index(big):
+    assert_served_by(plan_of(big, stats.completed_in_window(JOBS), WINDOW), "sqla_queue_jobs_completed_at_idx")
+
+
+def test_failures_in_the_window_are_a_range_on_the_failed_at_index(big):
+    assert_served_by(plan_of(big, stats.failed_in_window(JOBS), WINDOW), "sqla_queue_jobs_failed_at_idx")
+
+
+def test_counters_in_the_window_are_a_range_on_their_primary_key(big):
+    assert_served_by(plan_of(big, stats.counted_in_window(COUNTERS), WINDOW), "pk_sqla_queue_jobs_counters")
+
+
+def test_empty_claim_classification_probes_the_pending_claim_index(big):
+    plan = plan_of(big, counters.count_empty_claim(JOBS, COUNTERS), {"queue": "default", "events": 1})
+    assert_served_by(plan, "sqla_queue_jobs_pending_claim_idx")
+
+
+def test_doctor_reads_of_the_job_table_use_the_running_and_failed_indexes(big):
+    stuck = plan_of(big, catalog.stuck_running(JOBS), {"lease": timedelta(minutes=2)})
+    failed = plan_of(big, catalog.recent_failures(JOBS), {"since": timedelta(hours=1)})
+    assert_served_by(stuck, "sqla_queue_jobs_running_lease_idx")
+    assert_served_by(failed, "sqla_queue_jobs_failed_at_idx")
+
+
+@pytest.mark.parametrize(("status", "index"), [
+    (sq.JobStatus.COMPLETED, "sqla_queue_jobs_completed_at_idx"),
+    (sq.JobStatus.FAILED, "sqla_queue_jobs_failed_at_idx"),
+])
+def test_pruning_walks_the_finished_at_index_from_the_oldest(big, status, index):
+    plan = plan_of(big, ops.prune_finished(JOBS, status), {"age": timedelta(days=7), "limit": 1000})
+    assert_served_by(plan, index)
