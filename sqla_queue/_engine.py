@@ -42,7 +42,7 @@ def make_engine(url: str) -> Engine:
     """An engine for a PostgreSQL URL; ``postgresql://`` means psycopg 3."""
     try:
         parsed = make_url(url)
-    except (sa_exc.ArgumentError, ValueError) as exc:
+    except (sa_exc.ArgumentError, ValueError):
         raise ConfigurationError(f"not a database URL: {_redacted(url)!r}") from None
     if parsed.get_backend_name() != "postgresql":
         raise ConfigurationError(

@@ -7,12 +7,14 @@ helpfully, or silently get wrong (a naive datetime is read in the session's time
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import ConfigurationError, InvalidInputError, PayloadError
+from .errors import ConfigurationError, InvalidInputError, PayloadError, SqlaQueueError
 
 MAX_NAME_LENGTH = 128
 MAX_KEY_LENGTH = 512
@@ -135,3 +137,20 @@ def positive_int(value: Any, what: str, *, error: type[Exception] = InvalidInput
 
 def config_positive_int(value: Any, what: str) -> int:
     return positive_int(value, what, error=ConfigurationError)
+
+
+def known_options(options: Iterable[str], known: list[str], what: str) -> None:
+    """Reject an option name that is not a field, suggesting the closest one."""
+    for name in options:
+        if name not in known:
+            hint = difflib.get_close_matches(name, known, n=1)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise ConfigurationError(f"unknown {what} option {name!r}{suggestion}")
+
+
+def as_config(check: Callable[..., Any], value: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run an input check on a configuration value: its failure is a `ConfigurationError`."""
+    try:
+        return check(value, *args, **kwargs)
+    except SqlaQueueError as exc:
+        raise ConfigurationError(str(exc)) from None

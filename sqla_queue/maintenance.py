@@ -15,7 +15,6 @@ docs/how-to/operations.md, "Retention, vacuum and bloat".
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
 import time
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Table
 
 from . import _validate
-from .errors import ConfigurationError, InvalidInputError, SqlaQueueError
+from .errors import ConfigurationError, InvalidInputError
 from .models import counters_table
 from .sql import counters as counter_sql
 from .sql import ops as ops_sql
@@ -73,13 +72,13 @@ class PruneConfig:
         for name in ("completed_after", "failed_after", "counters_after"):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _config(_validate.duration, value, name, positive=True))
+                object.__setattr__(self, name, _validate.as_config(_validate.duration, value, name, positive=True))
         if self.completed_after is None and self.failed_after is None:
             raise ConfigurationError("pruning needs completed_after or failed_after (or both)")
-        _config(_validate.positive_int, self.batch_size, "batch_size")
+        _validate.as_config(_validate.positive_int, self.batch_size, "batch_size")
         if self.batch_size > MAX_BATCH_SIZE:
             raise ConfigurationError(f"batch_size must be at most {MAX_BATCH_SIZE}, got {self.batch_size}")
-        _config(_validate.positive_int, self.max_batches, "max_batches")
+        _validate.as_config(_validate.positive_int, self.max_batches, "max_batches")
         interval = self.interval
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not math.isfinite(interval) or interval <= 0:
             raise ConfigurationError(f"interval must be a positive number of seconds, got {interval!r}")
@@ -87,21 +86,8 @@ class PruneConfig:
     @classmethod
     def build(cls, **options: Any) -> PruneConfig:
         """Like the constructor, with "did you mean" for a misspelt option."""
-        known = [f.name for f in fields(cls)]
-        for name in options:
-            if name not in known:
-                hint = difflib.get_close_matches(name, known, n=1)
-                raise ConfigurationError(
-                    f"unknown pruning option {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
-                )
+        _validate.known_options(options, [f.name for f in fields(cls)], "pruning")
         return cls(**options)
-
-
-def _config(check, value, *args, **kwargs):
-    try:
-        return check(value, *args, **kwargs)
-    except SqlaQueueError as exc:
-        raise ConfigurationError(str(exc)) from None
 
 
 @dataclass(frozen=True)

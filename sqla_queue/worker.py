@@ -20,7 +20,6 @@ or its fenced lease keeps its slot until it returns, but its result is discarded
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import signal
@@ -38,7 +37,7 @@ from sqlalchemy import Engine
 from . import _validate
 from ._engine import worker_engine
 from ._listener import Listener
-from .errors import ConfigurationError, DatabaseError, SqlaQueueError, UnknownTaskError
+from .errors import ConfigurationError, DatabaseError, UnknownTaskError
 from .maintenance import PruneConfig, worker_pruner
 from .types import DEFAULT_LEASE, ClaimedJob, JobStatus
 
@@ -95,16 +94,11 @@ class WorkerConfig:
 
     @classmethod
     def build(cls, **options: Any) -> WorkerConfig:
-        known = [f.name for f in fields(cls)]
-        for name in options:
-            if name not in known:
-                hint = difflib.get_close_matches(name, known, n=1)
-                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-                raise ConfigurationError(f"unknown worker option {name!r}{suggestion}")
+        _validate.known_options(options, [f.name for f in fields(cls)], "worker")
         if isinstance(options.get("queues"), str):
             options["queues"] = tuple(q for q in options["queues"].split(",") if q)
         if "lease" in options:
-            options["lease"] = _config(_validate.duration, options["lease"], "lease", positive=True)
+            options["lease"] = _validate.as_config(_validate.duration, options["lease"], "lease", positive=True)
         config = cls(**options)
         config.validate()
         return config
@@ -113,7 +107,7 @@ class WorkerConfig:
         if not self.queues:
             raise ConfigurationError("queues must name at least one queue")
         for name in self.queues:
-            _config(_validate.name, name, "queue")
+            _validate.as_config(_validate.name, name, "queue")
         _validate.config_positive_int(self.concurrency, "concurrency")
         if self.pruning is not None and not isinstance(self.pruning, PruneConfig):
             raise ConfigurationError(f"pruning must be a PruneConfig, got {type(self.pruning).__name__}")
@@ -137,13 +131,6 @@ class WorkerConfig:
     @property
     def effective_batch_size(self) -> int:
         return self.batch_size or self.concurrency
-
-
-def _config(check, value, *args, **kwargs):
-    try:
-        return check(value, *args, **kwargs)
-    except SqlaQueueError as exc:
-        raise ConfigurationError(str(exc)) from None
 
 
 @dataclass
