@@ -186,7 +186,6 @@ def test_stat_formatting():
 
 
 def test_plot_draws_a_png(tmp_path):
-    pytest.importorskip("matplotlib")
     from benchmarks import plot
 
     path = tmp_path / "performance.png"
