@@ -67,10 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint()
         results["drain"] = drain.run(db, size, log)
         checkpoint()
-        extra = [b for b in drain.worker_batches(results["drain"]) if b not in raw.CLAIM_BATCHES]
-        if extra:
-            log(f"raw limit at the batch sizes the workers used: {extra}")
-            _merge(results["raw"]["claim"], raw.claim_limit(db, size, extra, log))
         results["latency"] = latency.run(db, size, log)
         checkpoint()
         results["claim_cost"] = claim_cost.run(db, size, log)
@@ -130,12 +126,6 @@ def code_version() -> str:
         return f"{where} (not a git checkout)"
     changed = [line[3:] for line in dirty if line.strip()]
     return f"commit {head}" + (f" plus uncommitted changes to {', '.join(changed)}" if changed else "")
-
-
-def _merge(into: dict, extra: dict) -> None:
-    for method, per_c in extra.items():
-        for clients, per_b in per_c.items():
-            into.setdefault(method, {}).setdefault(clients, {}).update(per_b)
 
 
 def _now() -> str:

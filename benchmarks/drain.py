@@ -10,26 +10,41 @@ claims that returned work.
 
 from __future__ import annotations
 
-from . import raw_sql, tables
+from . import raw, raw_sql, tables
 from .cpu import ServerCpu
 from .procs import run_workers
 from .server import Database
-from .sizes import Size
+from .sizes import Size, raw_jobs_for
 from .stats import summary
 from .tables import ServerCounters
 
 
 def run(db: Database, size: Size, log) -> dict:
+    """Each drain repetition is followed at once by the raw-SQL limit at the batch size that
+    drain used (the first raw method, every client count), so each ratio compares two runs
+    that shared the machine's state: on a noisy machine minutes apart is too far."""
     configs = [(p, c) for p in size.drain_processes for c in size.drain_concurrency]
     runs: dict = {f"{p}x{c}": [] for p, c in configs}
+    paired: dict = {f"{p}x{c}": {n: [] for n in size.raw_clients} for p, c in configs}
+    method = raw.methods(db)[0]
     for rep in range(size.repeat):
         for processes, concurrency in configs:
+            key = f"{processes}x{concurrency}"
             out = drain_once(db, size.drain_jobs, processes, concurrency, log=log)
-            runs[f"{processes}x{concurrency}"].append(out)
+            runs[key].append(out)
+            batch = max(1, round(out["batch"] or 1))
+            limits = {n: raw.claim_run(db, method, n, batch, raw_jobs_for(size, batch)) for n in size.raw_clients}
+            for n, rate in limits.items():
+                paired[key][n].append(rate)
             log(f"drain {processes} proc x concurrency {concurrency} rep {rep + 1}: "
                 f"{out['jobs_per_s']:,.0f} jobs/s, batch {out['batch']:.1f}, "
-                f"{out['commits_per_job']:.2f} commits/job")
-    return {key: _summarise(key, outs) for key, outs in runs.items()}
+                f"{out['commits_per_job']:.2f} commits/job; raw {method} at batch {batch}: "
+                + ", ".join(f"{r:,.0f} ({n} client{'s' if n > 1 else ''})" for n, r in limits.items()))
+    out = {key: _summarise(key, outs) for key, outs in runs.items()}
+    for key, per_clients in paired.items():
+        out[key]["raw_paired"] = {"method": method,
+                                  "clients": {n: summary(v) for n, v in per_clients.items()}}
+    return out
 
 
 def drain_once(db: Database, jobs: int, processes: int, concurrency: int, *, options: dict | None = None,
@@ -81,8 +96,3 @@ def _summarise(key: str, outs: list[dict]) -> dict:
         values = [o[name] for o in outs if o[name] is not None]
         out[name] = summary(values)
     return out
-
-
-def worker_batches(drain: dict) -> list[int]:
-    """The batch sizes the drains used (median jobs per claim, rounded), for the raw limit."""
-    return sorted({max(1, round(d["batch"]["median"])) for d in drain.values() if d["batch"]["median"]})

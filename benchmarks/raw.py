@@ -33,14 +33,14 @@ def claim_limit(db: Database, size: Size, batches, log, *, only: list[str] | Non
         for batch in batches:
             for clients in size.raw_clients:
                 for method in use:
-                    rate = _claim_run(db, method, clients, batch, raw_jobs_for(size, batch))
+                    rate = claim_run(db, method, clients, batch, raw_jobs_for(size, batch))
                     values[method][clients][batch].append(rate)
                     log(f"raw claim+complete {method} c={clients} batch={batch} rep {rep + 1}: {rate:,.0f} jobs/s")
     return {m: {c: {b: summary(v) for b, v in per_c.items()} for c, per_c in per_m.items()}
             for m, per_m in values.items()}
 
 
-def _claim_run(db: Database, method: str, clients: int, batch: int, jobs: int) -> float:
+def claim_run(db: Database, method: str, clients: int, batch: int, jobs: int) -> float:
     per_client = -(-jobs // (clients * batch))
     total = per_client * clients * batch
     tables.reset(db, pending=total)

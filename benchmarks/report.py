@@ -97,8 +97,8 @@ def _raw_section(results: dict) -> list[str]:
              "for the whole batch (`id = ANY(…) AND status = 'running' AND claim_token = …`): one commit each, "
              "2 commits per batch, on the same table and indexes as sqla_queue (benchmarks/raw_sql.py). "
              "pgbench runs with `-M prepared`; psycopg with `prepare=True` in autocommit, one process per "
-             "connection. Jobs/s counts the rows the database shows completed. Batch sizes beyond 1/10/100 "
-             "are the ones the drains used.", "",
+             "connection. Jobs/s counts the rows the database shows completed. The raw runs paired with each "
+             "drain, at the batch size it used, are in section 3.", "",
              "| Batch | " + " | ".join(f"{m}, {c} client{'s' if int(c) > 1 else ''}" for m, c in cols) + " |",
              "|---|" + "---|" * len(cols)]
     for b in batches:
@@ -132,7 +132,8 @@ def _drain_section(results: dict) -> list[str]:
              f"{next(iter(results['drain'].values()))['jobs']:,} pre-enqueued no-op jobs drained by worker processes "
              "(`multiprocessing`, spawn; `queue.worker(concurrency=N).run(until_empty=True)`), timed from the start "
              "signal to the last `completed_at`. *Batch* is jobs per claim statement (distinct claim tokens). The "
-             "raw limit is the best raw rate at that batch size over methods and client counts. Commits and WAL are "
+             "raw limit is the seed's claim + completion at that batch size, run right after each drain repetition "
+             "(*paired*: same minute, same machine state) with each client count, the best median taken. Commits and WAL are "
              "the server's, per job; CPU is user+system time per job of the worker processes (client) and of the "
              "PostgreSQL processes (server).", "",
              "| Processes x concurrency | Jobs/s | Batch used | Raw limit at that batch | Ratio | Commits/job | "

@@ -33,11 +33,17 @@ def raw_enqueue_limit(results: dict, rows: int) -> tuple[float | None, str]:
 
 
 def drain_ratios(results: dict) -> list[dict]:
-    """Each drain against the raw-SQL limit at the batch size it used (rounded)."""
+    """Each drain against the raw-SQL limit at the batch size it used (rounded): the raw runs
+    paired with the drain's repetitions when there are any, else the raw section's figure."""
     out = []
     for key, d in results["drain"].items():
         batch = max(1, round(d["batch"]["median"])) if d["batch"]["median"] else None
         limit, label = raw_limit(results, batch) if batch else (None, "")
+        paired = d.get("raw_paired")
+        if paired:
+            best = max(paired["clients"].items(), key=lambda kv: kv[1]["median"] or 0)
+            limit = best[1]["median"]
+            label = f"{paired['method']}, {best[0]} client{'s' if int(best[0]) > 1 else ''}, paired"
         out.append({"key": key, "processes": d["processes"], "concurrency": d["concurrency"],
                     "rate": d["jobs_per_s"]["median"], "batch": batch, "limit": limit,
                     "limit_label": label, "ratio": ratio(d["jobs_per_s"]["median"], limit)})

@@ -200,3 +200,12 @@ def test_pgbench_progress_lines_are_parsed():
               "progress: 10.0 s, 2047.9 tps, lat 1.951 ms stddev 0.870, 0 failed\n"
               "progress: 20.0 s, 1204.1 tps, lat 3.321 ms stddev 1.020, 0 failed\n")
     assert parse_progress(stderr) == [(10.0, 2047.9), (20.0, 1204.1)]
+
+
+def test_a_paired_raw_run_is_the_drains_denominator():
+    results = fake_results()
+    results["drain"]["2x10"]["raw_paired"] = {"method": "pgbench",
+                                              "clients": {1: _stat(30_000.0), 4: _stat(40_000.0)}}
+    row = {r["key"]: r for r in targets.drain_ratios(results)}["2x10"]
+    assert row["limit"] == 40_000.0 and "paired" in row["limit_label"]
+    assert row["ratio"] == pytest.approx(20_000 / 40_000)
