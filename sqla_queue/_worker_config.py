@@ -1,0 +1,109 @@
+"""Worker options and the summary of a run: validated at construction, with "did you mean"
+errors for misspelt options (see `WorkerConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+
+from . import _validate
+from .errors import ConfigurationError
+from .maintenance import PruneConfig
+from .types import DEFAULT_LEASE
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Worker options, validated at construction.
+
+    :param queues: queue names to serve, claimed in turn.
+    :param concurrency: handler threads, and the most jobs held at once.
+    :param batch_size: most jobs per claim statement (default: ``concurrency``); a claim never
+        asks for more than the free slots.
+    :param lease: how long a claim stays valid without renewal; the same duration
+        `Queue.recover_expired` uses. Default 60 s.
+    :param poll_interval: seconds between claims when no notification arrives. Default 1.
+    :param shutdown_grace: seconds running handlers get to finish after the first
+        SIGTERM/SIGINT before their jobs are released. Default 30.
+    :param call_timeout: client-side deadline for every database call, in seconds. Default
+        ``min(lease / 4, 10)``.
+    :param recovery_interval: seconds between lease-recovery passes. Default ``lease / 2``.
+    :param listen: wake on LISTEN/NOTIFY (needs a direct connection, not PgBouncer in
+        transaction mode). Default True.
+    :param prepared_statements: let psycopg prepare repeated statements server-side (faster).
+        Turn off behind PgBouncer in transaction mode older than 1.21. Default True.
+    :param worker_id: recorded in ``locked_by``. Default ``host:pid:random``.
+    :param engine: a dedicated engine for this worker (default: one built from the queue's
+        URL with keepalives and timeouts; pass your own for custom connect arguments).
+    :param pruning: a `sqla_queue.maintenance.PruneConfig`: delete old finished jobs a few
+        batches at a time from the claim loop. Default None (no pruning).
+    """
+
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 4
+    batch_size: int | None = None
+    lease: timedelta = DEFAULT_LEASE
+    poll_interval: float = 1.0
+    shutdown_grace: float = 30.0
+    call_timeout: float | None = None
+    recovery_interval: float | None = None
+    listen: bool = True
+    prepared_statements: bool = True
+    worker_id: str | None = None
+    engine: Engine | None = field(default=None, compare=False)
+    pruning: PruneConfig | None = None
+
+    @classmethod
+    def build(cls, **options: Any) -> WorkerConfig:
+        _validate.known_options(options, [f.name for f in fields(cls)], "worker")
+        if isinstance(options.get("queues"), str):
+            options["queues"] = tuple(q for q in options["queues"].split(",") if q)
+        if "lease" in options:
+            options["lease"] = _validate.as_config(_validate.duration, options["lease"], "lease", positive=True)
+        config = cls(**options)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if not self.queues:
+            raise ConfigurationError("queues must name at least one queue")
+        for name in self.queues:
+            _validate.as_config(_validate.name, name, "queue")
+        _validate.config_positive_int(self.concurrency, "concurrency")
+        if self.pruning is not None and not isinstance(self.pruning, PruneConfig):
+            raise ConfigurationError(f"pruning must be a PruneConfig, got {type(self.pruning).__name__}")
+        if self.batch_size is not None:
+            _validate.config_positive_int(self.batch_size, "batch_size")
+        for name in ("poll_interval", "shutdown_grace", "call_timeout", "recovery_interval"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.call_timeout is not None and self.call_timeout >= self.lease.total_seconds():
+            raise ConfigurationError("call_timeout must be shorter than the lease")
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.lease.total_seconds()
+
+    @property
+    def effective_call_timeout(self) -> float:
+        return self.call_timeout or min(self.lease_seconds / 4, 10.0)
+
+    @property
+    def effective_batch_size(self) -> int:
+        return self.batch_size or self.concurrency
+
+
+@dataclass
+class WorkerSummary:
+    """What one `Worker.run` did."""
+
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    failed: int = 0
+    lost: int = 0
+    released: int = 0
