@@ -81,3 +81,9 @@ def test_long_running_command_works_then_stops_gracefully_on_sigterm(app_dir, da
             process.kill()
     assert process.returncode == 0, err
     assert out.strip().startswith("claimed 1, completed 1")
+
+
+def test_readme_shows_the_worker_command_this_doc_runs():
+    readme = (DOC.parents[2] / "README.md").read_text()
+    [long_running] = [c for c in commands() if "--until-empty" not in c]
+    assert f"\n{long_running}\n" in readme
