@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import click
@@ -29,6 +30,7 @@ from ..types import DEFAULT_LEASE
 def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interval, grace, no_listen,
            pgbouncer, until_empty) -> None:
     """Claim and run jobs. First SIGTERM/SIGINT: finish running jobs, release the rest; second: exit now."""
+    _log_worker_lifecycle()
     summary = obj.queue().worker(
         queues=tuple(q.strip() for q in queues.split(",")),
         concurrency=concurrency,
@@ -43,3 +45,14 @@ def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interva
         f"claimed {summary.claimed}, completed {summary.completed}, retried {summary.retried}, "
         f"failed {summary.failed}, lost {summary.lost}, released {summary.released}"
     )
+
+
+def _log_worker_lifecycle() -> None:
+    """The worker's own start/stop/shutdown records go to stderr at INFO, so operators (and
+    process supervisors) see when it is up; per-job records stay with the app's logging setup."""
+    log = logging.getLogger("sqla_queue.worker")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)

@@ -28,14 +28,14 @@ def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, ses
     app = fault_app(session_app_url)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    app.enqueue(JOBS, sleep=0.02)
+    app.enqueue(JOBS, sleep=0.05)  # >= 12.5 s of work for 12 slots: the kills land mid-run
     running = [app.start_worker(*WORKER_OPTIONS) for _ in range(WORKERS)]
     app.wait_until(lambda: app.started() > 0, 30, "the first job to start")
 
     kills = 0
     completed_at_kill: list[int] = []
     while kills < KILLS:
-        time.sleep(rng.uniform(0.7, 1.3))  # pacing the kills, not synchronising
+        time.sleep(rng.uniform(0.5, 1.0))  # pacing the kills, not synchronising
         victim = rng.choice(running)
         victim.signal(signal.SIGKILL)
         victim.process.wait(timeout=10)
@@ -49,6 +49,9 @@ def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, ses
     figures = app.check_invariants(JOBS, max_duplicates=CONCURRENCY * kills)
     figures.update(kills=kills, seed=seed, workers=WORKERS, concurrency=CONCURRENCY)
 
+    # A worker restarted by the last kill may still be starting; SIGTERM before its handlers are
+    # installed would kill it outright. The worker logs "serving" once it is up.
+    app.wait_until(lambda: all("serving" in worker.log() for worker in running), 60, "every worker to be up")
     for worker in running:
         worker.signal(signal.SIGTERM)
     for worker in running:
