@@ -61,6 +61,14 @@ def worker_engine(
 ) -> Engine:
     """A dedicated engine for a worker, on the same database as `engine`.
 
+    On a direct connection (`prepared_statements`, i.e. not behind PgBouncer's transaction
+    pooling) it runs in autocommit and every session it opens defaults to READ COMMITTED: a
+    self-contained statement (the worker's complete-and-claim round) is then its own
+    transaction, one round trip instead of BEGIN + statement + COMMIT. Multi-statement work
+    still gets explicit READ COMMITTED transactions through `library_engine`. Behind PgBouncer a
+    session setting would not follow the statement to its server connection, so that engine
+    keeps explicit transactions for everything.
+
     Its connections detect dead peers: TCP keepalives and ``tcp_user_timeout`` (unacknowledged
     sends abort the connection) and a connect timeout. Pre-ping runs in the pool's checkout
     event under the same client-side deadline as every other worker call, instead of
@@ -86,10 +94,25 @@ def worker_engine(
         max_overflow=pool_size,
         pool_pre_ping=False,
         hide_parameters=True,
+        **({"isolation_level": "AUTOCOMMIT"} if prepared_statements else {}),
     )
+    if prepared_statements:
+        event.listen(ours, "connect", _read_committed_by_default)
     event.listen(ours, "checkin", _note_checkin)
     event.listen(ours, "checkout", _bounded_ping(call_timeout))
     return ours
+
+
+def runs_single_statements_in_autocommit(engine: Engine) -> bool:
+    """True for a `worker_engine` whose sessions default to READ COMMITTED in autocommit."""
+    return event.contains(engine, "connect", _read_committed_by_default)
+
+
+def _read_committed_by_default(dbapi_connection, connection_record) -> None:
+    """Autocommit statements run at the session's default isolation, which a server may set
+    to REPEATABLE READ or SERIALIZABLE; claims there fail with serialization errors."""
+    dbapi_connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    dbapi_connection.commit()
 
 
 # A connection back in use within this many seconds is not pinged: one that broke meanwhile

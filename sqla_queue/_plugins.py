@@ -222,7 +222,23 @@ def emit(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> None:
     exception) means a broken metrics plugin cannot starve the ones after it, and the job's
     outcome, already committed, is never affected.
     """
-    for impl in _plain_impls(pm, hook_name):
+    _call_each(_plain_impls(pm, hook_name), hook_name, kwargs)
+
+
+def emit_each(pm: pluggy.PluginManager, hook_name: str, events: Iterable[Any]) -> None:
+    """`emit` for a batch of ``event=`` payloads (a claim's jobs, a round's completions).
+
+    The implementations are looked up once per batch, and `events` (a generator) is not even
+    built when nothing implements the hook: per-job work stays off the worker's hot path.
+    """
+    impls = _plain_impls(pm, hook_name)
+    if impls:
+        for event in events:
+            _call_each(impls, hook_name, {"event": event})
+
+
+def _call_each(impls: list[Any], hook_name: str, kwargs: dict[str, Any]) -> None:
+    for impl in impls:
         try:
             impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
         except Exception:

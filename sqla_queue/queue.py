@@ -21,8 +21,9 @@ from sqlalchemy.orm import Session
 
 from . import _validate, maintenance, operations, sql
 from ._deadline import deadline
-from ._engine import database_errors, library_engine
-from ._plugins import build_plugin_manager, configure, emit, failure_decision, first_result
+from ._driver import DriverStatement
+from ._engine import database_errors, library_engine, runs_single_statements_in_autocommit
+from ._plugins import build_plugin_manager, configure, emit, emit_each, failure_decision, first_result
 from ._sanitize import error_text
 from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
 from .errors import (
@@ -108,6 +109,7 @@ class Queue:
             plugins, load_entrypoints=load_entrypoints, blocked=blocked_plugins, tasks=self._tasks
         )
         self.call_timeout: float | None = None
+        self._autocommit_engine: Engine | None = None
         configure(self.plugin_manager, self)
 
     def _bound_to(self, engine: Engine, *, call_timeout: float | None) -> Queue:
@@ -116,6 +118,8 @@ class Queue:
         view = copy.copy(self)
         view.engine = library_engine(engine)
         view.call_timeout = call_timeout
+        view._autocommit_engine = engine if runs_single_statements_in_autocommit(engine) else None
+        view.__dict__.pop("_round_statement", None)  # compiled for the other engine's dialect
         return view
 
     @property
@@ -129,6 +133,7 @@ class Queue:
             insert=sql.insert_jobs(self.table),
             find_keys=sql.find_active_keys(self.table),
             claim=sql.claim_jobs(self.table),
+            complete_and_claim=sql.complete_and_claim_jobs(self.table),
             complete=sql.complete_job(self.table),
             complete_many=sql.complete_jobs(self.table),
             retry=sql.retry_job(self.table),
@@ -140,6 +145,13 @@ class Queue:
             renew=sql.renew_leases(self.table),
             release=sql.release_jobs(self.table),
         )
+
+    @cached_property
+    def _round_statement(self) -> DriverStatement | None:
+        if not DriverStatement.usable_on(self.engine.dialect):
+            return None
+        sample = {"queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": []}
+        return DriverStatement(self._sql.complete_and_claim, self.engine.dialect, sample)
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -294,11 +306,10 @@ class Queue:
             raise InvalidInputError("pass session or connection, not both")
         with self._caller_or_own_connection(session, connection) as conn:
             ids, deduplicated = self._insert_resolving_keys(conn, specs)
-        for spec, job_id, dup in zip(specs, ids, deduplicated):
-            emit(
-                self.plugin_manager, "sqla_queue_job_enqueued",
-                event=JobEnqueued(job_id=job_id, queue=spec.queue, task=spec.task, deduplicated=dup),
-            )
+        emit_each(self.plugin_manager, "sqla_queue_job_enqueued", (
+            JobEnqueued(job_id=job_id, queue=spec.queue, task=spec.task, deduplicated=dup)
+            for spec, job_id, dup in zip(specs, ids, deduplicated)
+        ))
         return ids
 
     def _insert_resolving_keys(
@@ -395,9 +406,20 @@ class Queue:
             yield conn
 
     @contextmanager
-    def _connection(self) -> Iterator[Connection]:
-        with database_errors(), self.engine.connect() as conn, deadline(conn, self.call_timeout):
+    def _connection(self, engine: Engine | None = None) -> Iterator[Connection]:
+        with database_errors(), (engine or self.engine).connect() as conn, deadline(conn, self.call_timeout):
             yield conn
+
+    @contextmanager
+    def _single_statement(self) -> Iterator[Connection]:
+        """For one self-contained statement: autocommit on a worker's engine (one round trip,
+        see `worker_engine`), our own transaction anywhere else."""
+        if self._autocommit_engine is None:
+            with self._transaction() as conn:
+                yield conn
+        else:
+            with self._connection(self._autocommit_engine) as conn:
+                yield conn
 
     # -- claim and outcomes --------------------------------------------------------------
 
@@ -429,10 +451,10 @@ class Queue:
     def complete_and_claim(
         self, finished: Iterable[ClaimedJob], queue: str = DEFAULT_QUEUE, *, worker_id: str, limit: int
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
-        """Complete `finished` jobs and claim up to `limit` more in one transaction.
+        """Complete `finished` jobs and claim up to `limit` more, in one statement.
 
-        One commit for both: a worker's steady state costs one WAL flush per round instead of
-        two. Completion results are as for `complete_many`; ``limit=0`` only completes.
+        The worker's steady state: one round trip and one commit per round. Completion results
+        are as for `complete_many`; ``limit=0`` only completes.
         """
         finished = list(finished)
         queue = _validate.name(queue, "queue")
@@ -440,17 +462,21 @@ class Queue:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
         params = {"queue": queue, "worker_id": worker_id, "limit": limit,
-                  "token": secrets.token_urlsafe(24)}
-        with self._transaction() as conn:
-            done = conn.execute(self._sql.complete_many, _held_params(finished)).all() if finished else []
-            rows, empty_reason = self._claim_in(conn, params) if limit else ([], None)
-        for row in done:
-            self._emit_completed(row)
-        completed = {row.id for row in done}
+                  "token": secrets.token_urlsafe(24), **_held_params(finished)}
+        with self._single_statement() as conn:
+            rows = (self._round_statement.rows(conn, params) if self._round_statement
+                    else conn.execute(self._sql.complete_and_claim, params).all())
+            claimed_rows = [row for row in rows if row.claimed]
+            # Idle path only: an empty claim is classified and counted.
+            empty_reason = (operations.count_empty_claim(self, conn, queue)
+                            if limit and not claimed_rows else None)
+        completed_rows = [row for row in rows if not row.claimed]
+        self._emit_completed(completed_rows)
+        completed = {row.id for row in completed_rows}
         results = {job.id: job.id in completed or self.complete(job.id, job.claim_token) for job in finished}
-        jobs = sorted((_claimed_job(row) for row in rows), key=lambda j: j.id)
+        jobs = sorted((_claimed_job(row) for row in claimed_rows), key=lambda j: j.id)
         if limit:
-            self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
+            self._emit_claimed(jobs, claimed_rows, queue, worker_id, limit, empty_reason)
         return results, jobs
 
     def _emit_claimed(self, jobs, rows, queue: str, worker_id: str, limit: int,
@@ -460,11 +486,11 @@ class Queue:
                  event=EmptyClaim(queue=queue, worker_id=worker_id, limit=limit, reason=empty_reason))
             return
         run_at = {row.id: row.run_at for row in rows}
-        for job in jobs:
-            wait = job.locked_at - run_at[job.id] if job.locked_at and run_at[job.id] else None
-            emit(self.plugin_manager, "sqla_queue_job_claimed",
-                 event=JobClaimed(job_id=job.id, queue=job.queue, task=job.task,
-                                  attempt=job.attempts, worker_id=worker_id, queue_wait=wait))
+        emit_each(self.plugin_manager, "sqla_queue_job_claimed", (
+            JobClaimed(job_id=job.id, queue=job.queue, task=job.task, attempt=job.attempts,
+                       worker_id=worker_id, queue_wait=_queue_wait(job, run_at[job.id]))
+            for job in jobs
+        ))
 
     def complete(self, job_id: int, claim_token: str) -> bool:
         """Mark a claimed job completed. False means the claim was lost and nothing changed.
@@ -476,7 +502,7 @@ class Queue:
             self._lost(job_id, claim_token, "complete")
             return False
         if not row.replayed:
-            self._emit_completed(row)
+            self._emit_completed([row])
         return True
 
     def complete_many(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
@@ -489,17 +515,18 @@ class Queue:
         jobs = list(jobs)
         if not jobs:
             return {}
-        with self._transaction() as conn:
+        with self._single_statement() as conn:
             rows = conn.execute(self._sql.complete_many, _held_params(jobs)).all()
-        for row in rows:
-            self._emit_completed(row)
+        self._emit_completed(rows)
         done = {row.id for row in rows}
         return {job.id: job.id in done or self.complete(job.id, job.claim_token) for job in jobs}
 
-    def _emit_completed(self, row: Any) -> None:
-        emit(self.plugin_manager, "sqla_queue_job_completed",
-             event=JobCompleted(job_id=row.id, queue=row.queue_name, task=row.task,
-                                attempt=row.attempts, duration=row.duration))
+    def _emit_completed(self, rows: Sequence[Any]) -> None:
+        emit_each(self.plugin_manager, "sqla_queue_job_completed", (
+            JobCompleted(job_id=row.id, queue=row.queue_name, task=row.task,
+                         attempt=row.attempts, duration=row.duration)
+            for row in rows
+        ))
 
     def retry(
         self,
@@ -584,7 +611,7 @@ class Queue:
         jobs = list(jobs)
         if not jobs:
             return set()
-        with self._transaction() as conn:
+        with self._single_statement() as conn:
             rows = conn.execute(self._sql.renew, _held_params(jobs)).all()
         renewed = {row.id for row in rows}
         for job in jobs:
@@ -597,7 +624,7 @@ class Queue:
         jobs = list(jobs)
         if not jobs:
             return []
-        with self._transaction() as conn:
+        with self._single_statement() as conn:
             rows = conn.execute(self._sql.release, _held_params(jobs)).all()
         return sorted(row.id for row in rows)
 
@@ -704,6 +731,11 @@ def _claimed_job(row: Any) -> ClaimedJob:
         max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
         idempotency_key=row.idempotency_key, locked_at=row.locked_at,
     )
+
+
+def _queue_wait(job: ClaimedJob, run_at: datetime | None) -> timedelta | None:
+    """From due to claimed: how long the job waited for a worker."""
+    return job.locked_at - run_at if job.locked_at and run_at else None
 
 
 def _job_view(row: Any) -> JobView:

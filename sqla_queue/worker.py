@@ -26,7 +26,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -96,7 +97,7 @@ class Worker:
         self.summary = WorkerSummary()
         self._held: dict[int, _Held] = {}
         self._held_lock = threading.Lock()
-        self._work: list[_Held] = []
+        self._work: deque[_Held] = deque()
         self._to_complete: list[_Held] = []
         self._completion_lock = threading.Lock()
         self._work_ready = threading.Condition()
@@ -176,8 +177,7 @@ class Worker:
                 self._return_finished(finished)
                 raise
             self._settle_completed(finished, results)
-            for job in jobs:
-                self._hold(job)
+            self._hold(jobs)
             claimed += len(jobs)
         self.summary.claimed += claimed
         return claimed
@@ -198,10 +198,12 @@ class Worker:
             return bool(self._to_complete)
 
     def _settle_completed(self, finished: list[_Held], results: dict[int, bool]) -> None:
-        for held in finished:
-            if held.move(_Held.SETTLED, allowed=(_Held.COMPLETING,)):
-                self._count("completed" if results.get(held.job.id) else "lost")
-            self._forget(held)
+        settled = [h for h in finished if h.move(_Held.SETTLED, allowed=(_Held.COMPLETING,))]
+        completed = sum(1 for h in settled if results.get(h.job.id))
+        with self._held_lock:
+            self.summary.completed += completed
+            self.summary.lost += len(settled) - completed
+        self._forget(*finished)
 
     def _queue_order(self) -> list[str]:
         """Rotate the starting queue each round so one busy queue cannot starve the others."""
@@ -209,16 +211,18 @@ class Worker:
         shift = self.summary.claimed % len(queues)
         return queues[shift:] + queues[:shift]
 
-    def _hold(self, job: ClaimedJob) -> None:
-        timeout = None
-        if job.task in self.queue._tasks:
-            timeout = self.queue.get_task(job.task).timeout
-        held = _Held(job, timeout)
+    def _hold(self, jobs: Sequence[ClaimedJob]) -> None:
+        if not jobs:
+            return
+        held = [_Held(job, self._timeout_of(job.task)) for job in jobs]
         with self._held_lock:
-            self._held[job.id] = held
+            self._held.update((h.job.id, h) for h in held)
         with self._work_ready:
-            self._work.append(held)
-            self._work_ready.notify()
+            self._work.extend(held)
+            self._work_ready.notify(len(held))
+
+    def _timeout_of(self, task_name: str) -> timedelta | None:
+        return self.queue.get_task(task_name).timeout if task_name in self.queue._tasks else None
 
     def _recover(self) -> None:
         for _ in range(_RECOVERY_ROUNDS):
@@ -239,7 +243,7 @@ class Worker:
                     self._work_ready.wait()
                 if not self._work:
                     return
-                held = self._work.pop(0)
+                held = self._work.popleft()
             if self._stopping.is_set() or held.state != _Held.RUNNING:
                 continue  # shutting down: not started, so it is released, not run
             held.started = True
@@ -250,10 +254,11 @@ class Worker:
                 if not completing:
                     self._forget(held)
 
-    def _forget(self, held: _Held) -> None:
-        """The job's outcome is recorded (or given up): free its slot and wake the claim loop."""
+    def _forget(self, *held: _Held) -> None:
+        """The jobs' outcomes are recorded (or given up): free their slots and wake the claim loop."""
         with self._held_lock:
-            self._held.pop(held.job.id, None)
+            for h in held:
+                self._held.pop(h.job.id, None)
         self._wake.set()
 
     def _execute(self, held: _Held) -> bool:

@@ -29,6 +29,8 @@ def _seconds(value) -> float | None:
 
 @hookimpl
 def sqla_queue_job_enqueued(event: JobEnqueued) -> None:
+    if not logger.isEnabledFor(logging.DEBUG):  # per-job events: skip building the record
+        return
     logger.debug(
         "enqueued job %s (%s on %s)%s", event.job_id, event.task, event.queue,
         " [deduplicated]" if event.deduplicated else "",
@@ -39,6 +41,8 @@ def sqla_queue_job_enqueued(event: JobEnqueued) -> None:
 
 @hookimpl
 def sqla_queue_job_claimed(event: JobClaimed) -> None:
+    if not logger.isEnabledFor(logging.DEBUG):  # per-job events: skip building the record
+        return
     logger.debug(
         "claimed job %s (%s on %s), attempt %s", event.job_id, event.task, event.queue, event.attempt,
         extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
@@ -48,6 +52,8 @@ def sqla_queue_job_claimed(event: JobClaimed) -> None:
 
 @hookimpl
 def sqla_queue_job_completed(event: JobCompleted) -> None:
+    if not logger.isEnabledFor(logging.INFO):  # per-job events: skip building the record
+        return
     logger.info(
         "completed job %s (%s on %s), attempt %s", event.job_id, event.task, event.queue, event.attempt,
         extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
@@ -96,6 +102,8 @@ def sqla_queue_lost_claim(event: LostClaim) -> None:
 
 @hookimpl
 def sqla_queue_empty_claim(event: EmptyClaim) -> None:
+    if not logger.isEnabledFor(logging.DEBUG):  # per-job events: skip building the record
+        return
     logger.debug(
         "claim on %s returned no job", event.queue,
         extra={"queue": event.queue, "outcome": "empty_claim"},

@@ -7,7 +7,7 @@ the only literals are our own status names, rendered inline so the planner can m
 indexes' predicates.
 """
 
-from .claim import claim_jobs
+from .claim import claim_jobs, complete_and_claim_jobs
 from .enqueue import find_active_keys, insert_jobs
 from .jobs import claim_state, select_job
 from .lease import release_jobs, renew_leases
@@ -20,6 +20,7 @@ __all__ = [
     "claim_jobs",
     "channel_name",
     "claim_state",
+    "complete_and_claim_jobs",
     "complete_job",
     "complete_jobs",
     "fail_exhausted_expired",

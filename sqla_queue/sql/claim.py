@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import Table, bindparam, cast, false, func, null, select, true, update
+from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
 from ._predicates import status_is
+from .outcome import complete_jobs
 
 
 def claim_jobs(table: Table) -> Executable:
@@ -59,3 +61,31 @@ def claim_jobs(table: Table) -> Executable:
             table.c.run_at,
         )
     )
+
+
+def complete_and_claim_jobs(table: Table) -> Executable:
+    """The worker's round in one statement: complete the finished jobs (``:job_ids`` under
+    their own ``:tokens``) and claim up to ``:limit`` more, as `complete_jobs` and `claim_jobs`
+    would.
+
+    One statement is one round trip and, run on its own (autocommit), one commit: the whole
+    database cost of a round. Rows come back tagged by ``claimed``: false rows are completions
+    (with ``duration``), true rows are claims (with the payload). The two halves touch disjoint
+    rows (running vs pending), so sharing a snapshot changes nothing for either.
+    """
+    completed = complete_jobs(table).cte("completed_now")
+    claimed = claim_jobs(table).cte("claimed_now")
+    only_claims = ("payload", "claim_token", "idempotency_key", "locked_at", "run_at")
+    return select(
+        false().label("claimed"), *_identity(completed), completed.c.duration,
+        *(cast(null(), table.c[name].type).label(name) for name in only_claims),
+    ).union_all(
+        select(
+            true().label("claimed"), *_identity(claimed), cast(null(), INTERVAL).label("duration"),
+            *(claimed.c[name] for name in only_claims),
+        )
+    )
+
+
+def _identity(rows) -> tuple:
+    return (rows.c.id, rows.c.queue_name, rows.c.task, rows.c.attempts, rows.c.max_attempts)

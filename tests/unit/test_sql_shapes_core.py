@@ -38,8 +38,8 @@ def rendered(statement) -> str:
 
 
 def cte_body(text: str, name: str) -> str:
-    """The SQL inside ``WITH name AS (...)``."""
-    start = text.index(f"WITH {name} AS (") + len(f"WITH {name} AS (")
+    """The SQL inside ``WITH name AS (...)`` (or ``, name AS (...)``, a later CTE)."""
+    start = text.index(f" {name} AS (") + len(f" {name} AS (")
     depth, end = 1, start
     while depth:
         depth += {"(": 1, ")": -1}.get(text[end], 0)
@@ -104,6 +104,22 @@ def test_claim_returns_what_a_worker_needs():
     returning = rendered(sql.claim_jobs(TABLE)).split("RETURNING", 1)[1]
     for column in ("id", "task", "payload", "attempts", "max_attempts", "claim_token", "queue_name"):
         assert f"sqla_queue_jobs.{column}" in returning
+
+
+def test_the_round_fuses_the_batch_completion_and_the_claim_into_one_statement():
+    """One statement, so one round trip and (in autocommit) one commit per worker round."""
+    text = rendered(sql.complete_and_claim_jobs(TABLE))
+    completed, claimed = cte_body(text, "completed_now"), cte_body(text, "claimed_now")
+
+    # the batch completion, each row fenced by its own token (only parameter names differ)
+    assert re.sub(r"%\(\w+\)s", "?", completed) == re.sub(r"%\(\w+\)s", "?", rendered(sql.complete_jobs(TABLE)))
+    assert "FOR UPDATE SKIP LOCKED" in cte_body(text, "due_jobs")
+    assert claimed.startswith("UPDATE sqla_queue_jobs SET") and "FROM due_jobs" in claimed
+    assert text.count("FOR UPDATE") == 1
+    first, second = text.split(" UNION ALL ")
+    assert ") SELECT false AS claimed" in first and first.endswith("FROM completed_now")
+    assert second.startswith("SELECT true AS claimed") and second.endswith("FROM claimed_now")
+    assert "pending" not in bound_strings(sql.complete_and_claim_jobs(TABLE))
 
 
 # -- outcomes ---------------------------------------------------------------------------------

@@ -1,0 +1,135 @@
+"""The worker's round, `Queue.complete_and_claim`: one statement completes the finished jobs
+(each under its own token) and claims the next ones.
+
+Run two ways: on a plain Queue (SQLAlchemy execution inside our own READ COMMITTED
+transaction) and on a worker's bound queue (the statement compiled once and run on the driver
+connection in autocommit, sessions pinned to READ COMMITTED).
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, text
+
+import sqla_queue as sq
+
+
+@pytest.fixture(params=["queue", "worker"])
+def round_queue(request, recorded_queue):
+    if request.param == "queue":
+        yield recorded_queue
+        return
+    worker = recorded_queue.worker(concurrency=2)
+    assert worker.queue._autocommit_engine is not None and worker.queue._round_statement is not None
+    yield worker.queue
+    worker.engine.dispose()
+
+
+def test_completes_the_finished_and_claims_up_to_the_limit_in_one_commit(round_queue, recorder, job_row):
+    ids = round_queue.enqueue_many([{"task": "send_email", "payload": {"n": n}} for n in range(5)])
+    first = round_queue.claim(worker_id="w", limit=2)
+
+    results, claimed = round_queue.complete_and_claim(first, worker_id="w", limit=2)
+
+    assert results == {job.id: True for job in first}
+    assert [job.id for job in claimed] == ids[2:4]
+    assert [job.payload for job in claimed] == [{"n": 2}, {"n": 3}]
+    assert len({job.claim_token for job in claimed}) == 1
+    assert claimed[0].claim_token not in {job.claim_token for job in first}
+    assert [job_row(i)["status"] for i in ids] == ["completed", "completed", "running", "running", "pending"]
+    assert [e.job_id for e in recorder.of("completed")] == ids[:2]
+    assert all(e.duration is not None for e in recorder.of("completed"))
+    assert [e.job_id for e in recorder.of("claimed")][-2:] == ids[2:4]
+
+
+def test_a_finished_job_under_a_stale_token_is_reported_lost_and_left_alone(
+    round_queue, recorder, job_row, expire_lease
+):
+    job_id = round_queue.enqueue("send_email", {})
+    [stale] = round_queue.claim(worker_id="w1")
+    expire_lease(job_id)
+    round_queue.recover_expired(lease=sq.DEFAULT_LEASE)
+    [current] = round_queue.claim(worker_id="w2")
+    before = job_row(job_id)
+
+    results, claimed = round_queue.complete_and_claim([stale], worker_id="w1", limit=1)
+
+    assert results == {job_id: False} and claimed == []
+    assert job_row(job_id) == before
+    assert [e.job_id for e in recorder.of("lost_claim")] == [job_id]
+    assert round_queue.complete(current.id, current.claim_token) is True
+
+
+def test_a_replayed_round_reports_success_and_fires_no_second_event(round_queue, recorder):
+    round_queue.enqueue("send_email", {})
+    jobs = round_queue.claim(worker_id="w")
+    round_queue.complete_and_claim(jobs, worker_id="w", limit=0)
+
+    results, claimed = round_queue.complete_and_claim(jobs, worker_id="w", limit=0)
+
+    assert results == {jobs[0].id: True} and claimed == []
+    assert len(recorder.of("completed")) == 1
+
+
+def test_limit_zero_only_completes_and_an_empty_round_is_an_empty_claim(round_queue, recorder, job_row):
+    first, second = round_queue.enqueue_many([{"task": "send_email", "payload": {}}] * 2)
+    jobs = round_queue.claim(worker_id="w", limit=1)
+
+    assert round_queue.complete_and_claim(jobs, worker_id="w", limit=0) == ({first: True}, [])
+    assert job_row(second)["status"] == "pending"
+    empty_before = len(recorder.of("empty_claim"))
+    assert round_queue.complete_and_claim([], queue="images", worker_id="w", limit=3) == ({}, [])
+    assert len(recorder.of("empty_claim")) == empty_before + 1
+
+
+@pytest.mark.parametrize("limit", [-1, True, 1.5, "2"])
+def test_a_bad_limit_is_refused_before_anything_is_written(round_queue, table_rows, limit):
+    round_queue.enqueue("send_email", {})
+    jobs = round_queue.claim(worker_id="w")
+    before = table_rows()
+    with pytest.raises(sq.InvalidInputError, match="limit"):
+        round_queue.complete_and_claim(jobs, worker_id="w", limit=limit)
+    assert table_rows() == before
+
+
+def test_worker_sessions_run_read_committed_whatever_the_database_default(create_database):
+    """Autocommit statements take the session's default isolation; a database defaulting to
+    SERIALIZABLE would turn concurrent claims into serialization failures."""
+    url = create_database()
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        name = conn.execute(text("SELECT current_database()")).scalar_one()
+        conn.execute(text(f'ALTER DATABASE "{name}" SET default_transaction_isolation = \'serializable\''))
+    admin.dispose()
+    queue = sq.Queue(url, load_entrypoints=False)
+    worker = queue.worker(concurrency=1)
+    try:
+        with queue.engine.connect() as conn:  # the host's own sessions keep the database default
+            assert conn.execute(text("SHOW default_transaction_isolation")).scalar_one() == "serializable"
+        with worker.queue._single_statement() as conn:
+            assert conn.execute(text("SHOW transaction_isolation")).scalar_one() == "read committed"
+    finally:
+        worker.engine.dispose()
+        queue.engine.dispose()
+
+
+def test_a_terminated_connection_raises_database_error_and_the_next_round_reconnects(
+    recorded_queue, engine
+):
+    worker = recorded_queue.worker(concurrency=1)
+    bound = worker.queue
+    try:
+        recorded_queue.enqueue("send_email", {"secret": "hunter2"})
+        with bound._single_statement() as conn:  # the pool's only connection, reused next
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
+
+        with pytest.raises(sq.DatabaseError) as failed:
+            bound.complete_and_claim([], worker_id="w", limit=1)
+        assert failed.value.connection_invalidated
+        assert "hunter2" not in str(failed.value)
+        _, claimed = bound.complete_and_claim([], worker_id="w", limit=1)
+        assert [job.payload for job in claimed] == [{"secret": "hunter2"}]
+    finally:
+        worker.engine.dispose()
