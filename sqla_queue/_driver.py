@@ -25,14 +25,21 @@ class DriverStatement:
 
     Only for statements whose values need no SQLAlchemy type processing (plain numbers, text,
     arrays of those; the results the driver already decodes): the constructor refuses others.
+    Parameters SQLAlchemy renders inline (``literal_execute``) give one SQL text per value,
+    rendered by SQLAlchemy the first time that value is used.
     """
 
     def __init__(self, statement: Select, dialect: Dialect, sample: dict[str, Any]) -> None:
-        state = statement.compile(dialect=dialect).construct_expanded_state(sample)
+        self._compiled = statement.compile(dialect=dialect)
+        self._sample = sample
+        self._inlined = tuple(sorted(
+            bind.key for bind in self._compiled.literal_execute_params if bind.key in sample
+        ))
+        state = self._compiled.construct_expanded_state(sample)
         if state.processors:
             raise ValueError(f"parameters need SQLAlchemy processing: {sorted(state.processors)}")
-        self.sql = state.statement
         self._constants = {k: v for k, v in state.parameters.items() if k not in sample}
+        self._texts: dict[tuple, str] = {}
         self._row = namedtuple("Row", [column.key for column in statement.selected_columns])  # type: ignore[misc]
         self._dbapi_error = dialect.loaded_dbapi.Error
 
@@ -40,20 +47,30 @@ class DriverStatement:
     def usable_on(dialect: Dialect) -> bool:
         return dialect.driver == "psycopg"
 
+    def sql(self, params: dict[str, Any]) -> str:
+        """The SQL text for `params` (the same for all values but the inlined ones)."""
+        key = tuple(params[name] for name in self._inlined)
+        text = self._texts.get(key)
+        if text is None:
+            text = self._compiled.construct_expanded_state({**self._sample, **params}).statement
+            self._texts[key] = text
+        return text
+
     def rows(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
         driver = conn.connection.driver_connection
+        sql = self.sql(params)
         try:
-            fetched = driver.execute(self.sql, {**self._constants, **params}).fetchall()
+            fetched = driver.execute(sql, {**self._constants, **params}).fetchall()
         except self._dbapi_error as exc:
-            raise self._wrapped(conn, driver, exc) from None
+            raise self._wrapped(conn, driver, sql, exc) from None
         make = self._row._make
         return [make(row) for row in fetched]
 
-    def _wrapped(self, conn: Connection, driver: Any, error: Exception) -> sa_exc.DBAPIError:
+    def _wrapped(self, conn: Connection, driver: Any, sql: str, error: Exception) -> sa_exc.DBAPIError:
         invalidated = conn.dialect.is_disconnect(error, driver, None)
         if invalidated:
             conn.invalidate(error)
         return sa_exc.DBAPIError.instance(
-            self.sql, None, error, self._dbapi_error, hide_parameters=True,
+            sql, None, error, self._dbapi_error, hide_parameters=True,
             connection_invalidated=invalidated, dialect=conn.dialect,
         )

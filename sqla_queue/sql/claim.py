@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Table, bindparam, cast, false, func, null, select, true, update
+from sqlalchemy import Integer, Table, bindparam, cast, false, func, null, select, true, update
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.sql import Executable
 
@@ -23,6 +23,11 @@ def claim_jobs(table: Table) -> Executable:
     Ordering by ``run_at, id`` is a preference, not a promise: SKIP LOCKED passes over rows
     another claim holds, so fairness is approximate (docs/explanation/delivery-semantics.md).
     ``clock_timestamp()`` makes the database's clock, not the worker's, decide what is due.
+
+    The LIMIT is inlined at execution (one prepared statement per batch size): with a
+    parameter there, PostgreSQL's generic plan guesses a tenth of the queue is wanted and
+    updates the claimed rows through a hash join over a sequential scan of the whole table, so
+    it keeps re-planning the statement on every execution to avoid that plan.
     """
     due = (
         select(table.c.id)
@@ -33,7 +38,7 @@ def claim_jobs(table: Table) -> Executable:
             table.c.attempts < table.c.max_attempts,
         )
         .order_by(table.c.run_at, table.c.id)
-        .limit(bindparam("limit"))
+        .limit(bindparam("limit", type_=Integer, literal_execute=True))
         .with_for_update(skip_locked=True)
         .cte("due_jobs")
     )

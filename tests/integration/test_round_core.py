@@ -133,3 +133,26 @@ def test_a_terminated_connection_raises_database_error_and_the_next_round_reconn
         assert [job.payload for job in claimed] == [{"secret": "hunter2"}]
     finally:
         worker.engine.dispose()
+
+
+def test_the_prepared_round_settles_on_a_generic_plan(recorded_queue, run_sql):
+    """PostgreSQL re-plans a prepared statement on every execution while its generic plan looks
+    worse than the custom ones; a round that cost a full plan each time halved the drain rate.
+    Once psycopg has prepared it (after 5 executions), later rounds must reuse one plan."""
+    worker = recorded_queue.worker(concurrency=1)
+    bound = worker.queue
+    try:
+        # A backlog the planner knows about: the bad generic plan only looks cheap on a big table.
+        recorded_queue.enqueue_many([{"task": "send_email", "payload": {"n": n}} for n in range(20_000)])
+        run_sql("ANALYZE sqla_queue_jobs")
+        finished: list = []
+        for _ in range(25):
+            _, finished = bound.complete_and_claim(finished, worker_id="w", limit=2)
+        with bound._single_statement() as conn:  # the same pooled session, used one at a time
+            [(generic, custom)] = conn.execute(text(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE 'WITH completed_now AS%'"
+            )).all()
+        assert generic >= 5, (generic, custom)
+    finally:
+        worker.engine.dispose()

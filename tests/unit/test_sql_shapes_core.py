@@ -61,7 +61,7 @@ def test_claim_selects_in_a_locking_cte_feeding_update_from_returning():
 
     assert text.startswith("WITH due_jobs AS (SELECT sqla_queue_jobs.id")
     assert "FOR UPDATE SKIP LOCKED" in body
-    assert re.search(r"ORDER BY sqla_queue_jobs\.run_at, sqla_queue_jobs\.id LIMIT %\(limit\)s", body)
+    assert re.search(r"ORDER BY sqla_queue_jobs\.run_at, sqla_queue_jobs\.id LIMIT \S+ FOR UPDATE", body)
     assert re.search(r"\) UPDATE sqla_queue_jobs SET .* FROM due_jobs WHERE sqla_queue_jobs\.id = due_jobs\.id RETURNING", text)
     assert "FOR UPDATE" not in text.replace(body, "")  # the lock lives in the CTE only
 
@@ -77,10 +77,20 @@ def test_claim_predicate_matches_the_pending_partial_index():
 
 def test_claim_status_is_a_literal_execute_value_not_a_parameter():
     raw = sql.claim_jobs(TABLE).compile(dialect=PGDialect_psycopg())
-    [literal] = raw.literal_execute_params
+    [literal] = [bind for bind in raw.literal_execute_params if bind.key != "limit"]
     assert literal.value == "pending"
     assert "status = __[POSTCOMPILE_" in str(raw)  # inlined at execution time
     assert "pending" not in bound_strings(sql.claim_jobs(TABLE))
+
+
+def test_claim_limit_is_inlined_so_the_generic_plan_knows_the_batch_size():
+    """With ``LIMIT $n`` PostgreSQL's generic plan assumes a tenth of the queue and updates the
+    claimed rows through a sequential scan, so it re-plans the claim on every execution."""
+    raw = sql.claim_jobs(TABLE).compile(dialect=PGDialect_psycopg())
+    assert "LIMIT __[POSTCOMPILE_limit]" in str(raw)
+    expanded = raw.construct_expanded_state({"queue": "q", "worker_id": "w", "token": "t", "limit": 7})
+    assert "LIMIT 7 FOR UPDATE SKIP LOCKED" in expanded.statement
+    assert "limit" not in expanded.parameters
 
 
 def test_claim_sets_the_running_state_from_the_database_clock():
