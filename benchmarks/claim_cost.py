@@ -61,9 +61,9 @@ def _raw(db: Database, samples: int) -> float:
     with db.connect(autocommit=True) as conn:
         for n in range(samples + 5):
             token = f"raw-cost-{n}"
-            params = {"queue": raw_sql.QUEUE, "batch": 1, "worker": "raw-cost", "token": token}
+            params = {"queue": raw_sql.QUEUE, "worker": "raw-cost", "token": token}
             t0 = time.perf_counter()
-            rows = conn.execute(raw_sql.CLAIM, params, prepare=True).fetchall()
+            rows = conn.execute(raw_sql.inline_batch(raw_sql.CLAIM, 1), params, prepare=True).fetchall()
             times.append(time.perf_counter() - t0)
             conn.execute(raw_sql.COMPLETE, {"ids": [r[0] for r in rows], "token": token}, prepare=True)
     return percentile(times[5:], 50) * 1e6

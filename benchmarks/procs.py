@@ -81,13 +81,14 @@ def _announce_listening(worker, listening) -> None:
 def raw_claim_client(url: str, batch: int, batches: int, ready, results) -> None:
     """The seed's claim + guarded completion, prepared, autocommit: 2 commits per batch."""
     worker = f"raw-{mp.current_process().pid}"
+    claim = raw_sql.inline_batch(raw_sql.CLAIM, batch)
     with psycopg.connect(url, autocommit=True) as conn:
-        _prepare_claim(conn, worker)
+        _prepare_claim(conn, claim, worker)
         ready.wait()
         t0, jobs = time.monotonic(), 0
         for n in range(batches):
             token = f"{worker}-{n}"
-            rows = conn.execute(raw_sql.CLAIM, {"queue": raw_sql.QUEUE, "batch": batch, "worker": worker,
+            rows = conn.execute(claim, {"queue": raw_sql.QUEUE, "worker": worker,
                                                 "token": token}, prepare=True).fetchall()
             if not rows:
                 break
@@ -97,11 +98,12 @@ def raw_claim_client(url: str, batch: int, batches: int, ready, results) -> None
         results.put({"jobs": jobs, "start": t0, "end": time.monotonic()})
 
 
-def _prepare_claim(conn, worker: str) -> None:
-    """Prepare both statements with a LIMIT 0 claim and an empty completion (no row touched)."""
-    conn.execute(raw_sql.CLAIM, {"queue": raw_sql.QUEUE, "batch": 0, "worker": worker, "token": "-"},
-                 prepare=True)
-    conn.execute(raw_sql.COMPLETE, {"ids": [0], "token": "-"}, prepare=True)
+def _prepare_claim(conn, claim: str, worker: str) -> None:
+    """Prepare both statements in a rolled-back transaction (no row changes; a prepared
+    statement outlives the transaction that prepared it)."""
+    with conn.transaction(force_rollback=True):
+        conn.execute(claim, {"queue": raw_sql.QUEUE, "worker": worker, "token": "-"}, prepare=True)
+        conn.execute(raw_sql.COMPLETE, {"ids": [0], "token": "-"}, prepare=True)
 
 
 def run_raw_clients(url: str, *, clients: int, batch: int, jobs: int) -> dict:

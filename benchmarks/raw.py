@@ -45,9 +45,9 @@ def claim_run(db: Database, method: str, clients: int, batch: int, jobs: int) ->
     total = per_client * clients * batch
     tables.reset(db, pending=total)
     if method == "pgbench":
-        out = pgbench.run(db, raw_sql.pgbench_script(raw_sql.PGBENCH_CLAIM_AND_COMPLETE),
-                          clients=clients, transactions=per_client,
-                          defines={"batch": batch, "queue": raw_sql.QUEUE, "worker": "pgbench"})
+        script = raw_sql.inline_batch(raw_sql.PGBENCH_CLAIM_AND_COMPLETE, batch)
+        out = pgbench.run(db, raw_sql.pgbench_script(script), clients=clients, transactions=per_client,
+                          defines={"queue": raw_sql.QUEUE, "worker": "pgbench"})
         seconds = out["seconds"]
     else:
         out = run_raw_clients(db.url, clients=clients, batch=batch, jobs=total)

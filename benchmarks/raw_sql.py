@@ -9,7 +9,10 @@ Placeholders are psycopg's ``%(name)s``; `pgbench_script` turns them into pgbenc
 The only adaptations of the seed's text: the table is ``sqla_queue_jobs`` (which also has a
 ``task`` column), and the guarded completion takes the whole claimed batch at once
 (``id = ANY(:ids)``, one statement and one commit per batch: "2 commits per batch", as measured
-in DESIGN.md), each row still guarded by status and the claim's token.
+in DESIGN.md), each row still guarded by status and the claim's token. The claim's batch size is
+written into the text (`inline_batch`) before it is prepared, as sqla_queue does: with ``LIMIT $n``
+PostgreSQL's generic plan guesses a tenth of the table and it re-plans every execution, which
+would make the denominator slower than the seed's statement can be.
 """
 
 from __future__ import annotations
@@ -87,6 +90,11 @@ PGBENCH_CLAIM_AND_COMPLETE = (
     "SELECT coalesce(array_agg(id), '{}') AS ids FROM claimed\n\\gset\n"
     + COMPLETE.strip().replace("%(ids)s", "%(ids)s::bigint[]") + ";\n"
 )
+
+
+def inline_batch(sql: str, batch: int) -> str:
+    """The claim with its LIMIT written in (one prepared statement per batch size)."""
+    return sql.replace("%(batch)s", str(int(batch)))
 
 
 def pgbench_script(sql: str) -> str:

@@ -90,9 +90,9 @@ def _raw_reference(db: Database, size: Size, batch: int) -> dict:
     before = tables.sizes(db)
     seconds = int(min(size.sustained_max_seconds, 60))  # pgbench is fast: keep inside the backlog
     window = max(1, int(size.sustained_window))
-    out = pgbench.run(db, raw_sql.pgbench_script(raw_sql.PGBENCH_CLAIM_AND_COMPLETE), clients=4,
-                      seconds=seconds, progress=window,
-                      defines={"batch": batch, "queue": raw_sql.QUEUE, "worker": "pgbench"})
+    script = raw_sql.inline_batch(raw_sql.PGBENCH_CLAIM_AND_COMPLETE, batch)
+    out = pgbench.run(db, raw_sql.pgbench_script(script), clients=4, seconds=seconds, progress=window,
+                      defines={"queue": raw_sql.QUEUE, "worker": "pgbench"})
     completed = tables.completed(db)
     # tps counts script runs, each claiming a full batch while the backlog lasts; once it runs
     # out, runs claim nothing, so windows stop at the one in which the completed rows ran out.
