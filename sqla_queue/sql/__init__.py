@@ -8,7 +8,7 @@ indexes' predicates.
 """
 
 from .claim import claim_jobs, complete_and_claim_jobs
-from .enqueue import find_active_keys, insert_jobs
+from .enqueue import find_active_keys, insert_job, insert_jobs
 from .jobs import claim_state, select_job
 from .lease import release_jobs, renew_leases
 from .notify import channel_name, listen
@@ -26,6 +26,7 @@ __all__ = [
     "fail_exhausted_expired",
     "fail_job",
     "find_active_keys",
+    "insert_job",
     "insert_jobs",
     "listen",
     "queue_health",

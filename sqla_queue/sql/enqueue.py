@@ -21,6 +21,9 @@ _INPUT_COLUMNS = (
     ("idempotency_key", Text),
 )
 
+INPUT_COLUMNS = tuple(name for name, _ in _INPUT_COLUMNS)
+"""`insert_job`'s parameter names, in order; `insert_jobs` takes each as an array named ``<name>s``."""
+
 
 def insert_jobs(table: Table) -> Executable:
     """Insert the jobs given as parallel arrays; RETURNING ``id, idempotency_key``.
@@ -54,6 +57,38 @@ def insert_jobs(table: Table) -> Executable:
         insert(table)
         .from_select(
             ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key"], rows
+        )
+        .on_conflict_do_nothing(
+            index_elements=[table.c.idempotency_key],
+            index_where=status_is(table, *ACTIVE_STATUSES),
+        )
+        .returning(table.c.id, table.c.idempotency_key, table.c.queue_name)
+        .cte("inserted")
+    )
+    return select(
+        inserted.c.id,
+        inserted.c.idempotency_key,
+        func.pg_notify(bindparam("channel"), inserted.c.queue_name).label("notified"),
+    )
+
+
+def insert_job(table: Table) -> Executable:
+    """`insert_jobs` for exactly one job, with one scalar parameter per column.
+
+    The same row, conflict rule, ``RETURNING`` columns and notification, without unnesting seven
+    one-element arrays: a single enqueue is one round trip whose server and client costs are
+    mostly this statement's, and the plain ``VALUES`` form is cheaper at both ends.
+    """
+    values = {name: bindparam(name, type_=type_) for name, type_ in _INPUT_COLUMNS}
+    inserted = (
+        insert(table)
+        .values(
+            queue_name=values["queue_name"],
+            task=values["task"],
+            payload=cast(values["payload"], JSONB),
+            run_at=func.coalesce(values["run_at"], func.now() + values["delay"]),
+            max_attempts=values["max_attempts"],
+            idempotency_key=values["idempotency_key"],
         )
         .on_conflict_do_nothing(
             index_elements=[table.c.idempotency_key],
