@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine, create_engine, event, exc as sa_exc
+from sqlalchemy import Connection, Engine, create_engine, event, exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from ._deadline import driver_deadline
@@ -51,9 +52,87 @@ def make_engine(url: str) -> Engine:
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     try:
-        return create_engine(parsed, hide_parameters=True, pool_pre_ping=True)
+        engine = create_engine(parsed, hide_parameters=True)
     except (sa_exc.ArgumentError, ImportError) as exc:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
+    event.listen(engine, "connect", _note_default_isolation)
+    event.listen(engine, "checkin", _note_checkin)
+    event.listen(engine, "checkout", _ping_if_idle_or_signalled)
+    return engine
+
+
+# `make_engine`'s connections record whether their session's default isolation is READ COMMITTED
+# (in the connection's ``info``, which lives exactly as long as the DBAPI connection). On those, a
+# self-contained statement may run in autocommit: it is then its own READ COMMITTED transaction,
+# one round trip instead of BEGIN + statement + COMMIT. The session is only looked at, never
+# changed: code sharing the engine (``Session(queue.engine)``) keeps the database's defaults.
+_READS_COMMITTED = "sqla_queue_reads_committed"
+
+
+def _note_default_isolation(dbapi_connection, connection_record) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SHOW default_transaction_isolation")  # a constant query, no values
+        (level,) = cursor.fetchone()
+    finally:
+        cursor.close()
+    dbapi_connection.rollback()
+    connection_record.info[_READS_COMMITTED] = level == "read committed"
+
+
+def built_by_make_engine(engine: Engine) -> bool:
+    """True for an engine from `make_engine` (or a view of one): ours to run statements on in
+    autocommit where `autocommit_reads_committed` says the session allows it. Never true for
+    an engine the application built."""
+    # Pool listeners live on the pool's dispatch, which a view (`Engine.execution_options`)
+    # shares and `dispose()` hands to the new pool; `event.contains` only knows the engine
+    # they were registered on.
+    return any(listener is _note_default_isolation for listener in engine.pool.dispatch.connect)
+
+
+def autocommit_reads_committed(conn: Connection) -> bool:
+    """Whether an autocommit statement on `conn` (from a `make_engine` engine) runs READ COMMITTED."""
+    return conn.info.get(_READS_COMMITTED) is True
+
+
+def _ping_if_idle_or_signalled(dbapi_connection, connection_record, connection_proxy) -> None:
+    """SQLAlchemy's ``pool_pre_ping`` costs a ``SELECT 1`` round trip on every checkout, as much
+    as the enqueue it precedes. Ping only a connection idle for `PING_IF_IDLE_FOR` (what a
+    firewall or NAT that dropped it silently needs) or one the server has sent something to
+    while it sat in the pool: a server that restarts or terminates a backend says so on the
+    socket (an error message, then end of file), so that connection is replaced before use
+    instead of failing the call. Left out: a connection used within the last second that broke
+    without a word reaching us (a cable pulled just now) fails its statement; the call raises
+    `DatabaseError` and the pool reconnects for the next one. Like ``pool_pre_ping`` before it,
+    this ping has no deadline (the worker's engine has its own, bounded one)."""
+    checked_in = connection_record.info.get("checked_in")
+    if checked_in is None:
+        return  # brand new
+    if time.monotonic() - checked_in < PING_IF_IDLE_FOR and not _has_pending_input(dbapi_connection):
+        return
+    try:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SELECT 1")  # a constant probe, no values
+        finally:
+            cursor.close()
+        dbapi_connection.rollback()
+    except Exception as exc:
+        raise sa_exc.DisconnectionError(error_text(exc)) from None
+
+
+def _has_pending_input(dbapi_connection) -> bool:
+    """True if the server sent something to this idle connection (or its socket is unusable).
+    A non-blocking poll of the socket: a couple of microseconds, no round trip."""
+    try:
+        fd = dbapi_connection.fileno()
+        if hasattr(select, "poll"):  # no FD_SETSIZE limit, unlike select()
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            return bool(poller.poll(0))
+        return bool(select.select([fd], [], [], 0)[0])
+    except Exception:
+        return True
 
 
 def worker_engine(
