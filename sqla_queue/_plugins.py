@@ -23,6 +23,7 @@ import pluggy
 from . import hookspecs
 from .builtins import DEFAULT_PLUGINS
 from .builtins import backoff as builtin_backoff
+from .builtins import idempotency as builtin_idempotency
 from .builtins import retryable as builtin_retryable
 from .builtins.task_overrides import TASK_OVERRIDES_NAME, TaskOverrides
 from .errors import ConfigurationError, PluginError
@@ -313,6 +314,49 @@ def first_result(
     invalid answer be reported with the name of the plugin that gave it.
     """
     for impl in _plain_impls(pm, hook_name):
+        try:
+            result = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+        except PluginError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"plugin {impl.plugin_name!r} raised in {hook_name}: {exc!r}") from exc
+        if result is None:
+            continue
+        if not check(result):
+            raise PluginError(
+                f"plugin {impl.plugin_name!r} returned {_short_repr(result)} from {hook_name}; "
+                f"expected {expected}"
+            )
+        return result
+    return None
+
+
+def key_askers(pm: pluggy.PluginManager, tasks: Any) -> tuple[list[Any], Any]:
+    """For a batch of enqueues: the `sqla_queue_idempotency_key` implementations that may
+    answer, in call order, and which of them (if any) is `tasks`' per-task option.
+
+    The built-in default (``sqla_queue.idempotency``) always answers None and is left out. The
+    per-task one answers None for a task without ``idempotency_key=``, so the caller may skip it
+    for those; with nothing else left, no hook is called per job at all.
+    """
+    impls = [
+        impl for impl in _plain_impls(pm, "sqla_queue_idempotency_key")
+        if impl.plugin is not builtin_idempotency
+    ]
+    per_task = next(
+        (impl for impl in impls
+         if isinstance(impl.plugin, TaskOverrides) and impl.plugin._tasks is tasks),
+        None,
+    )
+    return impls, per_task
+
+
+def first_result_of(
+    impls: list[Any], hook_name: str, check: Callable[[Any], bool], expected: str, **kwargs: Any
+) -> Any:
+    """`first_result` over implementations looked up once (see `key_askers`), same answers and
+    the same errors naming the plugin."""
+    for impl in impls:
         try:
             result = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
         except PluginError:

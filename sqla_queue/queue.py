@@ -10,20 +10,33 @@ import copy
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Table
+from sqlalchemy import Connection, Engine, Table, exc as sa_exc
 from sqlalchemy.orm import Session
 
 from . import _validate, maintenance, operations, sql
 from ._deadline import deadline
 from ._driver import DriverStatement
-from ._engine import database_errors, library_engine, runs_single_statements_in_autocommit
-from ._plugins import build_plugin_manager, configure, emit, emit_each, failure_decision, first_result
+from ._engine import (
+    autocommit_reads_committed,
+    built_by_make_engine,
+    database_errors,
+    library_engine,
+    runs_single_statements_in_autocommit,
+)
+from ._plugins import (
+    build_plugin_manager,
+    configure,
+    emit,
+    emit_each,
+    failure_decision,
+    first_result_of,
+    key_askers,
+)
 from ._sanitize import error_text
 from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
 from .errors import (
@@ -33,6 +46,7 @@ from .errors import (
     UnknownTaskError,
 )
 from .models import Job
+from .sql.enqueue import INPUT_COLUMNS
 from .types import (
     DEFAULT_LEASE,
     DEFAULT_STATS_WINDOW,
@@ -66,17 +80,74 @@ if TYPE_CHECKING:
 H = TypeVar("H", bound=Handler)
 
 
-@dataclass(frozen=True)
-class _JobSpec:
-    """One validated job, ready to bind."""
+_NO_DELAY = timedelta(0)
+_ARRAY_PARAMS = tuple(f"{name}s" for name in INPUT_COLUMNS)
 
-    queue: str
-    task: str
-    payload: str
-    run_at: datetime | None
-    delay: timedelta
-    max_attempts: int
-    idempotency_key: str | None
+
+class _Jobs:
+    """Validated jobs as the INSERT's parallel columns (`sql.enqueue.INPUT_COLUMNS` order), and
+    what validating them looks up once per call instead of once per job."""
+
+    __slots__ = ("columns", "keyed", "key_askers", "key_askers_without_task", "resolved")
+
+    def __init__(self, key_askers: tuple[list[Any], Any]) -> None:
+        self.columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
+        self.keyed = 0  # jobs with an idempotency key
+        impls, per_task = key_askers
+        self.key_askers = impls
+        self.key_askers_without_task = [impl for impl in impls if impl is not per_task]
+        self.resolved: dict[Any, tuple[Any, Task]] = {}
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    @property
+    def queues(self) -> list[str]:
+        return self.columns[0]
+
+    @property
+    def tasks(self) -> list[str]:
+        return self.columns[1]
+
+    @property
+    def keys(self) -> list[str | None]:
+        return self.columns[6]
+
+
+class _DriverInsert:
+    """An enqueue INSERT compiled once for psycopg and run on the driver connection (see
+    `sqla_queue._driver`): used on our own autocommit connections, where no host code listens.
+
+    The parameters named in `binary` are sent in psycopg's binary format: its text form of an
+    array quotes every element through a regular expression (JSON payloads are full of quotes),
+    which cost more client time than the rest of a 1,000-job enqueue_many.
+    """
+
+    def __init__(self, statement: Any, dialect: Any, sample: dict[str, Any], binary: Sequence[str] = ()) -> None:
+        state = statement.compile(dialect=dialect).construct_expanded_state(sample)
+        if state.processors or set(state.parameters) != set(sample):
+            raise ValueError("the enqueue INSERT needs SQLAlchemy's parameter processing")
+        text = state.statement
+        for name in binary:
+            placeholder = f"%({name})s"
+            if text.count(placeholder) != 1:
+                raise ValueError(f"expected one {placeholder} in the enqueue INSERT")
+            text = text.replace(placeholder, f"%({name})b")
+        self.sql = text
+        self._dbapi_error = dialect.loaded_dbapi.Error
+
+    def rows(self, conn: Connection, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        driver = conn.connection.driver_connection
+        try:
+            return driver.execute(self.sql, params).fetchall()
+        except self._dbapi_error as exc:
+            invalidated = conn.dialect.is_disconnect(exc, driver, None)
+            if invalidated:
+                conn.invalidate(exc)
+            raise sa_exc.DBAPIError.instance(
+                self.sql, None, exc, self._dbapi_error, hide_parameters=True,
+                connection_invalidated=invalidated, dialect=conn.dialect,
+            ) from None
 
 
 class Queue:
@@ -207,18 +278,19 @@ class Queue:
 
         With ``session=`` or ``connection=`` the job is written in that transaction and we never
         commit: it exists exactly when the caller's transaction commits. Otherwise it is
-        committed in a transaction of its own.
+        committed on its own (docs/explanation/delivery-semantics.md says how).
 
         When an active (pending or running) job holds ``idempotency_key``, that job's id is
         returned and nothing is inserted. Once the holder completed or failed the key is free
         again and a new job is created. If the holder has not committed yet, this call waits for
         it, then returns its id (it committed) or inserts (it rolled back).
         """
-        spec = self._prepare(
-            task, payload, queue=queue, run_at=run_at, delay=delay,
+        jobs = _Jobs(key_askers(self.plugin_manager, self._tasks))
+        self._prepare(
+            jobs, task, payload, queue=queue, run_at=run_at, delay=delay,
             max_attempts=max_attempts, idempotency_key=idempotency_key,
         )
-        return self._enqueue_specs([spec], session=session, connection=connection)[0]
+        return self._enqueue_specs(jobs, session=session, connection=connection)[0]
 
     def enqueue_many(
         self,
@@ -232,14 +304,16 @@ class Queue:
         Each job is a mapping with ``task`` and ``payload`` and any per-job option of
         `enqueue`. Every job is validated before anything is written.
         """
-        specs = [self._prepare_mapping(index, job) for index, job in enumerate(jobs)]
-        return self._enqueue_specs(specs, session=session, connection=connection) if specs else []
+        batch = _Jobs(key_askers(self.plugin_manager, self._tasks))
+        for index, job in enumerate(jobs):
+            self._prepare_mapping(batch, index, job)
+        return self._enqueue_specs(batch, session=session, connection=connection) if len(batch) else []
 
-    def _prepare_mapping(self, index: int, job: Mapping[str, Any]) -> _JobSpec:
+    def _prepare_mapping(self, jobs: _Jobs, index: int, job: Mapping[str, Any]) -> None:
         if not isinstance(job, Mapping):
             raise InvalidInputError(f"jobs[{index}] must be a mapping, got {type(job).__name__}")
-        unknown = sorted(set(job) - _ENQUEUE_OPTIONS)
-        if unknown:
+        if not _ENQUEUE_OPTIONS.issuperset(job):
+            unknown = sorted(set(job) - _ENQUEUE_OPTIONS)
             raise InvalidInputError(
                 f"jobs[{index}] has unknown option(s) {', '.join(unknown)}; "
                 f"allowed: {', '.join(sorted(_ENQUEUE_OPTIONS))}"
@@ -247,14 +321,21 @@ class Queue:
         for required in ("task", "payload"):
             if required not in job:
                 raise InvalidInputError(f"jobs[{index}] is missing {required!r}")
-        options = {k: v for k, v in job.items() if k not in ("task", "payload")}
         try:
-            return self._prepare(job["task"], job["payload"], **options)
+            if len(job) == 2:  # task and payload only: the common case, no option lookups
+                self._prepare(jobs, job["task"], job["payload"])
+            else:
+                self._prepare(
+                    jobs, job["task"], job["payload"], queue=job.get("queue"),
+                    run_at=job.get("run_at"), delay=job.get("delay"),
+                    max_attempts=job.get("max_attempts"), idempotency_key=job.get("idempotency_key"),
+                )
         except (InvalidInputError, UnknownTaskError) as exc:
             raise type(exc)(f"jobs[{index}]: {exc}") from None
 
     def _prepare(
         self,
+        jobs: _Jobs,
         task: Task | Handler | str,
         payload: Any,
         *,
@@ -263,86 +344,112 @@ class Queue:
         delay: timedelta | float | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
-    ) -> _JobSpec:
-        registered = self._tasks.resolve(task)
+    ) -> None:
+        """Validate one job and append it to `jobs`: nothing is appended if a check fails."""
+        registered = self._resolve_task(jobs, task)
         payload_json = _validate.payload_json(payload)
-        queue_name = _validate.name(queue if queue is not None else registered.queue, "queue")
-        attempts = _validate.max_attempts(
-            max_attempts if max_attempts is not None else registered.max_attempts
+        # A registered task's queue and max_attempts were validated when it was registered.
+        queue_name = registered.queue if queue is None else _validate.name(queue, "queue")
+        attempts = (
+            registered.max_attempts if max_attempts is None else _validate.max_attempts(max_attempts)
         )
-        when, wait = _validate.schedule(run_at, delay)
+        if run_at is None and delay is None:
+            when, wait = None, _NO_DELAY
+        else:
+            when, wait = _validate.schedule(run_at, delay)
         if idempotency_key is None:
-            idempotency_key = self._plugin_key(registered.name, payload, queue_name, attempts, run_at, delay)
-        return _JobSpec(
-            queue=queue_name,
-            task=registered.name,
-            payload=payload_json,
-            run_at=when,
-            delay=wait,
-            max_attempts=attempts,
-            idempotency_key=_validate.idempotency_key(idempotency_key),
-        )
+            idempotency_key = self._plugin_key(jobs, registered, payload, queue_name, attempts, run_at, delay)
+        if idempotency_key is not None:
+            idempotency_key = _validate.idempotency_key(idempotency_key)
+            jobs.keyed += 1
+        for column, value in zip(
+            jobs.columns, (queue_name, registered.name, payload_json, when, wait, attempts, idempotency_key)
+        ):
+            column.append(value)
 
-    def _plugin_key(self, task, payload, queue, max_attempts, run_at, delay) -> str | None:
+    def _resolve_task(self, jobs: _Jobs, task: Task | Handler | str) -> Task:
+        """`TaskRegistry.resolve`, remembered for the rest of the call (a handler is found by a
+        scan of the registry). An entry keeps its object, so a recycled id() never matches."""
+        key = task if type(task) is str else id(task)
+        hit = jobs.resolved.get(key)
+        if hit is not None and (hit[0] is task or type(task) is str):
+            return hit[1]
+        registered = self._tasks.resolve(task)
+        jobs.resolved[key] = (task, registered)
+        return registered
+
+    def _plugin_key(self, jobs: _Jobs, registered: Task, payload, queue, max_attempts, run_at, delay) -> str | None:
+        """The plugins' key for a job without an explicit one. Only implementations that can
+        answer are asked (see `key_askers`); with none, nothing is called."""
+        askers = jobs.key_askers if registered.idempotency_key is not None else jobs.key_askers_without_task
+        if not askers:
+            return None
         options = {"queue": queue, "max_attempts": max_attempts, "run_at": run_at, "delay": delay}
-        return first_result(
-            self.plugin_manager,
+        return first_result_of(
+            askers,
             "sqla_queue_idempotency_key",
             lambda key: isinstance(key, str) and bool(key),
             "a non-empty str or None",
-            task=task,
+            task=registered.name,
             payload=payload,
             options=options,
         )
 
     def _enqueue_specs(
         self,
-        specs: Sequence[_JobSpec],
+        jobs: _Jobs,
         *,
         session: Session | None,
         connection: Connection | None,
     ) -> list[int]:
         if session is not None and connection is not None:
             raise InvalidInputError("pass session or connection, not both")
-        with self._caller_or_own_connection(session, connection) as conn:
-            ids, deduplicated = self._insert_resolving_keys(conn, specs)
+        if session is None and connection is None:
+            with self._own_enqueue_connection(jobs) as (conn, autocommit):
+                ids, deduplicated = self._insert_resolving_keys(conn, jobs, driver=autocommit)
+        else:
+            with self._caller_or_own_connection(session, connection) as conn:
+                ids, deduplicated = self._insert_resolving_keys(conn, jobs, driver=False)
         emit_each(self.plugin_manager, "sqla_queue_job_enqueued", (
-            JobEnqueued(job_id=job_id, queue=spec.queue, task=spec.task, deduplicated=dup)
-            for spec, job_id, dup in zip(specs, ids, deduplicated)
+            JobEnqueued(job_id=job_id, queue=queue, task=task, deduplicated=dup)
+            for queue, task, job_id, dup in zip(jobs.queues, jobs.tasks, ids, deduplicated)
         ))
         return ids
 
     def _insert_resolving_keys(
-        self, conn: Connection, specs: Sequence[_JobSpec]
+        self, conn: Connection, jobs: _Jobs, *, driver: bool
     ) -> tuple[list[int], list[bool]]:
         """Insert, then resolve each key that an active job holds to that job's id.
 
         A key's holder can finish between our INSERT (which skipped the row) and our lookup
         (which then finds nothing); those jobs go round again. Every job ends with an id.
         """
-        ids: list[int | None] = [None] * len(specs)
-        deduplicated = [False] * len(specs)
+        keys = jobs.keys
+        if not jobs.keyed:  # nothing can conflict: one INSERT, every job inserted
+            return self._insert(conn, jobs, range(len(jobs)), driver=driver), [False] * len(jobs)  # type: ignore[return-value]
+        ids: list[int | None] = [None] * len(jobs)
+        deduplicated = [False] * len(jobs)
         first_with_key: dict[str, int] = {}
         todo: list[int] = []
-        for index, spec in enumerate(specs):
-            key = spec.idempotency_key
+        for index, key in enumerate(keys):
             if key is not None and key in first_with_key:
                 continue  # a repeat within this batch shares the first one's job
             if key is not None:
                 first_with_key[key] = index
             todo.append(index)
+        firsts = set(first_with_key.values())
         for _ in range(_ENQUEUE_ROUNDS):
             if not todo:
                 break
-            inserted = self._insert(conn, [specs[i] for i in todo])
+            inserted = self._insert(conn, jobs, todo, driver=driver)
             for index, job_id in zip(todo, inserted):
                 ids[index] = job_id
-            held = [specs[i].idempotency_key for i, job_id in zip(todo, inserted) if job_id is None]
+            held = [keys[i] for i, job_id in zip(todo, inserted) if job_id is None]
             holders = self._active_holders(conn, held) if held else {}
             todo = []
             for index, job_id in enumerate(ids):
-                key = specs[index].idempotency_key
-                if job_id is None and index in first_with_key.values():
+                if job_id is None and index in firsts:
+                    key = keys[index]
                     if key in holders:
                         ids[index], deduplicated[index] = holders[key], True
                     else:
@@ -350,42 +457,101 @@ class Queue:
         if todo:
             raise EnqueueConflictError(
                 "could not insert or find the active job for idempotency key(s) "
-                f"{', '.join(repr(specs[i].idempotency_key) for i in todo[:5])}; "
+                f"{', '.join(repr(keys[i]) for i in todo[:5])}; "
                 "is the enqueuing transaction REPEATABLE READ or SERIALIZABLE?"
             )
-        for index, spec in enumerate(specs):
+        for index, key in enumerate(keys):
             if ids[index] is None:
-                ids[index] = ids[first_with_key[spec.idempotency_key]]
+                ids[index] = ids[first_with_key[key]]  # type: ignore[index]
                 deduplicated[index] = True
         return [int(job_id) for job_id in ids], deduplicated  # type: ignore[arg-type]
 
-    def _insert(self, conn: Connection, specs: Sequence[_JobSpec]) -> list[int | None]:
-        """Ids per spec, None where an active job holds the spec's key."""
-        params = {
-            "queue_names": [s.queue for s in specs],
-            "tasks": [s.task for s in specs],
-            "payloads": [s.payload for s in specs],
-            "run_ats": [s.run_at for s in specs],
-            "delays": [s.delay for s in specs],
-            "max_attemptss": [s.max_attempts for s in specs],
-            "idempotency_keys": [s.idempotency_key for s in specs],
-            "channel": self.notify_channel,
-        }
+    def _insert(
+        self, conn: Connection, jobs: _Jobs, todo: Sequence[int], *, driver: bool
+    ) -> list[int | None]:
+        """Ids of the jobs at `todo` (ascending indexes), None where an active job holds the key."""
+        columns = (
+            jobs.columns if len(todo) == len(jobs) else tuple([col[i] for i in todo] for col in jobs.columns)
+        )
+        statements = self._enqueue_statements
+        one = len(todo) == 1
+        if one:
+            params = {name: column[0] for name, column in zip(INPUT_COLUMNS, columns)}
+        else:
+            params = dict(zip(_ARRAY_PARAMS, columns))
+        params["channel"] = statements.channel
+        compiled = self._driver_inserts(conn) if driver else None
         with database_errors():
-            rows = conn.execute(self._sql.insert, params).all()
+            if compiled is not None:
+                rows = (compiled[0] if one else compiled[1]).rows(conn, params)
+            else:
+                rows = conn.execute(statements.one if one else statements.many, params).all()
         # Identity values ascend in insert order, which is input order (see sql.insert_jobs):
         # keyless rows map by position among keyless inputs, keyed rows by their key.
-        by_key = {row.idempotency_key: row.id for row in rows if row.idempotency_key is not None}
-        keyless = iter(sorted(row.id for row in rows if row.idempotency_key is None))
-        return [
-            by_key.get(s.idempotency_key) if s.idempotency_key is not None else next(keyless)
-            for s in specs
-        ]
+        keys = columns[6]
+        if len(rows) == len(todo) and not any(keys):
+            return sorted(row[0] for row in rows)
+        by_key = {row[1]: row[0] for row in rows if row[1] is not None}
+        keyless = iter(sorted(row[0] for row in rows if row[1] is None))
+        return [by_key.get(key) if key is not None else next(keyless) for key in keys]
+
+    @cached_property
+    def _enqueue_statements(self) -> SimpleNamespace:
+        return SimpleNamespace(
+            one=sql.insert_job(self.table),
+            many=sql.insert_jobs(self.table),
+            channel=sql.channel_name(self.table),
+        )
+
+    def _driver_inserts(self, conn: Connection) -> tuple[_DriverInsert, _DriverInsert] | None:
+        """The single-job and many-job INSERTs compiled for `conn`'s dialect, if it is psycopg."""
+        dialect = conn.dialect
+        cached = self.__dict__.get("_enqueue_driver_inserts")
+        if cached is None or cached[0] is not dialect:
+            compiled = None
+            if DriverStatement.usable_on(dialect):
+                statements = self._enqueue_statements
+                one = dict.fromkeys(INPUT_COLUMNS, None)
+                many = dict.fromkeys(_ARRAY_PARAMS, [])
+                compiled = (
+                    _DriverInsert(statements.one, dialect, {**one, "channel": ""}),
+                    _DriverInsert(statements.many, dialect, {**many, "channel": ""}, binary=_ARRAY_PARAMS),
+                )
+            cached = self.__dict__["_enqueue_driver_inserts"] = (dialect, compiled)
+        return cached[1]
 
     def _active_holders(self, conn: Connection, keys: list[str]) -> dict[str, int]:
         with database_errors():
             rows = conn.execute(self._sql.find_keys, {"keys": keys}).all()
         return {row.idempotency_key: row.id for row in rows}
+
+    @contextmanager
+    def _own_enqueue_connection(self, jobs: _Jobs) -> Iterator[tuple[Connection, bool]]:
+        """Where an enqueue without session= or connection= runs; yields ``(conn, autocommit)``.
+
+        On an engine we built from a URL, a connection whose session defaults to READ COMMITTED
+        runs the INSERT in autocommit: that statement is atomic by itself, one round trip instead
+        of three. Only when it is all the call can write: one job (a skipped insert wrote
+        nothing, whatever the key lookup after it does), or jobs without keys (one statement, no
+        lookup). A batch with keys, a session with another default, or an application's engine
+        get our own READ COMMITTED transaction, so nothing is ever half-written.
+        """
+        if (len(jobs) == 1 or not jobs.keyed) and self._on_our_engine():
+            with self._connection() as conn:
+                if autocommit_reads_committed(conn):
+                    conn.execution_options(isolation_level="AUTOCOMMIT")  # reset at checkin
+                    if getattr(conn.connection.driver_connection, "autocommit", False) is True:
+                        yield conn, True
+                        return
+        with self._transaction() as conn:
+            yield conn, False
+
+    def _on_our_engine(self) -> bool:
+        """Whether `self.engine` is one we built (`make_engine`), never the application's."""
+        cached = self.__dict__.get("_enqueue_engine_is_ours")
+        if cached is None or cached[0] is not self.engine:  # a `_bound_to` copy has its own engine
+            cached = self.__dict__["_enqueue_engine_is_ours"] = (self.engine, built_by_make_engine(self.engine))
+        return cached[1]
 
     @contextmanager
     def _caller_or_own_connection(
