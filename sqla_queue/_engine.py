@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc as sa_exc
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import PoolProxiedConnection
 
 from ._deadline import driver_deadline
 from ._sanitize import error_text
@@ -90,8 +91,9 @@ def built_by_make_engine(engine: Engine) -> bool:
     return any(listener is _note_default_isolation for listener in engine.pool.dispatch.connect)
 
 
-def autocommit_reads_committed(conn: Connection) -> bool:
-    """Whether an autocommit statement on `conn` (from a `make_engine` engine) runs READ COMMITTED."""
+def autocommit_reads_committed(conn: Connection | PoolProxiedConnection) -> bool:
+    """Whether an autocommit statement on `conn` (from a `make_engine` engine, as a `Connection`
+    or straight from the pool) runs READ COMMITTED."""
     return conn.info.get(_READS_COMMITTED) is True
 
 

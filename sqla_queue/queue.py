@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -16,10 +16,11 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table, exc as sa_exc
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.orm import Session
 
 from . import _validate, maintenance, operations, sql
-from ._deadline import deadline
+from ._deadline import deadline, driver_deadline
 from ._driver import DriverStatement
 from ._engine import (
     autocommit_reads_committed,
@@ -114,9 +115,10 @@ class _Jobs:
         return self.columns[6]
 
 
-class _DriverInsert:
-    """An enqueue INSERT compiled once for psycopg and run on the driver connection (see
-    `sqla_queue._driver`): used on our own autocommit connections, where no host code listens.
+class _DriverSQL:
+    """An enqueue statement compiled once for psycopg and run on a pooled driver connection (as
+    `sqla_queue._driver` does for the worker's round): the autocommit enqueue on an engine we
+    built, where no application code listens to SQLAlchemy's execution events.
 
     The parameters named in `binary` are sent in psycopg's binary format: its text form of an
     array quotes every element through a regular expression (JSON payloads are full of quotes),
@@ -126,28 +128,68 @@ class _DriverInsert:
     def __init__(self, statement: Any, dialect: Any, sample: dict[str, Any], binary: Sequence[str] = ()) -> None:
         state = statement.compile(dialect=dialect).construct_expanded_state(sample)
         if state.processors or set(state.parameters) != set(sample):
-            raise ValueError("the enqueue INSERT needs SQLAlchemy's parameter processing")
+            raise ValueError("the enqueue statement needs SQLAlchemy's parameter processing")
         text = state.statement
         for name in binary:
             placeholder = f"%({name})s"
             if text.count(placeholder) != 1:
-                raise ValueError(f"expected one {placeholder} in the enqueue INSERT")
+                raise ValueError(f"expected one {placeholder} in the enqueue statement")
             text = text.replace(placeholder, f"%({name})b")
         self.sql = text
+        self._dialect = dialect
         self._dbapi_error = dialect.loaded_dbapi.Error
 
-    def rows(self, conn: Connection, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        driver = conn.connection.driver_connection
+    def rows(self, pooled: PoolProxiedConnection, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        driver = pooled.driver_connection
         try:
             return driver.execute(self.sql, params).fetchall()
         except self._dbapi_error as exc:
-            invalidated = conn.dialect.is_disconnect(exc, driver, None)
+            invalidated = self._dialect.is_disconnect(exc, driver, None)
             if invalidated:
-                conn.invalidate(exc)
+                pooled.invalidate(exc)
             raise sa_exc.DBAPIError.instance(
                 self.sql, None, exc, self._dbapi_error, hide_parameters=True,
-                connection_invalidated=invalidated, dialect=conn.dialect,
+                connection_invalidated=invalidated, dialect=self._dialect,
             ) from None
+
+
+def _insert_params(jobs: _Jobs, todo: Sequence[int], channel: str) -> tuple[bool, dict[str, Any]]:
+    """``(one, params)`` for the jobs at `todo`: `sql.insert_job`'s scalars for one job, else
+    `sql.insert_jobs`' arrays."""
+    columns = jobs.columns if len(todo) == len(jobs) else tuple([col[i] for i in todo] for col in jobs.columns)
+    if len(todo) == 1:
+        params = {name: column[0] for name, column in zip(INPUT_COLUMNS, columns)}
+        params["channel"] = channel
+        return True, params
+    params = dict(zip(_ARRAY_PARAMS, columns))
+    params["channel"] = channel
+    return False, params
+
+
+def _ids_by_input(rows: Sequence[Any], params: dict[str, Any]) -> list[int | None]:
+    """The INSERT's ``(id, idempotency_key, ...)`` rows in input order, None for a skipped job.
+
+    Identity values ascend in insert order, which is input order (see sql.insert_jobs):
+    keyless rows map by position among keyless inputs, keyed rows by their key.
+    """
+    keys = params["idempotency_keys"] if "idempotency_keys" in params else [params["idempotency_key"]]
+    if len(rows) == len(keys) and not any(keys):
+        return sorted(row[0] for row in rows)
+    by_key = {row[1]: row[0] for row in rows if row[1] is not None}
+    keyless = iter(sorted(row[0] for row in rows if row[1] is None))
+    return [by_key.get(key) if key is not None else next(keyless) for key in keys]
+
+
+def _leave_autocommit(pooled: PoolProxiedConnection) -> None:
+    """Back out of autocommit before the pool gets the connection (code sharing the engine,
+    e.g. migrations on `make_engine`'s engine, expects transactions); one that cannot is
+    discarded."""
+    if pooled.dbapi_connection is None:
+        return  # invalidated on a disconnect
+    try:
+        pooled.driver_connection.autocommit = False
+    except Exception as exc:
+        pooled.invalidate(exc)
 
 
 class Queue:
@@ -404,12 +446,15 @@ class Queue:
     ) -> list[int]:
         if session is not None and connection is not None:
             raise InvalidInputError("pass session or connection, not both")
-        if session is None and connection is None:
-            with self._own_enqueue_connection(jobs) as (conn, autocommit):
-                ids, deduplicated = self._insert_resolving_keys(conn, jobs, driver=autocommit)
-        else:
+        done = self._enqueue_in_autocommit(jobs) if session is None and connection is None else None
+        if done is None:
             with self._caller_or_own_connection(session, connection) as conn:
-                ids, deduplicated = self._insert_resolving_keys(conn, jobs, driver=False)
+                done = self._insert_resolving_keys(
+                    jobs,
+                    lambda todo: self._insert(conn, jobs, todo),
+                    lambda keys: self._active_holders(conn, keys),
+                )
+        ids, deduplicated = done
         emit_each(self.plugin_manager, "sqla_queue_job_enqueued", (
             JobEnqueued(job_id=job_id, queue=queue, task=task, deduplicated=dup)
             for queue, task, job_id, dup in zip(jobs.queues, jobs.tasks, ids, deduplicated)
@@ -417,16 +462,21 @@ class Queue:
         return ids
 
     def _insert_resolving_keys(
-        self, conn: Connection, jobs: _Jobs, *, driver: bool
+        self,
+        jobs: _Jobs,
+        insert: Callable[[Sequence[int]], list[int | None]],
+        active_holders: Callable[[list[str]], dict[str, int]],
     ) -> tuple[list[int], list[bool]]:
         """Insert, then resolve each key that an active job holds to that job's id.
 
-        A key's holder can finish between our INSERT (which skipped the row) and our lookup
-        (which then finds nothing); those jobs go round again. Every job ends with an id.
+        `insert` writes the jobs at the given indexes (`_insert`), `active_holders` looks keys
+        up (`_active_holders`), both on the connection the call uses. A key's holder can finish
+        between our INSERT (which skipped the row) and our lookup (which then finds nothing);
+        those jobs go round again. Every job ends with an id.
         """
         keys = jobs.keys
         if not jobs.keyed:  # nothing can conflict: one INSERT, every job inserted
-            return self._insert(conn, jobs, range(len(jobs)), driver=driver), [False] * len(jobs)  # type: ignore[return-value]
+            return insert(range(len(jobs))), [False] * len(jobs)  # type: ignore[return-value]
         ids: list[int | None] = [None] * len(jobs)
         deduplicated = [False] * len(jobs)
         first_with_key: dict[str, int] = {}
@@ -441,11 +491,11 @@ class Queue:
         for _ in range(_ENQUEUE_ROUNDS):
             if not todo:
                 break
-            inserted = self._insert(conn, jobs, todo, driver=driver)
+            inserted = insert(todo)
             for index, job_id in zip(todo, inserted):
                 ids[index] = job_id
             held = [keys[i] for i, job_id in zip(todo, inserted) if job_id is None]
-            holders = self._active_holders(conn, held) if held else {}
+            holders = active_holders(held) if held else {}
             todo = []
             for index, job_id in enumerate(ids):
                 if job_id is None and index in firsts:
@@ -466,34 +516,18 @@ class Queue:
                 deduplicated[index] = True
         return [int(job_id) for job_id in ids], deduplicated  # type: ignore[arg-type]
 
-    def _insert(
-        self, conn: Connection, jobs: _Jobs, todo: Sequence[int], *, driver: bool
-    ) -> list[int | None]:
+    def _insert(self, conn: Connection, jobs: _Jobs, todo: Sequence[int]) -> list[int | None]:
         """Ids of the jobs at `todo` (ascending indexes), None where an active job holds the key."""
-        columns = (
-            jobs.columns if len(todo) == len(jobs) else tuple([col[i] for i in todo] for col in jobs.columns)
-        )
         statements = self._enqueue_statements
-        one = len(todo) == 1
-        if one:
-            params = {name: column[0] for name, column in zip(INPUT_COLUMNS, columns)}
-        else:
-            params = dict(zip(_ARRAY_PARAMS, columns))
-        params["channel"] = statements.channel
-        compiled = self._driver_inserts(conn) if driver else None
+        one, params = _insert_params(jobs, todo, statements.channel)
         with database_errors():
-            if compiled is not None:
-                rows = (compiled[0] if one else compiled[1]).rows(conn, params)
-            else:
-                rows = conn.execute(statements.one if one else statements.many, params).all()
-        # Identity values ascend in insert order, which is input order (see sql.insert_jobs):
-        # keyless rows map by position among keyless inputs, keyed rows by their key.
-        keys = columns[6]
-        if len(rows) == len(todo) and not any(keys):
-            return sorted(row[0] for row in rows)
-        by_key = {row[1]: row[0] for row in rows if row[1] is not None}
-        keyless = iter(sorted(row[0] for row in rows if row[1] is None))
-        return [by_key.get(key) if key is not None else next(keyless) for key in keys]
+            rows = conn.execute(statements.one if one else statements.many, params).all()
+        return _ids_by_input(rows, params)
+
+    def _active_holders(self, conn: Connection, keys: list[str]) -> dict[str, int]:
+        with database_errors():
+            rows = conn.execute(self._sql.find_keys, {"keys": keys}).all()
+        return {row.idempotency_key: row.id for row in rows}
 
     @cached_property
     def _enqueue_statements(self) -> SimpleNamespace:
@@ -503,54 +537,67 @@ class Queue:
             channel=sql.channel_name(self.table),
         )
 
-    def _driver_inserts(self, conn: Connection) -> tuple[_DriverInsert, _DriverInsert] | None:
-        """The single-job and many-job INSERTs compiled for `conn`'s dialect, if it is psycopg."""
-        dialect = conn.dialect
-        cached = self.__dict__.get("_enqueue_driver_inserts")
-        if cached is None or cached[0] is not dialect:
-            compiled = None
-            if DriverStatement.usable_on(dialect):
-                statements = self._enqueue_statements
-                one = dict.fromkeys(INPUT_COLUMNS, None)
-                many = dict.fromkeys(_ARRAY_PARAMS, [])
-                compiled = (
-                    _DriverInsert(statements.one, dialect, {**one, "channel": ""}),
-                    _DriverInsert(statements.many, dialect, {**many, "channel": ""}, binary=_ARRAY_PARAMS),
-                )
-            cached = self.__dict__["_enqueue_driver_inserts"] = (dialect, compiled)
-        return cached[1]
+    def _enqueue_in_autocommit(self, jobs: _Jobs) -> tuple[list[int], list[bool]] | None:
+        """Enqueue without a transaction of ours, if this engine and connection allow it; None
+        (nothing done) otherwise, and the caller uses our own READ COMMITTED transaction.
 
-    def _active_holders(self, conn: Connection, keys: list[str]) -> dict[str, int]:
-        with database_errors():
-            rows = conn.execute(self._sql.find_keys, {"keys": keys}).all()
-        return {row.idempotency_key: row.id for row in rows}
-
-    @contextmanager
-    def _own_enqueue_connection(self, jobs: _Jobs) -> Iterator[tuple[Connection, bool]]:
-        """Where an enqueue without session= or connection= runs; yields ``(conn, autocommit)``.
-
-        On an engine we built from a URL, a connection whose session defaults to READ COMMITTED
-        runs the INSERT in autocommit: that statement is atomic by itself, one round trip instead
-        of three. Only when it is all the call can write: one job (a skipped insert wrote
-        nothing, whatever the key lookup after it does), or jobs without keys (one statement, no
-        lookup). A batch with keys, a session with another default, or an application's engine
-        get our own READ COMMITTED transaction, so nothing is ever half-written.
+        On an engine we built from a URL (`make_engine`), a pooled connection whose session
+        defaults to READ COMMITTED runs the INSERT in autocommit: that statement is atomic by
+        itself, one round trip instead of three. Only when it is all the call can write: one job
+        (a skipped insert wrote nothing, whatever the key lookup after it finds), or jobs
+        without keys (one statement, no lookup). A batch with keys, a session with another
+        default, or an application's engine keep our own transaction, so nothing is ever
+        half-written. The statements run on the driver connection, compiled once; the
+        connection goes back to the pool out of autocommit, as it came.
         """
-        if (len(jobs) == 1 or not jobs.keyed) and self._on_our_engine():
-            with self._connection() as conn:
-                if autocommit_reads_committed(conn):
-                    conn.execution_options(isolation_level="AUTOCOMMIT")  # reset at checkin
-                    if getattr(conn.connection.driver_connection, "autocommit", False) is True:
-                        yield conn, True
-                        return
-        with self._transaction() as conn:
-            yield conn, False
+        if len(jobs) != 1 and jobs.keyed:
+            return None
+        statements = self._driver_statements()
+        if statements is None:
+            return None
+        one_sql, many_sql, find_sql = statements
+        channel = self._enqueue_statements.channel
+        with database_errors():
+            pooled = self.engine.raw_connection()
+            try:
+                if not autocommit_reads_committed(pooled):
+                    return None
+                driver = pooled.driver_connection
+                driver.autocommit = True
+                try:
+                    with driver_deadline(driver, self.call_timeout):
 
-    def _on_our_engine(self) -> bool:
-        """Whether `self.engine` is one we built (`make_engine`), never the application's."""
-        cached = self.__dict__.get("_enqueue_engine_is_ours")
+                        def insert(todo: Sequence[int]) -> list[int | None]:
+                            one, params = _insert_params(jobs, todo, channel)
+                            return _ids_by_input((one_sql if one else many_sql).rows(pooled, params), params)
+
+                        def active_holders(keys: list[str]) -> dict[str, int]:
+                            return dict(find_sql.rows(pooled, {"keys": keys}))
+
+                        return self._insert_resolving_keys(jobs, insert, active_holders)
+                finally:
+                    _leave_autocommit(pooled)
+            finally:
+                pooled.close()
+
+    def _driver_statements(self) -> tuple[_DriverSQL, _DriverSQL, _DriverSQL] | None:
+        """The autocommit path's statements for this engine, or None if it has none: not an
+        engine we built (never the application's), or not psycopg."""
+        cached = self.__dict__.get("_enqueue_driver_statements")
         if cached is None or cached[0] is not self.engine:  # a `_bound_to` copy has its own engine
-            cached = self.__dict__["_enqueue_engine_is_ours"] = (self.engine, built_by_make_engine(self.engine))
+            compiled = None
+            dialect = self.engine.dialect
+            if built_by_make_engine(self.engine) and DriverStatement.usable_on(dialect):
+                statements = self._enqueue_statements
+                compiled = (
+                    _DriverSQL(statements.one, dialect, {**dict.fromkeys(INPUT_COLUMNS), "channel": ""}),
+                    _DriverSQL(
+                        statements.many, dialect, {**dict.fromkeys(_ARRAY_PARAMS, []), "channel": ""},
+                        binary=_ARRAY_PARAMS,
+                    ),
+                    _DriverSQL(self._sql.find_keys, dialect, {"keys": []}),
+                )
+            cached = self.__dict__["_enqueue_driver_statements"] = (self.engine, compiled)
         return cached[1]
 
     @contextmanager

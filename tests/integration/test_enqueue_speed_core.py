@@ -304,14 +304,16 @@ def test_url_queue_writes_nothing_for_a_bad_job(url_queue, count_jobs):
     assert count_jobs() == 0
 
 
-def _wait_until_blocked(engine, holder_pid: int) -> None:
+def _wait_until_blocked(engine, holder_pid: int, thread: threading.Thread, result: dict) -> None:
     """Poll (no sleep) until some backend waits on `holder_pid`."""
     with engine.connect() as conn:
         for _ in range(100_000):
-            waiting = conn.execute(
-                text("SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"),
+            assert thread.is_alive(), f"the enqueue ended without waiting: {result}"
+            waiting = conn.execute(  # pg_locks is read live (pg_stat_activity once per transaction)
+                text("SELECT count(*) FROM pg_locks WHERE NOT granted AND :pid = ANY(pg_blocking_pids(pid))"),
                 {"pid": holder_pid},
             ).scalar_one()
+            conn.rollback()
             if waiting:
                 return
     raise AssertionError("the autocommit enqueue never waited on the key holder")
@@ -334,7 +336,7 @@ def test_url_queue_waits_for_an_uncommitted_key_holder(url_queue, engine, count_
         holder_id = url_queue.enqueue("send_email", {"who": "first"}, idempotency_key="order:1", connection=holder)
         thread = threading.Thread(target=second_enqueue)
         thread.start()
-        _wait_until_blocked(engine, holder_pid)
+        _wait_until_blocked(engine, holder_pid, thread, result)
         holder.commit() if holder_commits else holder.rollback()
     thread.join(timeout=60)
 
