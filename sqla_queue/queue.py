@@ -140,17 +140,21 @@ class _DriverSQL:
         self._dbapi_error = dialect.loaded_dbapi.Error
 
     def rows(self, pooled: PoolProxiedConnection, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        driver = pooled.driver_connection
         try:
-            return driver.execute(self.sql, params).fetchall()
+            return pooled.driver_connection.execute(self.sql, params).fetchall()
         except self._dbapi_error as exc:
-            invalidated = self._dialect.is_disconnect(exc, driver, None)
-            if invalidated:
-                pooled.invalidate(exc)
-            raise sa_exc.DBAPIError.instance(
-                self.sql, None, exc, self._dbapi_error, hide_parameters=True,
-                connection_invalidated=invalidated, dialect=self._dialect,
-            ) from None
+            raise self.error(pooled, exc) from None
+
+    def error(self, pooled: PoolProxiedConnection, exc: Exception) -> sa_exc.DBAPIError:
+        """`exc` as SQLAlchemy would raise it (parameters hidden), the connection invalidated
+        if the error says it is gone."""
+        invalidated = self._dialect.is_disconnect(exc, pooled.driver_connection, None)
+        if invalidated:
+            pooled.invalidate(exc)
+        return sa_exc.DBAPIError.instance(
+            self.sql, None, exc, self._dbapi_error, hide_parameters=True,
+            connection_invalidated=invalidated, dialect=self._dialect,
+        )
 
 
 def _insert_params(jobs: _Jobs, todo: Sequence[int], channel: str) -> tuple[bool, dict[str, Any]]:
@@ -563,7 +567,10 @@ class Queue:
                 if not autocommit_reads_committed(pooled):
                     return None
                 driver = pooled.driver_connection
-                driver.autocommit = True
+                try:
+                    driver.autocommit = True
+                except self.engine.dialect.loaded_dbapi.Error as exc:
+                    raise one_sql.error(pooled, exc) from None
                 try:
                     with driver_deadline(driver, self.call_timeout):
 
