@@ -45,6 +45,7 @@ class ClaimedJob:
     queue: str
     idempotency_key: str | None = None
     locked_at: datetime | None = None
+    run_at: datetime | None = None  # when it became due
 
     @property
     def is_last_attempt(self) -> bool:

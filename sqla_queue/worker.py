@@ -37,6 +37,7 @@ from ._listener import Listener
 from ._worker_config import WorkerConfig, WorkerSummary
 from .errors import DatabaseError, UnknownTaskError
 from .maintenance import worker_pruner
+from .queue import claim_position
 from .types import ClaimedJob, JobStatus
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ logger = logging.getLogger("sqla_queue.worker")
 _OUTCOME_BACKOFF = (0.05, 0.2, 0.5, 1.0, 2.0)
 _ERROR_BACKOFF_MAX = 5.0
 _RECOVERY_ROUNDS = 10
+_RESTART_CLAIM_ORDER_EVERY = 1.0  # seconds between claims from the start of the claim order
 
 
 class _Held:
@@ -101,6 +103,9 @@ class Worker:
         self._to_complete: list[_Held] = []
         self._completion_lock = threading.Lock()
         self._work_ready = threading.Condition()
+        # Per queue: where the last claim got to in claim order, and when to start over.
+        self._positions: dict[str, tuple[Any, int]] = {}
+        self._restart_at: dict[str, float] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._done = threading.Event()
@@ -141,7 +146,7 @@ class Worker:
                 # Sampled before the claim: a job that finishes during it may retry at once, so
                 # "empty" only counts when nothing was held while the queue was looked at.
                 idle_before = self._held_count() == 0
-                claimed = self._complete_and_claim()
+                claimed, from_start = self._complete_and_claim()
                 failures = 0
             except DatabaseError as exc:
                 failures += 1
@@ -149,38 +154,67 @@ class Worker:
                 logger.warning("worker %s: database error, retrying in %.1fs: %s", self.worker_id, delay, exc)
                 self._stopping.wait(delay)
                 continue
-            if until_empty and claimed == 0 and idle_before:
+            if until_empty and claimed == 0 and idle_before and from_start:
                 return
+            if claimed == 0 and not from_start:
+                continue  # ran out from a position: look again from the start at once
             if (claimed == 0 or self._free_slots() == 0) and not self._finished_waiting():
                 self._wake.wait(self.config.poll_interval)
                 self._wake.clear()
 
-    def _complete_and_claim(self) -> int:
-        """One transaction per queue: complete what finished, claim into the free slots.
+    def _complete_and_claim(self) -> tuple[int, bool]:
+        """One statement per queue: complete what finished, claim into the free slots.
 
         Sharing the commit halves the commits per job (a commit waits for a WAL flush, the
         dominant cost of a no-op job). The finished jobs still count as held until then, so a
-        claim never reserves more jobs than there are slots.
+        claim never reserves more jobs than there are slots. Returns the jobs claimed and
+        whether every claim started from the beginning of the claim order (only those can
+        tell that nothing is due).
         """
-        claimed = 0
+        claimed, from_start = 0, True
         for queue_name in self._queue_order():
             finished = self._take_finished()
             free = self._free_slots() + len(finished)
             limit = 0 if self._stopping.is_set() else min(free, self.config.effective_batch_size)
             if not finished and limit <= 0:
                 continue
+            position = self._claim_from(queue_name) if limit else None
             try:
                 results, jobs = self.queue.complete_and_claim(
-                    [h.job for h in finished], queue_name, worker_id=self.worker_id, limit=limit
+                    [h.job for h in finished], queue_name, worker_id=self.worker_id, limit=limit,
+                    from_position=position,
                 )
             except DatabaseError:
                 self._return_finished(finished)
                 raise
             self._settle_completed(finished, results)
             self._hold(jobs)
+            if limit:
+                self._note_position(queue_name, jobs, limit)
             claimed += len(jobs)
+            from_start = from_start and position is None
         self.summary.claimed += claimed
-        return claimed
+        return claimed, from_start
+
+    def _claim_from(self, queue_name: str) -> tuple[Any, int] | None:
+        """Where to start this queue's claim: after the last claim's position while working
+        through a backlog (the dead index entries behind it are skipped), from the start of
+        the claim order every `_RESTART_CLAIM_ORDER_EVERY` seconds, so a job that became due
+        behind the position (enqueued with a past ``run_at``, or skipped while another claim
+        held it) waits at most that long."""
+        now = time.monotonic()
+        if now >= self._restart_at.get(queue_name, 0.0):
+            self._restart_at[queue_name] = now + _RESTART_CLAIM_ORDER_EVERY
+            return None
+        return self._positions.get(queue_name)
+
+    def _note_position(self, queue_name: str, jobs: list[ClaimedJob], limit: int) -> None:
+        if len(jobs) < limit:  # ran out of due jobs from here: start over next time
+            self._positions.pop(queue_name, None)
+        else:
+            position = claim_position(jobs)
+            if position is not None:
+                self._positions[queue_name] = position
 
     def _take_finished(self) -> list[_Held]:
         with self._completion_lock:

@@ -8,6 +8,8 @@ connection in autocommit, sessions pinned to READ COMMITTED).
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -156,3 +158,29 @@ def test_the_prepared_round_settles_on_a_generic_plan(recorded_queue, run_sql):
         assert generic >= 5, (generic, custom)
     finally:
         worker.engine.dispose()
+
+
+def test_a_claim_from_a_position_skips_what_lies_before_it_in_claim_order(round_queue):
+    ids = round_queue.enqueue_many([{"task": "send_email", "payload": {"n": n}} for n in range(6)])
+    first = round_queue.claim(worker_id="w", limit=2)
+    position = sq.queue.claim_position(first)
+    assert position == (first[0].run_at, ids[0])
+
+    _, later = round_queue.complete_and_claim([], worker_id="w", limit=2,
+                                              from_position=(first[1].run_at, ids[4]))
+    _, from_position = round_queue.complete_and_claim([], worker_id="w", limit=2, from_position=position)
+    _, from_start = round_queue.complete_and_claim([], worker_id="w", limit=2)
+
+    assert [job.id for job in later] == ids[4:6]
+    assert [job.id for job in from_position] == ids[2:4]
+    assert from_start == []
+
+
+@pytest.mark.parametrize("position", [(None, 1), ("2026-01-01", 1), (datetime(2026, 1, 1), 1),
+                                      (datetime(2026, 1, 1, tzinfo=timezone.utc), "1"), [1, 2]])
+def test_a_bad_claim_position_is_refused_before_anything_is_written(round_queue, table_rows, position):
+    round_queue.enqueue("send_email", {})
+    before = table_rows()
+    with pytest.raises(sq.InvalidInputError, match="from_position"):
+        round_queue.complete_and_claim([], worker_id="w", limit=1, from_position=position)
+    assert table_rows() == before

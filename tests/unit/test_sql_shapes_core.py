@@ -132,6 +132,15 @@ def test_the_round_fuses_the_batch_completion_and_the_claim_into_one_statement()
     assert "pending" not in bound_strings(sql.complete_and_claim_jobs(TABLE))
 
 
+def test_the_round_claims_from_a_position_in_claim_order_as_an_index_condition():
+    """A row comparison on the pending index's own columns, so the scan starts at the position
+    (NULL: at the start) instead of reading every dead entry before it."""
+    due = cte_body(rendered(sql.complete_and_claim_jobs(TABLE)), "due_jobs")
+    assert ("(sqla_queue_jobs.run_at, sqla_queue_jobs.id) >= (coalesce(%(from_run_at)s::TIMESTAMP WITH TIME ZONE, "
+            "'-infinity'::timestamptz), coalesce(%(from_id)s::BIGINT, ") in due
+    assert "from_run_at" not in rendered(sql.claim_jobs(TABLE))  # Queue.claim always starts at the start
+
+
 # -- outcomes ---------------------------------------------------------------------------------
 
 OUTCOMES = {

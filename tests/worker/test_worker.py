@@ -4,7 +4,8 @@ lost claims, release on stop, LISTEN wake-ups and configuration errors."""
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import text
@@ -294,4 +295,40 @@ def test_until_empty_also_runs_a_retry_that_is_due_at_once(queue):
     job_id = queue.enqueue("twice", {})
     queue.worker(concurrency=1, **FAST).run(until_empty=True)
     assert attempts == [1, 2]
+    assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED
+
+
+def test_a_job_that_becomes_due_behind_the_claim_position_runs_while_the_backlog_drains(queue, engine):
+    """While a backlog drains, each claim starts where the last one got to in claim order; a
+    job enqueued mid-drain with a ``run_at`` older than that position sits behind it. The
+    periodic claim from the start finds it within about a second, not after the backlog."""
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    @queue.task
+    def record(payload, ctx):
+        time.sleep(0.004)
+        with lock:
+            seen.append(payload["n"])
+            if payload["n"] == "100":  # early in the drain: a job that was due an hour ago
+                queue.enqueue("record", {"n": "late"}, run_at=datetime.now(timezone.utc) - timedelta(hours=1))
+
+    queue.enqueue_many([{"task": "record", "payload": {"n": str(n)}} for n in range(3000)])
+    summary = queue.worker(concurrency=4, batch_size=4, **FAST).run(until_empty=True)
+
+    assert summary.claimed == summary.completed == 3001
+    assert status_counts(engine) == {"completed": 3001}
+    assert seen.index("late") < len(seen) - 500, "the late job waited for the backlog to run out"
+
+
+def test_until_empty_stops_only_after_a_claim_from_the_start_finds_nothing(queue, engine):
+    """A claim that starts from a position can come back empty while jobs wait behind it."""
+    job_id = queue.enqueue("send_email", {})
+    worker = queue.worker(concurrency=1, **FAST)
+    worker._positions["default"] = (datetime.now(timezone.utc) + timedelta(days=1), 2**62)
+    worker._restart_at["default"] = time.monotonic() + 3600
+
+    summary = worker.run(until_empty=True)
+
+    assert summary.completed == 1
     assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED
