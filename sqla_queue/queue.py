@@ -267,7 +267,8 @@ class Queue:
     def _round_statement(self) -> DriverStatement | None:
         if not DriverStatement.usable_on(self.engine.dialect):
             return None
-        sample = {"queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": []}
+        sample = {"queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": [],
+                  "from_run_at": None, "from_id": None}
         return DriverStatement(self._sql.complete_and_claim, self.engine.dialect, sample)
 
     # -- tasks ---------------------------------------------------------------------------
@@ -669,20 +670,30 @@ class Queue:
         return rows, empty_reason
 
     def complete_and_claim(
-        self, finished: Iterable[ClaimedJob], queue: str = DEFAULT_QUEUE, *, worker_id: str, limit: int
+        self,
+        finished: Iterable[ClaimedJob],
+        queue: str = DEFAULT_QUEUE,
+        *,
+        worker_id: str,
+        limit: int,
+        from_position: tuple[datetime, int] | None = None,
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
         """Complete `finished` jobs and claim up to `limit` more, in one statement.
 
         The worker's steady state: one round trip and one commit per round. Completion results
-        are as for `complete_many`; ``limit=0`` only completes.
+        are as for `complete_many`; ``limit=0`` only completes. `from_position` (a claimed job's
+        ``(run_at, id)``) starts the claim there in claim order instead of at the beginning,
+        skipping the dead index entries earlier claims left behind (see `claim_position`).
         """
         finished = list(finished)
         queue = _validate.name(queue, "queue")
         worker_id = _validate.name(worker_id, "worker_id")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
+        from_run_at, from_id = _position_params(from_position)
         params = {"queue": queue, "worker_id": worker_id, "limit": limit,
-                  "token": secrets.token_urlsafe(24), **_held_params(finished)}
+                  "token": secrets.token_urlsafe(24), "from_run_at": from_run_at, "from_id": from_id,
+                  **_held_params(finished)}
         with self._single_statement() as conn:
             rows = (self._round_statement.rows(conn, params) if self._round_statement
                     else conn.execute(self._sql.complete_and_claim, params).all())
@@ -949,8 +960,28 @@ def _claimed_job(row: Any) -> ClaimedJob:
     return ClaimedJob(
         id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
         max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
-        idempotency_key=row.idempotency_key, locked_at=row.locked_at,
+        idempotency_key=row.idempotency_key, locked_at=row.locked_at, run_at=row.run_at,
     )
+
+
+def _position_params(position: Any) -> tuple[datetime | None, int | None]:
+    if position is None:
+        return None, None
+    if (not isinstance(position, tuple) or len(position) != 2
+            or not isinstance(position[0], datetime) or position[0].tzinfo is None
+            or isinstance(position[1], bool) or not isinstance(position[1], int)):
+        raise InvalidInputError(
+            "from_position must be None or a (run_at, id) tuple of an aware datetime and an integer"
+        )
+    return position
+
+
+def claim_position(jobs: Sequence[ClaimedJob]) -> tuple[datetime, int] | None:
+    """Where a claim that returned `jobs` got to in claim order: the earliest of them.
+
+    Every pending job before it was claimed or skipped (locked) by some claim, so the next
+    claim can start there (`Queue.complete_and_claim`'s ``from_position``)."""
+    return min(((job.run_at, job.id) for job in jobs if job.run_at is not None), default=None)
 
 
 def _queue_wait(job: ClaimedJob, run_at: datetime | None) -> timedelta | None:
