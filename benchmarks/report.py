@@ -96,6 +96,9 @@ def _raw_section(results: dict) -> list[str]:
              "The seed's claim (CTE, `FOR UPDATE SKIP LOCKED`, `UPDATE … RETURNING`) and its guarded completion "
              "for the whole batch (`id = ANY(…) AND status = 'running' AND claim_token = …`): one commit each, "
              "2 commits per batch, on the same table and indexes as sqla_queue (benchmarks/raw_sql.py). "
+             "The batch size is written into the claim's text, as sqla_queue does, so each batch size is one "
+             "prepared statement whose plan PostgreSQL reuses; with the seed's `LIMIT` parameter PostgreSQL "
+             "re-plans the claim on every execution and the limit measures lower. "
              "pgbench runs with `-M prepared`; psycopg with `prepare=True` in autocommit, one process per "
              "connection. Jobs/s counts the rows the database shows completed. The raw runs paired with each "
              "drain, at the batch size it used, are in section 3.", "",
