@@ -248,7 +248,8 @@ class Worker:
     def _hold(self, jobs: Sequence[ClaimedJob]) -> None:
         if not jobs:
             return
-        held = [_Held(job, self._timeout_of(job.task)) for job in jobs]
+        timeouts = {name: self._timeout_of(name) for name in {job.task for job in jobs}}
+        held = [_Held(job, timeouts[job.task]) for job in jobs]
         with self._held_lock:
             self._held.update((h.job.id, h) for h in held)
         with self._work_ready:
