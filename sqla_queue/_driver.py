@@ -1,22 +1,25 @@
-"""A Core statement compiled once and run on the driver connection: the worker's per-round path.
+"""Core statements compiled once and run on the driver connection: the hot paths.
 
-A busy worker runs one statement per round (complete the finished jobs, claim the next ones).
-SQLAlchemy's per-execution work around it (execution context, compiled-cache lookup, result
-metadata from the cursor description, row processors) cost more client CPU than the round trip
-itself, and a worker's claim loop is CPU-bound on one core. So this statement is built and
-compiled by SQLAlchemy as usual, once per engine dialect, and then handed straight to psycopg,
-which prepares it server-side after a few executions like any other. Errors still come out as
-SQLAlchemy's `DBAPIError` (wrapped as our `DatabaseError` by the caller), and a dropped connection
-is invalidated in the pool exactly as SQLAlchemy would do it.
+A busy worker runs one statement per round (complete the finished jobs, claim the next ones),
+and an own-transaction enqueue is one INSERT. SQLAlchemy's per-execution work around them
+(execution context, compiled-cache lookup, result metadata from the cursor description, row
+processors) costs as much client CPU as the round trip itself, and a worker's claim loop is
+CPU-bound on one core. So these statements are built and compiled by SQLAlchemy as usual, once
+per engine dialect, and then handed straight to psycopg, which prepares them server-side after a
+few executions like any other. Errors still come out as SQLAlchemy's `DBAPIError` (wrapped as
+our `DatabaseError` by the caller), and a dropped connection is invalidated in the pool exactly
+as SQLAlchemy would do it.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, exc as sa_exc
 from sqlalchemy.engine import Dialect
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import Select
 
 
@@ -24,14 +27,19 @@ class DriverStatement:
     """`statement` compiled for `dialect`; its rows are named tuples of its selected columns.
 
     Only for statements whose values need no SQLAlchemy type processing (plain numbers, text,
-    arrays of those; the results the driver already decodes): the constructor refuses others.
-    Parameters SQLAlchemy renders inline (``literal_execute``) give one SQL text per value,
-    rendered by SQLAlchemy the first time that value is used.
+    dates, arrays of those; results the driver already decodes): the constructor refuses
+    others. Parameters SQLAlchemy renders inline (``literal_execute``) give one SQL text per
+    value, rendered by SQLAlchemy the first time that value is used. Parameters named in
+    `binary` go in psycopg's binary format: its text form of an array quotes every element
+    through a regular expression, which for a batch of JSON payloads costs more than the rest
+    of the call.
     """
 
-    def __init__(self, statement: Select, dialect: Dialect, sample: dict[str, Any]) -> None:
+    def __init__(self, statement: Select, dialect: Dialect, sample: dict[str, Any],
+                 *, binary: Sequence[str] = ()) -> None:
         self._compiled = statement.compile(dialect=dialect)
         self._sample = sample
+        self._binary = tuple(binary)
         self._inlined = tuple(sorted(
             bind.key for bind in self._compiled.literal_execute_params if bind.key in sample
         ))
@@ -41,7 +49,9 @@ class DriverStatement:
         self._constants = {k: v for k, v in state.parameters.items() if k not in sample}
         self._texts: dict[tuple, str] = {}
         self._row = namedtuple("Row", [column.key for column in statement.selected_columns])  # type: ignore[misc]
+        self._dialect = dialect
         self._dbapi_error = dialect.loaded_dbapi.Error
+        self.sql(sample)  # fail now, not on first use, if a binary parameter is not where expected
 
     @staticmethod
     def usable_on(dialect: Dialect) -> bool:
@@ -53,24 +63,38 @@ class DriverStatement:
         text = self._texts.get(key)
         if text is None:
             text = self._compiled.construct_expanded_state({**self._sample, **params}).statement
+            for name in self._binary:
+                if text.count(f"%({name})s") != 1:
+                    raise ValueError(f"expected one %({name})s in the statement")
+                text = text.replace(f"%({name})s", f"%({name})b")
             self._texts[key] = text
         return text
 
-    def rows(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
-        driver = conn.connection.driver_connection
+    def rows(self, target: Connection | PoolProxiedConnection, params: dict[str, Any]) -> list[Any]:
+        """Run on `target`'s driver connection (a SQLAlchemy Connection or a pooled one)."""
+        driver = _driver_of(target)
         sql = self.sql(params)
         try:
-            fetched = driver.execute(sql, {**self._constants, **params}).fetchall()
+            fetched = driver.execute(sql, {**self._constants, **params} if self._constants else params).fetchall()
         except self._dbapi_error as exc:
-            raise self._wrapped(conn, driver, sql, exc) from None
+            raise self.error(target, exc, sql) from None
         make = self._row._make
         return [make(row) for row in fetched]
 
-    def _wrapped(self, conn: Connection, driver: Any, sql: str, error: Exception) -> sa_exc.DBAPIError:
-        invalidated = conn.dialect.is_disconnect(error, driver, None)
+    def error(self, target: Connection | PoolProxiedConnection, error: Exception,
+              sql: str | None = None) -> sa_exc.DBAPIError:
+        """`error` as SQLAlchemy would raise it (parameters hidden), with `target`'s connection
+        invalidated if the error says it is gone."""
+        invalidated = self._dialect.is_disconnect(error, _driver_of(target), None)
         if invalidated:
-            conn.invalidate(error)
+            target.invalidate(error)
         return sa_exc.DBAPIError.instance(
-            sql, None, error, self._dbapi_error, hide_parameters=True,
-            connection_invalidated=invalidated, dialect=conn.dialect,
+            sql or self.sql(self._sample), None, error, self._dbapi_error, hide_parameters=True,
+            connection_invalidated=invalidated, dialect=self._dialect,
         )
+
+
+def _driver_of(target: Connection | PoolProxiedConnection) -> Any:
+    if isinstance(target, Connection):
+        return target.connection.driver_connection
+    return target.driver_connection

@@ -313,22 +313,7 @@ def first_result(
     Walking the implementations ourselves (instead of pluggy's firstresult call) lets an
     invalid answer be reported with the name of the plugin that gave it.
     """
-    for impl in _plain_impls(pm, hook_name):
-        try:
-            result = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
-        except PluginError:
-            raise
-        except Exception as exc:
-            raise PluginError(f"plugin {impl.plugin_name!r} raised in {hook_name}: {exc!r}") from exc
-        if result is None:
-            continue
-        if not check(result):
-            raise PluginError(
-                f"plugin {impl.plugin_name!r} returned {_short_repr(result)} from {hook_name}; "
-                f"expected {expected}"
-            )
-        return result
-    return None
+    return first_result_of(_plain_impls(pm, hook_name), hook_name, check, expected, **kwargs)
 
 
 def key_askers(pm: pluggy.PluginManager, tasks: Any) -> tuple[list[Any], Any]:
@@ -345,7 +330,7 @@ def key_askers(pm: pluggy.PluginManager, tasks: Any) -> tuple[list[Any], Any]:
     ]
     per_task = next(
         (impl for impl in impls
-         if isinstance(impl.plugin, TaskOverrides) and impl.plugin._tasks is tasks),
+         if isinstance(impl.plugin, TaskOverrides) and impl.plugin.serves(tasks)),
         None,
     )
     return impls, per_task
@@ -354,8 +339,7 @@ def key_askers(pm: pluggy.PluginManager, tasks: Any) -> tuple[list[Any], Any]:
 def first_result_of(
     impls: list[Any], hook_name: str, check: Callable[[Any], bool], expected: str, **kwargs: Any
 ) -> Any:
-    """`first_result` over implementations looked up once (see `key_askers`), same answers and
-    the same errors naming the plugin."""
+    """`first_result` over implementations looked up once (see `key_askers`)."""
     for impl in impls:
         try:
             result = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})

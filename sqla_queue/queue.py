@@ -1,30 +1,29 @@
 """The Queue facade: enqueue in the caller's transaction, claim, record outcomes, recover.
 
 Every statement comes from `sqla_queue.sql`, built once per Queue for its table; this module
-only binds values, executes, maps rows to the public dataclasses and calls hooks.
+only binds values, executes, maps rows to the public dataclasses and calls hooks. The enqueue
+machinery (validation into columns, key resolution, the autocommit path) is `_enqueue`'s.
 """
 
 from __future__ import annotations
 
 import copy
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import cached_property
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Table, exc as sa_exc
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.orm import Session
 
 from . import _validate, maintenance, operations, sql
-from ._deadline import deadline, driver_deadline
+from ._deadline import deadline
 from ._driver import DriverStatement
+from ._enqueue import Enqueuing
 from ._engine import (
-    autocommit_reads_committed,
-    built_by_make_engine,
     database_errors,
     library_engine,
     runs_single_statements_in_autocommit,
@@ -35,19 +34,14 @@ from ._plugins import (
     emit,
     emit_each,
     failure_decision,
-    first_result_of,
-    key_askers,
 )
 from ._sanitize import error_text
 from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
 from .errors import (
     ConfigurationError,
-    EnqueueConflictError,
     InvalidInputError,
-    UnknownTaskError,
 )
 from .models import Job
-from .sql.enqueue import INPUT_COLUMNS
 from .types import (
     DEFAULT_LEASE,
     DEFAULT_STATS_WINDOW,
@@ -55,7 +49,6 @@ from .types import (
     EmptyClaim,
     JobClaimed,
     JobCompleted,
-    JobEnqueued,
     JobFailed,
     JobRecovered,
     JobRetried,
@@ -70,10 +63,6 @@ from .types import (
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_RECOVERY_LIMIT = 100
-_ENQUEUE_ROUNDS = 5
-_ENQUEUE_OPTIONS = frozenset(
-    {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key"}
-)
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -81,122 +70,7 @@ if TYPE_CHECKING:
 H = TypeVar("H", bound=Handler)
 
 
-_NO_DELAY = timedelta(0)
-_ARRAY_PARAMS = tuple(f"{name}s" for name in INPUT_COLUMNS)
-
-
-class _Jobs:
-    """Validated jobs as the INSERT's parallel columns (`sql.enqueue.INPUT_COLUMNS` order), and
-    what validating them looks up once per call instead of once per job."""
-
-    __slots__ = ("columns", "keyed", "key_askers", "key_askers_without_task", "resolved")
-
-    def __init__(self, key_askers: tuple[list[Any], Any]) -> None:
-        self.columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
-        self.keyed = 0  # jobs with an idempotency key
-        impls, per_task = key_askers
-        self.key_askers = impls
-        self.key_askers_without_task = [impl for impl in impls if impl is not per_task]
-        self.resolved: dict[Any, tuple[Any, Task]] = {}
-
-    def __len__(self) -> int:
-        return len(self.columns[0])
-
-    @property
-    def queues(self) -> list[str]:
-        return self.columns[0]
-
-    @property
-    def tasks(self) -> list[str]:
-        return self.columns[1]
-
-    @property
-    def keys(self) -> list[str | None]:
-        return self.columns[6]
-
-
-class _DriverSQL:
-    """An enqueue statement compiled once for psycopg and run on a pooled driver connection (as
-    `sqla_queue._driver` does for the worker's round): the autocommit enqueue on an engine we
-    built, where no application code listens to SQLAlchemy's execution events.
-
-    The parameters named in `binary` are sent in psycopg's binary format: its text form of an
-    array quotes every element through a regular expression (JSON payloads are full of quotes),
-    which cost more client time than the rest of a 1,000-job enqueue_many.
-    """
-
-    def __init__(self, statement: Any, dialect: Any, sample: dict[str, Any], binary: Sequence[str] = ()) -> None:
-        state = statement.compile(dialect=dialect).construct_expanded_state(sample)
-        if state.processors or set(state.parameters) != set(sample):
-            raise ValueError("the enqueue statement needs SQLAlchemy's parameter processing")
-        text = state.statement
-        for name in binary:
-            placeholder = f"%({name})s"
-            if text.count(placeholder) != 1:
-                raise ValueError(f"expected one {placeholder} in the enqueue statement")
-            text = text.replace(placeholder, f"%({name})b")
-        self.sql = text
-        self._dialect = dialect
-        self._dbapi_error = dialect.loaded_dbapi.Error
-
-    def rows(self, pooled: PoolProxiedConnection, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        try:
-            return pooled.driver_connection.execute(self.sql, params).fetchall()
-        except self._dbapi_error as exc:
-            raise self.error(pooled, exc) from None
-
-    def error(self, pooled: PoolProxiedConnection, exc: Exception) -> sa_exc.DBAPIError:
-        """`exc` as SQLAlchemy would raise it (parameters hidden), the connection invalidated
-        if the error says it is gone."""
-        invalidated = self._dialect.is_disconnect(exc, pooled.driver_connection, None)
-        if invalidated:
-            pooled.invalidate(exc)
-        return sa_exc.DBAPIError.instance(
-            self.sql, None, exc, self._dbapi_error, hide_parameters=True,
-            connection_invalidated=invalidated, dialect=self._dialect,
-        )
-
-
-def _insert_params(jobs: _Jobs, todo: Sequence[int], channel: str) -> tuple[bool, dict[str, Any]]:
-    """``(one, params)`` for the jobs at `todo`: `sql.insert_job`'s scalars for one job, else
-    `sql.insert_jobs`' arrays."""
-    columns = jobs.columns if len(todo) == len(jobs) else tuple([col[i] for i in todo] for col in jobs.columns)
-    if len(todo) == 1:
-        params = {name: column[0] for name, column in zip(INPUT_COLUMNS, columns)}
-        params["channel"] = channel
-        return True, params
-    params = dict(zip(_ARRAY_PARAMS, columns))
-    params["channel"] = channel
-    return False, params
-
-
-def _ids_by_input(rows: Sequence[Any], params: dict[str, Any]) -> list[int | None]:
-    """The INSERT's ``(id, idempotency_key, ...)`` rows in input order, None for a skipped job.
-
-    Identity values ascend in insert order, which is input order (see sql.insert_jobs):
-    keyless rows map by position among keyless inputs, keyed rows by their key.
-    """
-    keys = params["idempotency_keys"] if "idempotency_keys" in params else [params["idempotency_key"]]
-    if len(rows) == len(keys) and not any(keys):
-        return sorted(row[0] for row in rows)
-    by_key = {row[1]: row[0] for row in rows if row[1] is not None}
-    keyless = iter(sorted(row[0] for row in rows if row[1] is None))
-    return [by_key.get(key) if key is not None else next(keyless) for key in keys]
-
-
-def _leave_autocommit(pooled: PoolProxiedConnection) -> None:
-    """Back out of autocommit before the pool gets the connection (code sharing the engine,
-    e.g. migrations on `make_engine`'s engine, expects transactions); one that cannot is
-    discarded."""
-    if pooled.dbapi_connection is None:
-        return  # invalidated on a disconnect
-    try:
-        pooled.driver_connection.autocommit = False
-    except Exception as exc:
-        pooled.invalidate(exc)
-
-
-class Queue:
+class Queue(Enqueuing):
     """A job queue on one PostgreSQL table.
 
     :param engine: a SQLAlchemy `Engine` or a ``postgresql://`` URL (psycopg 3 is used).
@@ -332,7 +206,7 @@ class Queue:
         again and a new job is created. If the holder has not committed yet, this call waits for
         it, then returns its id (it committed) or inserts (it rolled back).
         """
-        jobs = _Jobs(key_askers(self.plugin_manager, self._tasks))
+        jobs = self._new_batch()
         self._prepare(
             jobs, task, payload, queue=queue, run_at=run_at, delay=delay,
             max_attempts=max_attempts, idempotency_key=idempotency_key,
@@ -351,262 +225,10 @@ class Queue:
         Each job is a mapping with ``task`` and ``payload`` and any per-job option of
         `enqueue`. Every job is validated before anything is written.
         """
-        batch = _Jobs(key_askers(self.plugin_manager, self._tasks))
+        batch = self._new_batch()
         for index, job in enumerate(jobs):
             self._prepare_mapping(batch, index, job)
         return self._enqueue_specs(batch, session=session, connection=connection) if len(batch) else []
-
-    def _prepare_mapping(self, jobs: _Jobs, index: int, job: Mapping[str, Any]) -> None:
-        if not isinstance(job, Mapping):
-            raise InvalidInputError(f"jobs[{index}] must be a mapping, got {type(job).__name__}")
-        if not _ENQUEUE_OPTIONS.issuperset(job):
-            unknown = sorted(set(job) - _ENQUEUE_OPTIONS)
-            raise InvalidInputError(
-                f"jobs[{index}] has unknown option(s) {', '.join(unknown)}; "
-                f"allowed: {', '.join(sorted(_ENQUEUE_OPTIONS))}"
-            )
-        for required in ("task", "payload"):
-            if required not in job:
-                raise InvalidInputError(f"jobs[{index}] is missing {required!r}")
-        try:
-            if len(job) == 2:  # task and payload only: the common case, no option lookups
-                self._prepare(jobs, job["task"], job["payload"])
-            else:
-                self._prepare(
-                    jobs, job["task"], job["payload"], queue=job.get("queue"),
-                    run_at=job.get("run_at"), delay=job.get("delay"),
-                    max_attempts=job.get("max_attempts"), idempotency_key=job.get("idempotency_key"),
-                )
-        except (InvalidInputError, UnknownTaskError) as exc:
-            raise type(exc)(f"jobs[{index}]: {exc}") from None
-
-    def _prepare(
-        self,
-        jobs: _Jobs,
-        task: Task | Handler | str,
-        payload: Any,
-        *,
-        queue: str | None = None,
-        run_at: datetime | None = None,
-        delay: timedelta | float | None = None,
-        max_attempts: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> None:
-        """Validate one job and append it to `jobs`: nothing is appended if a check fails."""
-        registered = self._resolve_task(jobs, task)
-        payload_json = _validate.payload_json(payload)
-        # A registered task's queue and max_attempts were validated when it was registered.
-        queue_name = registered.queue if queue is None else _validate.name(queue, "queue")
-        attempts = (
-            registered.max_attempts if max_attempts is None else _validate.max_attempts(max_attempts)
-        )
-        if run_at is None and delay is None:
-            when, wait = None, _NO_DELAY
-        else:
-            when, wait = _validate.schedule(run_at, delay)
-        if idempotency_key is None:
-            idempotency_key = self._plugin_key(jobs, registered, payload, queue_name, attempts, run_at, delay)
-        if idempotency_key is not None:
-            idempotency_key = _validate.idempotency_key(idempotency_key)
-            jobs.keyed += 1
-        for column, value in zip(
-            jobs.columns, (queue_name, registered.name, payload_json, when, wait, attempts, idempotency_key)
-        ):
-            column.append(value)
-
-    def _resolve_task(self, jobs: _Jobs, task: Task | Handler | str) -> Task:
-        """`TaskRegistry.resolve`, remembered for the rest of the call (a handler is found by a
-        scan of the registry). An entry keeps its object, so a recycled id() never matches."""
-        key = task if type(task) is str else id(task)
-        hit = jobs.resolved.get(key)
-        if hit is not None and (hit[0] is task or type(task) is str):
-            return hit[1]
-        registered = self._tasks.resolve(task)
-        jobs.resolved[key] = (task, registered)
-        return registered
-
-    def _plugin_key(self, jobs: _Jobs, registered: Task, payload, queue, max_attempts, run_at, delay) -> str | None:
-        """The plugins' key for a job without an explicit one. Only implementations that can
-        answer are asked (see `key_askers`); with none, nothing is called."""
-        askers = jobs.key_askers if registered.idempotency_key is not None else jobs.key_askers_without_task
-        if not askers:
-            return None
-        options = {"queue": queue, "max_attempts": max_attempts, "run_at": run_at, "delay": delay}
-        return first_result_of(
-            askers,
-            "sqla_queue_idempotency_key",
-            lambda key: isinstance(key, str) and bool(key),
-            "a non-empty str or None",
-            task=registered.name,
-            payload=payload,
-            options=options,
-        )
-
-    def _enqueue_specs(
-        self,
-        jobs: _Jobs,
-        *,
-        session: Session | None,
-        connection: Connection | None,
-    ) -> list[int]:
-        if session is not None and connection is not None:
-            raise InvalidInputError("pass session or connection, not both")
-        done = self._enqueue_in_autocommit(jobs) if session is None and connection is None else None
-        if done is None:
-            with self._caller_or_own_connection(session, connection) as conn:
-                done = self._insert_resolving_keys(
-                    jobs,
-                    lambda todo: self._insert(conn, jobs, todo),
-                    lambda keys: self._active_holders(conn, keys),
-                )
-        ids, deduplicated = done
-        emit_each(self.plugin_manager, "sqla_queue_job_enqueued", (
-            JobEnqueued(job_id=job_id, queue=queue, task=task, deduplicated=dup)
-            for queue, task, job_id, dup in zip(jobs.queues, jobs.tasks, ids, deduplicated)
-        ))
-        return ids
-
-    def _insert_resolving_keys(
-        self,
-        jobs: _Jobs,
-        insert: Callable[[Sequence[int]], list[int | None]],
-        active_holders: Callable[[list[str]], dict[str, int]],
-    ) -> tuple[list[int], list[bool]]:
-        """Insert, then resolve each key that an active job holds to that job's id.
-
-        `insert` writes the jobs at the given indexes (`_insert`), `active_holders` looks keys
-        up (`_active_holders`), both on the connection the call uses. A key's holder can finish
-        between our INSERT (which skipped the row) and our lookup (which then finds nothing);
-        those jobs go round again. Every job ends with an id.
-        """
-        keys = jobs.keys
-        if not jobs.keyed:  # nothing can conflict: one INSERT, every job inserted
-            return insert(range(len(jobs))), [False] * len(jobs)  # type: ignore[return-value]
-        ids: list[int | None] = [None] * len(jobs)
-        deduplicated = [False] * len(jobs)
-        first_with_key: dict[str, int] = {}
-        todo: list[int] = []
-        for index, key in enumerate(keys):
-            if key is not None and key in first_with_key:
-                continue  # a repeat within this batch shares the first one's job
-            if key is not None:
-                first_with_key[key] = index
-            todo.append(index)
-        firsts = set(first_with_key.values())
-        for _ in range(_ENQUEUE_ROUNDS):
-            if not todo:
-                break
-            inserted = insert(todo)
-            for index, job_id in zip(todo, inserted):
-                ids[index] = job_id
-            held = [keys[i] for i, job_id in zip(todo, inserted) if job_id is None]
-            holders = active_holders(held) if held else {}
-            todo = []
-            for index, job_id in enumerate(ids):
-                if job_id is None and index in firsts:
-                    key = keys[index]
-                    if key in holders:
-                        ids[index], deduplicated[index] = holders[key], True
-                    else:
-                        todo.append(index)
-        if todo:
-            raise EnqueueConflictError(
-                "could not insert or find the active job for idempotency key(s) "
-                f"{', '.join(repr(keys[i]) for i in todo[:5])}; "
-                "is the enqueuing transaction REPEATABLE READ or SERIALIZABLE?"
-            )
-        for index, key in enumerate(keys):
-            if ids[index] is None:
-                ids[index] = ids[first_with_key[key]]  # type: ignore[index]
-                deduplicated[index] = True
-        return [int(job_id) for job_id in ids], deduplicated  # type: ignore[arg-type]
-
-    def _insert(self, conn: Connection, jobs: _Jobs, todo: Sequence[int]) -> list[int | None]:
-        """Ids of the jobs at `todo` (ascending indexes), None where an active job holds the key."""
-        statements = self._enqueue_statements
-        one, params = _insert_params(jobs, todo, statements.channel)
-        with database_errors():
-            rows = conn.execute(statements.one if one else statements.many, params).all()
-        return _ids_by_input(rows, params)
-
-    def _active_holders(self, conn: Connection, keys: list[str]) -> dict[str, int]:
-        with database_errors():
-            rows = conn.execute(self._sql.find_keys, {"keys": keys}).all()
-        return {row.idempotency_key: row.id for row in rows}
-
-    @cached_property
-    def _enqueue_statements(self) -> SimpleNamespace:
-        return SimpleNamespace(
-            one=sql.insert_job(self.table),
-            many=sql.insert_jobs(self.table),
-            channel=sql.channel_name(self.table),
-        )
-
-    def _enqueue_in_autocommit(self, jobs: _Jobs) -> tuple[list[int], list[bool]] | None:
-        """Enqueue without a transaction of ours, if this engine and connection allow it; None
-        (nothing done) otherwise, and the caller uses our own READ COMMITTED transaction.
-
-        On an engine we built from a URL (`make_engine`), a pooled connection whose session
-        defaults to READ COMMITTED runs the INSERT in autocommit: that statement is atomic by
-        itself, one round trip instead of three. Only when it is all the call can write: one job
-        (a skipped insert wrote nothing, whatever the key lookup after it finds), or jobs
-        without keys (one statement, no lookup). A batch with keys, a session with another
-        default, or an application's engine keep our own transaction, so nothing is ever
-        half-written. The statements run on the driver connection, compiled once; the
-        connection goes back to the pool out of autocommit, as it came.
-        """
-        if len(jobs) != 1 and jobs.keyed:
-            return None
-        statements = self._driver_statements()
-        if statements is None:
-            return None
-        one_sql, many_sql, find_sql = statements
-        channel = self._enqueue_statements.channel
-        with database_errors():
-            pooled = self.engine.raw_connection()
-            try:
-                if not autocommit_reads_committed(pooled):
-                    return None
-                driver = pooled.driver_connection
-                try:
-                    driver.autocommit = True
-                except self.engine.dialect.loaded_dbapi.Error as exc:
-                    raise one_sql.error(pooled, exc) from None
-                try:
-                    with driver_deadline(driver, self.call_timeout):
-
-                        def insert(todo: Sequence[int]) -> list[int | None]:
-                            one, params = _insert_params(jobs, todo, channel)
-                            return _ids_by_input((one_sql if one else many_sql).rows(pooled, params), params)
-
-                        def active_holders(keys: list[str]) -> dict[str, int]:
-                            return dict(find_sql.rows(pooled, {"keys": keys}))
-
-                        return self._insert_resolving_keys(jobs, insert, active_holders)
-                finally:
-                    _leave_autocommit(pooled)
-            finally:
-                pooled.close()
-
-    def _driver_statements(self) -> tuple[_DriverSQL, _DriverSQL, _DriverSQL] | None:
-        """The autocommit path's statements for this engine, or None if it has none: not an
-        engine we built (never the application's), or not psycopg."""
-        cached = self.__dict__.get("_enqueue_driver_statements")
-        if cached is None or cached[0] is not self.engine:  # a `_bound_to` copy has its own engine
-            compiled = None
-            dialect = self.engine.dialect
-            if built_by_make_engine(self.engine) and DriverStatement.usable_on(dialect):
-                statements = self._enqueue_statements
-                compiled = (
-                    _DriverSQL(statements.one, dialect, {**dict.fromkeys(INPUT_COLUMNS), "channel": ""}),
-                    _DriverSQL(
-                        statements.many, dialect, {**dict.fromkeys(_ARRAY_PARAMS, []), "channel": ""},
-                        binary=_ARRAY_PARAMS,
-                    ),
-                    _DriverSQL(self._sql.find_keys, dialect, {"keys": []}),
-                )
-            cached = self.__dict__["_enqueue_driver_statements"] = (self.engine, compiled)
-        return cached[1]
 
     @contextmanager
     def _caller_or_own_connection(

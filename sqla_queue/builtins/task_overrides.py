@@ -29,6 +29,10 @@ class TaskOverrides:
     def __init__(self, tasks: TaskRegistry) -> None:
         self._tasks = tasks
 
+    def serves(self, tasks: TaskRegistry) -> bool:
+        """True when these are the per-task options of `tasks` (one Queue's registry)."""
+        return self._tasks is tasks
+
     @hookimpl(tryfirst=True)
     def sqla_queue_retry_delay(self, job: ClaimedJob, error: BaseException, attempt: int) -> Any:
         task = self._tasks.get(job.task)
