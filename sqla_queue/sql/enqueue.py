@@ -53,22 +53,11 @@ def insert_jobs(table: Table) -> Executable:
         src.c.max_attempts,
         src.c.idempotency_key,
     ).order_by(src.c.ord)
-    inserted = (
-        insert(table)
-        .from_select(
+    return _skipping_held_keys_and_notifying(
+        table,
+        insert(table).from_select(
             ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key"], rows
-        )
-        .on_conflict_do_nothing(
-            index_elements=[table.c.idempotency_key],
-            index_where=status_is(table, *ACTIVE_STATUSES),
-        )
-        .returning(table.c.id, table.c.idempotency_key, table.c.queue_name)
-        .cte("inserted")
-    )
-    return select(
-        inserted.c.id,
-        inserted.c.idempotency_key,
-        func.pg_notify(bindparam("channel"), inserted.c.queue_name).label("notified"),
+        ),
     )
 
 
@@ -80,17 +69,24 @@ def insert_job(table: Table) -> Executable:
     mostly this statement's, and the plain ``VALUES`` form is cheaper at both ends.
     """
     values = {name: bindparam(name, type_=type_) for name, type_ in _INPUT_COLUMNS}
-    inserted = (
-        insert(table)
-        .values(
+    return _skipping_held_keys_and_notifying(
+        table,
+        insert(table).values(
             queue_name=values["queue_name"],
             task=values["task"],
             payload=cast(values["payload"], JSONB),
             run_at=func.coalesce(values["run_at"], func.now() + values["delay"]),
             max_attempts=values["max_attempts"],
             idempotency_key=values["idempotency_key"],
-        )
-        .on_conflict_do_nothing(
+        ),
+    )
+
+
+def _skipping_held_keys_and_notifying(table: Table, inserting) -> Executable:
+    """The enqueue INSERT's shared tail: skip a job whose key an active job holds, return
+    ``id, idempotency_key`` and queue one ``pg_notify`` per inserted row (see `insert_jobs`)."""
+    inserted = (
+        inserting.on_conflict_do_nothing(
             index_elements=[table.c.idempotency_key],
             index_where=status_is(table, *ACTIVE_STATUSES),
         )
