@@ -71,14 +71,21 @@ _READS_COMMITTED = "sqla_queue_reads_committed"
 
 
 def _note_default_isolation(dbapi_connection, connection_record) -> None:
+    (level,) = _run_constant(dbapi_connection, "SHOW default_transaction_isolation")
+    connection_record.info[_READS_COMMITTED] = level == "read committed"
+
+
+def _run_constant(dbapi_connection, statement: str, *, commit: bool = False) -> tuple | None:
+    """One of our constant statements (no values) on a raw DBAPI connection, outside
+    SQLAlchemy (connect and checkout events), ended by a commit or a rollback."""
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute("SHOW default_transaction_isolation")  # a constant query, no values
-        (level,) = cursor.fetchone()
+        cursor.execute(statement)
+        row = cursor.fetchone() if cursor.description else None
     finally:
         cursor.close()
-    dbapi_connection.rollback()
-    connection_record.info[_READS_COMMITTED] = level == "read committed"
+    (dbapi_connection.commit if commit else dbapi_connection.rollback)()
+    return row
 
 
 def built_by_make_engine(engine: Engine) -> bool:
@@ -113,12 +120,7 @@ def _ping_if_idle_or_signalled(dbapi_connection, connection_record, connection_p
     if time.monotonic() - checked_in < PING_IF_IDLE_FOR and not _has_pending_input(dbapi_connection):
         return
     try:
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("SELECT 1")  # a constant probe, no values
-        finally:
-            cursor.close()
-        dbapi_connection.rollback()
+        _run_constant(dbapi_connection, "SELECT 1")
     except Exception as exc:
         raise sa_exc.DisconnectionError(error_text(exc)) from None
 
@@ -192,8 +194,8 @@ def runs_single_statements_in_autocommit(engine: Engine) -> bool:
 def _read_committed_by_default(dbapi_connection, connection_record) -> None:
     """Autocommit statements run at the session's default isolation, which a server may set
     to REPEATABLE READ or SERIALIZABLE; claims there fail with serialization errors."""
-    dbapi_connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED")
-    dbapi_connection.commit()
+    _run_constant(dbapi_connection, "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                  commit=True)
 
 
 # A connection back in use within this many seconds is not pinged: one that broke meanwhile
@@ -213,8 +215,7 @@ def _bounded_ping(call_timeout: float):
             return  # brand new, or used a moment ago
         try:
             with driver_deadline(dbapi_connection, call_timeout):
-                dbapi_connection.execute("SELECT 1")  # a constant probe, no values
-                dbapi_connection.rollback()
+                _run_constant(dbapi_connection, "SELECT 1")
         except Exception as exc:
             raise sa_exc.DisconnectionError(error_text(exc)) from None
 
