@@ -136,18 +136,24 @@ def _drain_section(results: dict) -> list[str]:
              "(`multiprocessing`, spawn; `queue.worker(concurrency=N).run(until_empty=True)`), timed from the start "
              "signal to the last `completed_at`. *Batch* is jobs per claim statement (distinct claim tokens). The "
              "raw limit is the seed's claim + completion at that batch size, run right after each drain repetition "
-             "(*paired*: same minute, same machine state) with each client count, the best median taken. Commits and WAL are "
+             "(*paired*: same minute, same machine state) with each client count, the best median taken; *equal "
+             "connections* compares with the raw run that had as many clients as the drain had worker processes "
+             "(each worker claims through one connection). Commits and WAL are "
              "the server's, per job; CPU is user+system time per job of the worker processes (client) and of the "
              "PostgreSQL processes (server).", "",
-             "| Processes x concurrency | Jobs/s | Batch used | Raw limit at that batch | Ratio | Commits/job | "
-             "WAL bytes/job | Client CPU µs/job | Server CPU µs/job |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| Processes x concurrency | Jobs/s | Batch used | Raw limit at that batch | Ratio | "
+             "Raw, equal connections | Ratio | Commits/job | WAL bytes/job | Client CPU µs/job | Server CPU µs/job |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in targets.drain_ratios(results):
         d = results["drain"][row["key"]]
         limit = "–" if row["limit"] is None else f"{row['limit']:,.0f} ({row['limit_label']})"
         ratio = "–" if row["ratio"] is None else f"{row['ratio']:.0%}"
+        same = row.get("same_connections_limit")
+        same_limit = "–" if same is None else f"{same:,.0f}"
+        same_ratio = "–" if row.get("same_connections_ratio") is None else f"{row['same_connections_ratio']:.0%}"
         lines.append(f"| {d['processes']} x {d['concurrency']} | {fmt_stat(d['jobs_per_s'])} | "
-                     f"{fmt_stat(d['batch'], '.1f')} | {limit} | {ratio} | {fmt_stat(d['commits_per_job'], '.2f')} | "
+                     f"{fmt_stat(d['batch'], '.1f')} | {limit} | {ratio} | {same_limit} | {same_ratio} | "
+                     f"{fmt_stat(d['commits_per_job'], '.2f')} | "
                      f"{fmt_stat(d['wal_bytes_per_job'])} | {fmt_stat(d['client_cpu_us_per_job'])} | "
                      f"{fmt_stat(d['server_cpu_us_per_job'])} |")
     return lines + [""]

@@ -45,7 +45,7 @@ class Size:
 SIZES = {
     "tiny": Size(
         name="tiny", repeat=1,
-        raw_jobs={1: 200, 10: 600, 100: 2_000}, raw_enqueue_rows=1_000, raw_clients=(1, 4),
+        raw_jobs={1: 200, 10: 600, 100: 2_000}, raw_enqueue_rows=1_000, raw_clients=(1, 2, 4),
         enqueue_single=100, enqueue_many_total=2_000,
         drain_jobs=300, drain_processes=(1, 2), drain_concurrency=(1, 10, 50),
         latency_jobs=20,
@@ -54,7 +54,7 @@ SIZES = {
     ),
     "small": Size(
         name="small", repeat=2,
-        raw_jobs={1: 3_000, 10: 10_000, 100: 40_000}, raw_enqueue_rows=10_000, raw_clients=(1, 4),
+        raw_jobs={1: 3_000, 10: 10_000, 100: 40_000}, raw_enqueue_rows=10_000, raw_clients=(1, 2, 4),
         enqueue_single=1_000, enqueue_many_total=20_000,
         drain_jobs=5_000, drain_processes=(1, 2), drain_concurrency=(1, 10, 50),
         latency_jobs=100,
@@ -64,7 +64,7 @@ SIZES = {
     ),
     "full": Size(
         name="full", repeat=3,
-        raw_jobs={1: 3_000, 10: 15_000, 100: 60_000}, raw_enqueue_rows=20_000, raw_clients=(1, 4),
+        raw_jobs={1: 3_000, 10: 15_000, 100: 60_000}, raw_enqueue_rows=20_000, raw_clients=(1, 2, 4),
         enqueue_single=2_000, enqueue_many_total=50_000,
         drain_jobs=20_000, drain_processes=(1, 2), drain_concurrency=(1, 10, 50),
         latency_jobs=200,
