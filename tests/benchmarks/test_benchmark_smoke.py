@@ -209,3 +209,21 @@ def test_a_paired_raw_run_is_the_drains_denominator():
     row = {r["key"]: r for r in targets.drain_ratios(results)}["2x10"]
     assert row["limit"] == 40_000.0 and "paired" in row["limit_label"]
     assert row["ratio"] == pytest.approx(20_000 / 40_000)
+
+
+def test_a_drain_is_also_compared_with_raw_at_as_many_connections_as_processes():
+    results = fake_results()
+    results["drain"]["2x10"]["raw_paired"] = {"method": "pgbench",
+                                              "clients": {"1": _stat(9_000.0), "2": _stat(16_000.0),
+                                                          "4": _stat(40_000.0)}}
+    row = {r["key"]: r for r in targets.drain_ratios(results)}["2x10"]
+    assert row["same_connections_limit"] == 16_000.0
+    assert row["same_connections_ratio"] == pytest.approx(20_000 / 16_000)
+    assert "| 16,000 | 125% |" in report.render_markdown(results)
+
+
+def test_the_raw_claim_has_its_batch_size_written_in():
+    claim = raw_sql.inline_batch(raw_sql.CLAIM, 10)
+    assert "LIMIT 10" in claim and "%(batch)s" not in claim
+    script = raw_sql.pgbench_script(raw_sql.inline_batch(raw_sql.PGBENCH_CLAIM_AND_COMPLETE, 7))
+    assert "LIMIT 7" in script and ":batch" not in script
