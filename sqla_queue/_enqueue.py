@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cached_property
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
-from . import _validate, sql
+from . import _validate
 from ._deadline import driver_deadline
 from ._driver import DriverStatement
 from ._engine import autocommit_reads_committed, built_by_make_engine, database_errors
@@ -282,24 +281,15 @@ class Enqueuing:
 
     def _insert(self, conn: Connection, jobs: _Jobs, todo: Sequence[int]) -> list[int | None]:
         """Ids of the jobs at `todo` (ascending indexes), None where an active job holds the key."""
-        statements = self._enqueue_statements
-        one, params = _insert_params(jobs, todo, statements.channel)
+        one, params = _insert_params(jobs, todo, self.notify_channel)
         with database_errors():
-            rows = conn.execute(statements.one if one else statements.many, params).all()
+            rows = conn.execute(self._sql.insert_one if one else self._sql.insert, params).all()
         return _ids_by_input(rows, params)
 
     def _active_holders(self, conn: Connection, keys: list[str]) -> dict[str, int]:
         with database_errors():
             rows = conn.execute(self._sql.find_keys, {"keys": keys}).all()
         return {row.idempotency_key: row.id for row in rows}
-
-    @cached_property
-    def _enqueue_statements(self) -> SimpleNamespace:
-        return SimpleNamespace(
-            one=sql.insert_job(self.table),
-            many=sql.insert_jobs(self.table),
-            channel=sql.channel_name(self.table),
-        )
 
     def _enqueue_in_autocommit(self, jobs: _Jobs) -> tuple[list[int], list[bool]] | None:
         """Enqueue without a transaction of ours, if this engine and connection allow it; None
@@ -316,11 +306,11 @@ class Enqueuing:
         """
         if len(jobs) != 1 and jobs.keyed:
             return None
-        statements = self._driver_statements()
+        statements = self._driver_statements
         if statements is None:
             return None
         one_sql, many_sql, find_sql = statements
-        channel = self._enqueue_statements.channel
+        channel = self.notify_channel
         with database_errors():
             pooled = self.engine.raw_connection()
             try:
@@ -347,23 +337,19 @@ class Enqueuing:
             finally:
                 pooled.close()
 
+    @cached_property
     def _driver_statements(self) -> tuple[DriverStatement, DriverStatement, DriverStatement] | None:
         """The autocommit path's statements for this engine, or None if it has none: not an
         engine we built (never the application's), or not psycopg."""
-        cached = self.__dict__.get("_enqueue_driver_statements")
-        if cached is None or cached[0] is not self.engine:  # a `_bound_to` copy has its own engine
-            compiled = None
-            dialect = self.engine.dialect
-            if built_by_make_engine(self.engine) and DriverStatement.usable_on(dialect):
-                statements = self._enqueue_statements
-                compiled = (
-                    DriverStatement(statements.one, dialect, {**dict.fromkeys(INPUT_COLUMNS), "channel": ""}),
-                    DriverStatement(
-                        statements.many, dialect, {**dict.fromkeys(_ARRAY_PARAMS, []), "channel": ""},
-                        binary=_ARRAY_PARAMS,
-                    ),
-                    DriverStatement(self._sql.find_keys, dialect, {"keys": []}),
-                )
-            cached = self.__dict__["_enqueue_driver_statements"] = (self.engine, compiled)
-        return cached[1]
+        dialect = self.engine.dialect
+        if not (built_by_make_engine(self.engine) and DriverStatement.usable_on(dialect)):
+            return None
+        return (
+            DriverStatement(self._sql.insert_one, dialect, {**dict.fromkeys(INPUT_COLUMNS), "channel": ""}),
+            DriverStatement(
+                self._sql.insert, dialect, {**dict.fromkeys(_ARRAY_PARAMS, []), "channel": ""},
+                binary=_ARRAY_PARAMS,
+            ),
+            DriverStatement(self._sql.find_keys, dialect, {"keys": []}),
+        )
 

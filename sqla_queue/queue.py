@@ -110,7 +110,8 @@ class Queue(Enqueuing):
         view.engine = library_engine(engine)
         view.call_timeout = call_timeout
         view._autocommit_engine = engine if runs_single_statements_in_autocommit(engine) else None
-        view.__dict__.pop("_round_statement", None)  # compiled for the other engine's dialect
+        for compiled_for_the_other_engine in ("_round_statement", "_driver_statements"):
+            view.__dict__.pop(compiled_for_the_other_engine, None)
         return view
 
     @property
@@ -122,6 +123,7 @@ class Queue(Enqueuing):
     def _sql(self) -> SimpleNamespace:
         return SimpleNamespace(
             insert=sql.insert_jobs(self.table),
+            insert_one=sql.insert_job(self.table),
             find_keys=sql.find_active_keys(self.table),
             claim=sql.claim_jobs(self.table),
             complete_and_claim=sql.complete_and_claim_jobs(self.table),

@@ -418,31 +418,47 @@ def test_a_connection_the_server_terminated_is_replaced_before_the_next_enqueue(
     assert _backend_pid(url_queue) != old_pid
 
 
-def test_a_connection_idle_past_the_ping_threshold_is_pinged(url_queue, engine, count_jobs, monkeypatch):
-    """A connection dropped silently (nothing on its socket) is caught by the idle ping."""
+def test_a_connection_idle_past_the_ping_threshold_is_pinged_before_use(url_queue, monkeypatch):
+    """What a silently dropped connection needs: nothing on its socket, so only the idle ping
+    finds out. The ping is a round trip of its own before the INSERT; within the threshold
+    there is none (the enqueue is its one Sync)."""
     url_queue.enqueue("send_email", {})
-    _terminate_pooled_connection(url_queue, engine)
-    monkeypatch.setattr(_engine, "_has_pending_input", lambda dbapi_connection: False)
-    monkeypatch.setattr(_engine, "PING_IF_IDLE_FOR", 0.0)
+    trace = Trace(url_queue.engine)
 
-    url_queue.enqueue("send_email", {})
-
-    assert count_jobs() == 2
-
-
-def test_without_the_probe_a_recently_used_broken_connection_fails_one_call(url_queue, engine, count_jobs, monkeypatch):
-    """What the socket probe saves: the first call after the break would fail (and is not
-    retried, since an INSERT that reached the server may have committed)."""
     monkeypatch.setattr(_engine, "PING_IF_IDLE_FOR", 3600.0)
-    url_queue.enqueue("send_email", {})
-    _terminate_pooled_connection(url_queue, engine)
-    monkeypatch.setattr(_engine, "_has_pending_input", lambda dbapi_connection: False)
+    _, recent = trace(lambda: url_queue.enqueue("send_email", {}))
+    monkeypatch.setattr(_engine, "PING_IF_IDLE_FOR", 0.0)
+    _, idle = trace(lambda: url_queue.enqueue("send_email", {}))
 
-    with pytest.raises(sq.DatabaseError) as failed:
-        url_queue.enqueue("send_email", {"secret": "hunter2"})
-    assert failed.value.connection_invalidated
-    assert "hunter2" not in str(failed.value)
+    assert recent == ["Sync"]
+    assert "SELECT 1" in idle and idle[-1] == "Sync"  # the probe, then the INSERT
+
+
+def test_a_connection_that_dies_during_an_enqueue_fails_that_call_only(url_queue, engine, count_jobs):
+    """The backend dies in the middle of the INSERT (a trigger terminates it): that call raises
+    a DatabaseError with the connection invalidated and no payload in it (not retried: an
+    INSERT that reached the server may have committed), and the next call reconnects."""
     url_queue.enqueue("send_email", {})
+    with engine.begin() as conn:
+        conn.execute(text(
+            "CREATE FUNCTION sqlaq_test_die() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.payload ? 'die' THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF; "
+            "RETURN NEW; END $$"
+        ))
+        conn.execute(text(
+            "CREATE TRIGGER sqlaq_test_die BEFORE INSERT ON sqla_queue_jobs "
+            "FOR EACH ROW EXECUTE FUNCTION sqlaq_test_die()"
+        ))
+    try:
+        with pytest.raises(sq.DatabaseError) as failed:
+            url_queue.enqueue("send_email", {"die": True, "secret": "hunter2"})
+        assert failed.value.connection_invalidated
+        assert "hunter2" not in str(failed.value)
+        url_queue.enqueue("send_email", {})
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("DROP TRIGGER sqlaq_test_die ON sqla_queue_jobs"))
+            conn.execute(text("DROP FUNCTION sqlaq_test_die()"))
     assert count_jobs() == 2
 
 
