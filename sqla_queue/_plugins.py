@@ -3,14 +3,14 @@
 One manager per Queue, never a module global: two queues in one process (or two tests) never
 see each other's plugins. Order of registration: built-in defaults (strategies `trylast`), the
 per-task options of this Queue's ``@queue.task`` (strategies `tryfirst`), then entry points of
-the ``sqla_queue`` group, then the ``plugins=`` given in code, then ``check_pending()`` so a
+the ``sqla_queue`` group (observers on install, strategy plugins only when enabled by name:
+`_entry_points`), then the plugin objects given in ``plugins=``, then ``check_pending()`` so a
 misspelt hook name fails at construction. pluggy calls the last registered first, so explicit
 plugins are asked before entry points, and both before the built-in defaults.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -26,10 +26,20 @@ from .builtins import backoff as builtin_backoff
 from .builtins import idempotency as builtin_idempotency
 from .builtins import retryable as builtin_retryable
 from .builtins.task_overrides import TASK_OVERRIDES_NAME, TaskOverrides
+from ._entry_points import (
+    ENABLED_PLUGINS_ENV,
+    ENTRY_POINT_GROUP,  # noqa: F401  (kept importable from here)
+    EntryPointState,
+    enable_hint,
+    installed,
+    load_entry_points,
+    names_from_env,
+    refuse_strategies_registered_by,
+    strategy_hooks,
+)
 from .errors import ConfigurationError, PluginError
 from .types import ClaimedJob
 
-ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 DISABLE_AUTOLOAD_ENV = "SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD"
 BLOCKED_PLUGINS_ENV = "SQLA_QUEUE_BLOCKED_PLUGINS"
 """Comma-separated plugin names never to register, added to ``Queue(blocked_plugins=)``: lets an
@@ -55,6 +65,14 @@ class PluginInfo:
     """``name version`` of the distribution that declared the entry point, else None."""
     hooks: tuple[str, ...]
     blocked: bool = False
+    status: str = "enabled"
+    """``enabled`` (asked by this Queue), ``available`` (installed, not taken) or ``blocked``."""
+    enabled_by: str | None = None
+    """``builtin``, ``installed`` (an observer), ``plugins=`` or ``SQLA_QUEUE_PLUGINS``."""
+    strategy: bool = False
+    """It implements a hook that can change what happens to a job: opt-in by name."""
+    note: str | None = None
+    """Why an available plugin is not enabled, and how to enable it."""
 
 
 class QueuePluginManager(pluggy.PluginManager):
@@ -66,6 +84,7 @@ class QueuePluginManager(pluggy.PluginManager):
         self.sources: dict[str, tuple[str, str | None]] = {}
         self.blocked_names: tuple[str, ...] = ()
         self.explicit_names: frozenset[str] = frozenset()
+        self.entry_point_states: dict[str, EntryPointState] = {}
 
     def register_from(self, source: str, plugin: object, name: str, dist: str | None = None) -> None:
         try:
@@ -85,7 +104,14 @@ def build_plugin_manager(
     blocked: Iterable[str] = (),
     tasks: Any = None,
 ) -> QueuePluginManager:
-    """A fresh manager for one Queue; `tasks` is its TaskRegistry (for per-task options)."""
+    """A fresh manager for one Queue; `tasks` is its TaskRegistry (for per-task options).
+
+    Strings in `plugins` name entry points to enable (see `_entry_points`); other items are
+    plugin objects or modules. ``SQLA_QUEUE_PLUGINS`` adds names unless `load_entrypoints` is
+    off: such a Queue takes plugins from its code only.
+    """
+    if isinstance(plugins, (str, bytes)):
+        raise ConfigurationError("plugins must be a list (of plugin objects, modules or entry-point names), not a single string")
     pm = QueuePluginManager()
     pm.blocked_names = _blocked_names(blocked)
     for name in pm.blocked_names:
@@ -94,9 +120,12 @@ def build_plugin_manager(
         pm.register_from(BUILTIN, module, name)
     if tasks is not None:
         pm.register_from(BUILTIN, TaskOverrides(tasks), TASK_OVERRIDES_NAME)
-    if load_entrypoints and not os.environ.get(DISABLE_AUTOLOAD_ENV):
-        _load_entry_points(pm)
-    explicit = list(plugins)
+    items = list(plugins)
+    requested = _requested_names(items, load_entrypoints)
+    autoload = load_entrypoints and not os.environ.get(DISABLE_AUTOLOAD_ENV)
+    if autoload or requested:
+        pm.entry_point_states = load_entry_points(pm, autoload=autoload, requested=requested, logger=logger)
+    explicit = [item for item in items if not isinstance(item, str)]
     pm.explicit_names = frozenset(plugin_name(plugin) for plugin in explicit)
     for plugin in explicit:
         _register_explicit(pm, plugin)
@@ -108,40 +137,25 @@ def build_plugin_manager(
     return pm
 
 
+def _requested_names(items: list[object], load_entrypoints: bool) -> dict[str, str]:
+    """Entry-point names to enable, each with where it was asked for: ``plugins=`` first."""
+    requested = {item: "plugins=" for item in items if isinstance(item, str)}
+    from_env = names_from_env()
+    if from_env and not load_entrypoints:
+        logger.warning("%s=%s is ignored by a Queue built with load_entrypoints=False",
+                       ENABLED_PLUGINS_ENV, ",".join(from_env))
+    elif from_env:
+        for name in from_env:
+            requested.setdefault(name, ENABLED_PLUGINS_ENV)
+    return requested
+
+
 def _blocked_names(blocked: Iterable[str]) -> tuple[str, ...]:
     if isinstance(blocked, str):
         raise ConfigurationError("blocked_plugins must be a list of names, not a single string")
     from_env = os.environ.get(BLOCKED_PLUGINS_ENV, "")
     names = [*blocked, *(part.strip() for part in from_env.split(","))]
     return tuple(dict.fromkeys(name for name in names if name))
-
-
-def _load_entry_points(pm: QueuePluginManager) -> None:
-    """Like pluggy's ``load_setuptools_entrypoints``, but a broken plugin names itself.
-
-    A distribution installed twice (an editable install beside a regular one) shows up twice;
-    the first registration of a name wins.
-    """
-    for dist, entry_point in _entry_points():
-        if pm.has_plugin(entry_point.name) or pm.is_blocked(entry_point.name):
-            continue
-        label = f"{dist.metadata['Name']} {dist.version}"
-        try:
-            plugin = entry_point.load()
-        except Exception as exc:
-            raise ConfigurationError(
-                f"entry point {entry_point.name!r} of {label} ({entry_point.value}) failed to "
-                f"load: {exc!r}; block it with blocked_plugins=[{entry_point.name!r}] or "
-                f"{BLOCKED_PLUGINS_ENV}={entry_point.name}"
-            ) from exc
-        pm.register_from(ENTRY_POINT, plugin, entry_point.name, label)
-
-
-def _entry_points() -> Iterator[tuple[importlib.metadata.Distribution, importlib.metadata.EntryPoint]]:
-    for dist in importlib.metadata.distributions():
-        for entry_point in dist.entry_points:
-            if entry_point.group == ENTRY_POINT_GROUP:
-                yield dist, entry_point
 
 
 def _register_explicit(pm: QueuePluginManager, plugin: object) -> None:
@@ -181,7 +195,7 @@ def _warn_unused_blocks(pm: QueuePluginManager) -> None:
     if not pm.blocked_names:
         return
     known = {name for name, _ in DEFAULT_PLUGINS} | {TASK_OVERRIDES_NAME} | pm.explicit_names
-    known |= {entry_point.name for _, entry_point in _entry_points()}
+    known |= {entry_point.name for _, entry_point in installed()}
     for name in pm.blocked_names:
         if name not in known:
             logger.warning(
@@ -192,23 +206,40 @@ def _warn_unused_blocks(pm: QueuePluginManager) -> None:
 
 def describe_plugins(pm: QueuePluginManager) -> list[PluginInfo]:
     """Every registered plugin, newest registration first (the order pluggy asks them, tryfirst
-    and trylast aside), then the names that were blocked."""
-    infos = []
-    for name, plugin in reversed(pm.list_name_plugin()):
-        if plugin is None:
-            continue
-        source, dist = pm.sources.get(name, (EXPLICIT, None))
-        callers = pm.get_hookcallers(plugin) or []
-        infos.append(PluginInfo(name, source, dist, tuple(sorted(c.name for c in callers))))
+    and trylast aside), then the installed entry points this Queue did not take, then the
+    names that were blocked."""
+    infos = [_registered_info(pm, name, plugin)
+             for name, plugin in reversed(pm.list_name_plugin()) if plugin is not None]
+    for label, entry_point in installed():
+        if not pm.has_plugin(entry_point.name) and not pm.is_blocked(entry_point.name):
+            infos.append(_available_info(pm.entry_point_states.get(entry_point.name), entry_point.name, label))
     for name in pm.blocked_names:
-        infos.append(PluginInfo(name, _blocked_source(pm, name), None, (), blocked=True))
+        infos.append(PluginInfo(name, _blocked_source(pm, name), None, (), blocked=True, status="blocked"))
     return infos
+
+
+def _registered_info(pm: QueuePluginManager, name: str, plugin: object) -> PluginInfo:
+    source, dist = pm.sources.get(name, (EXPLICIT, None))
+    hooks = tuple(sorted(caller.name for caller in pm.get_hookcallers(plugin) or []))
+    state = pm.entry_point_states.get(name)
+    enabled_by = {BUILTIN: "builtin", EXPLICIT: "plugins="}.get(source) or (state and state.enabled_by)
+    return PluginInfo(name, source, dist, hooks, enabled_by=enabled_by, strategy=bool(strategy_hooks(hooks)))
+
+
+def _available_info(state: EntryPointState | None, name: str, label: str) -> PluginInfo:
+    if state is None or not state.loaded:
+        note = (f"not loaded: this Queue loads no plugin on install (load_entrypoints=False or "
+                f"{DISABLE_AUTOLOAD_ENV}); {enable_hint(name)}")
+        return PluginInfo(name, ENTRY_POINT, label, (), status="available", note=note)
+    strategies = strategy_hooks(state.hooks)
+    note = f"implements {', '.join(strategies)}: {enable_hint(name)}"
+    return PluginInfo(name, ENTRY_POINT, label, state.hooks, status="available", strategy=True, note=note)
 
 
 def _blocked_source(pm: QueuePluginManager, name: str) -> str:
     if name in {n for n, _ in DEFAULT_PLUGINS} | {TASK_OVERRIDES_NAME}:
         return BUILTIN
-    if any(entry_point.name == name for _, entry_point in _entry_points()):
+    if any(entry_point.name == name for _, entry_point in installed()):
         return ENTRY_POINT
     return EXPLICIT if name in pm.explicit_names else UNKNOWN
 
@@ -249,12 +280,14 @@ def _call_each(impls: list[Any], hook_name: str, kwargs: dict[str, Any]) -> None
 def configure(pm: pluggy.PluginManager, queue: Any) -> None:
     """Run `sqla_queue_configure` for a new Queue; a plugin that raises stops construction."""
     for impl in _plain_impls(pm, "sqla_queue_configure"):
+        before = set(pm.get_plugins())
         try:
             impl.function(**{arg: {"queue": queue}[arg] for arg in impl.argnames})
         except Exception as exc:
             raise PluginError(
                 f"plugin {impl.plugin_name!r} raised in sqla_queue_configure: {exc!r}"
             ) from exc
+        refuse_strategies_registered_by(pm, impl, before)
 
 
 def failure_decision(

@@ -76,9 +76,13 @@ class Queue(Enqueuing):
     :param engine: a SQLAlchemy `Engine` or a ``postgresql://`` URL (psycopg 3 is used).
     :param model: the mapped job class (default `sqla_queue.Job`); any class built on
         `sqla_queue.JobMixin` works.
-    :param plugins: plugin objects or modules to register after the entry points.
-    :param load_entrypoints: discover plugins in the ``sqla_queue`` entry-point group (also off
-        when ``SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD`` is set).
+    :param plugins: plugin objects or modules to register after the entry points, and names
+        of installed entry points to enable (``["content_hash"]``): an installed plugin that
+        implements a strategy hook takes part only when named here, in ``SQLA_QUEUE_PLUGINS``
+        or with ``sqla-queue --plugin``. An unknown name is a `ConfigurationError`.
+    :param load_entrypoints: register the installed plugins that only observe (lifecycle and
+        setup hooks) and honour ``SQLA_QUEUE_PLUGINS`` (the first also off when
+        ``SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD`` is set). Off: only what ``plugins=`` names.
     :param blocked_plugins: plugin names never to register (built-ins included, e.g.
         ``"sqla_queue.logging"``).
     """
@@ -88,7 +92,7 @@ class Queue(Enqueuing):
         engine: Engine | str,
         *,
         model: type = Job,
-        plugins: Iterable[object] = (),
+        plugins: Iterable[object | str] = (),
         load_entrypoints: bool = True,
         blocked_plugins: Iterable[str] = (),
     ) -> None:

@@ -8,12 +8,14 @@ Each command module adds itself to `main`.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from dataclasses import dataclass, field
 
 import click
 
 from .._engine import DATABASE_URL_ENV, make_engine
+from .._entry_points import ENABLED_PLUGINS_ENV, installed_names, split_names, unknown_names_error
 from .._sanitize import error_text
 from ..errors import DatabaseError, SqlaQueueError
 from ..queue import Queue
@@ -72,6 +74,26 @@ def load_app(spec: str) -> Queue:
     return target
 
 
+def _enable_plugins(ctx: click.Context, param: click.Parameter, names: tuple[str, ...]) -> None:
+    """``--plugin NAME``: added to ``SQLA_QUEUE_PLUGINS`` for this command, so every Queue it
+    builds (the ``--app`` one, imported later, or one built from the URL) enables it."""
+    if not names:
+        return
+    unknown = [name for name in names if name not in installed_names()]
+    if unknown:
+        raise click.BadParameter(str(unknown_names_error("--plugin", unknown, installed_names())), param=param)
+    previous = os.environ.get(ENABLED_PLUGINS_ENV)
+    os.environ[ENABLED_PLUGINS_ENV] = ",".join(dict.fromkeys([*split_names(previous or ""), *names]))
+    ctx.call_on_close(lambda: _restore_env(ENABLED_PLUGINS_ENV, previous))
+
+
+def _restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--app", metavar="MODULE:OBJECT", help="Where your Queue lives, e.g. myapp.jobs:queue.")
 @click.option(
@@ -79,6 +101,10 @@ def load_app(spec: str) -> Queue:
     envvar=DATABASE_URL_ENV,
     metavar="URL",
     help=f"PostgreSQL URL (default: ${DATABASE_URL_ENV}).",
+)
+@click.option(
+    "--plugin", "plugin_names", multiple=True, metavar="NAME", callback=_enable_plugins, expose_value=False,
+    help=f"Enable an installed plugin by its entry-point name (repeatable); sets ${ENABLED_PLUGINS_ENV}.",
 )
 @click.pass_context
 def main(ctx: click.Context, app: str | None, database_url: str | None) -> None:

@@ -2,7 +2,10 @@
 
 With ``--app`` it lists that Queue's own plugin manager (explicit ``plugins=`` included, the
 app's blocked names honoured). Without, it lists what a ``Queue(engine)`` built here would load:
-the built-ins and the installed entry points, no database needed.
+the built-ins and the installed entry points, no database needed. Either way an installed
+plugin that implements a strategy hook and was not enabled by name is listed as ``available``
+with how to enable it (``--plugin NAME`` before the command, ``SQLA_QUEUE_PLUGINS`` or
+``plugins=[...]``).
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ _PREFIX = "sqla_queue_"
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
 def plugins(obj: CliContext, as_json: bool) -> None:
-    """List plugins: name, source (builtin, entry point, explicit), distribution, hooks.
+    """List plugins: name, status (enabled, available, blocked), source, distribution, hooks.
 
-    Newest registration first, blocked names last. Strategy hooks ask per-task options first
-    and the built-in defaults last, whatever the listing order.
+    Enabled plugins come first, newest registration first; then installed plugins that were
+    not enabled (with the reason); blocked names last. Strategy hooks ask per-task options
+    first and the built-in defaults last, whatever the listing order.
     """
     manager = obj.queue().plugin_manager if obj.app else build_plugin_manager(tasks=None)
     infos = describe_plugins(manager)
@@ -38,11 +42,20 @@ def plugins(obj: CliContext, as_json: bool) -> None:
 
 
 def plugins_table(infos: list[PluginInfo]) -> Table:
-    """Hook names lose their common ``sqla_queue_`` prefix to keep the table readable."""
+    """Hook names lose their common ``sqla_queue_`` prefix to keep the table readable; an
+    available plugin's row says why it is not enabled."""
     table = Table(title="sqla_queue plugins")
-    for column in ("name", "source", "distribution", "hooks"):
-        table.add_column(column, no_wrap=column != "hooks")
+    for column in ("name", "status", "source", "distribution", "hooks"):
+        table.add_column(column, no_wrap=column not in ("hooks", "status"))
     for info in infos:
-        hooks = "blocked" if info.blocked else ", ".join(h.removeprefix(_PREFIX) for h in info.hooks)
-        table.add_row(info.name, info.source, info.distribution or "-", hooks)
+        hooks = ", ".join(h.removeprefix(_PREFIX) for h in info.hooks) or "-"
+        table.add_row(info.name, _status(info), info.source, info.distribution or "-", hooks)
     return table
+
+
+def _status(info: PluginInfo) -> str:
+    if info.status == "enabled":
+        return f"enabled ({info.enabled_by})" if info.enabled_by else "enabled"
+    if info.status == "available":
+        return f"available: {info.note}"
+    return info.status
