@@ -39,11 +39,14 @@ def plugins(obj: CliContext, as_json: bool) -> None:
         click.echo(json.dumps([asdict(info) for info in infos], indent=2))
     else:
         console().print(plugins_table(infos))
+        for info in infos:
+            if info.note:  # one unwrapped line each: the command to copy must stay whole
+                click.echo(f"{info.name} is not enabled: {info.note}")
 
 
 def plugins_table(infos: list[PluginInfo]) -> Table:
-    """Hook names lose their common ``sqla_queue_`` prefix to keep the table readable; an
-    available plugin's row says why it is not enabled."""
+    """Hook names lose their common ``sqla_queue_`` prefix to keep the table readable; why an
+    available plugin is not enabled is printed under the table."""
     table = Table(title="sqla_queue plugins")
     for column in ("name", "status", "source", "distribution", "hooks"):
         table.add_column(column, no_wrap=column not in ("hooks", "status"))
@@ -56,6 +59,4 @@ def plugins_table(infos: list[PluginInfo]) -> Table:
 def _status(info: PluginInfo) -> str:
     if info.status == "enabled":
         return f"enabled ({info.enabled_by})" if info.enabled_by else "enabled"
-    if info.status == "available":
-        return f"available: {info.note}"
     return info.status

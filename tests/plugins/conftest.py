@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 import sqla_queue as sq
-from sqla_queue._plugins import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV
+from sqla_queue._plugins import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV, ENABLED_PLUGINS_ENV
 from sqla_queue.worker import WorkerSummary
 
 FAST_WORKER = {"poll_interval": 0.05, "lease": timedelta(seconds=10), "listen": False, "concurrency": 2}
@@ -24,7 +24,8 @@ FAST_WORKER = {"poll_interval": 0.05, "lease": timedelta(seconds=10), "listen": 
 
 @pytest.fixture(autouse=True)
 def no_plugin_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A developer's shell may block plugins or turn autoloading off; these tests decide."""
+    """A developer's shell may enable or block plugins or turn autoloading off; these tests decide."""
+    monkeypatch.delenv(ENABLED_PLUGINS_ENV, raising=False)
     monkeypatch.delenv(BLOCKED_PLUGINS_ENV, raising=False)
     monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
 
