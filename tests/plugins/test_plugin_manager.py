@@ -330,7 +330,7 @@ def test_builtins_are_ordinary_plugins_and_each_queue_has_its_own_manager(engine
     first = sq.Queue(engine, plugins=[FixedDelay(None)], load_entrypoints=False)
     second = sq.Queue(engine, load_entrypoints=False)
     assert first.plugin_manager is not second.plugin_manager
-    names = [info.name for info in describe_plugins(second.plugin_manager)]
+    names = [info.name for info in describe_plugins(second.plugin_manager) if info.status == "enabled"]
     assert names == ["sqla_queue.task_overrides", *reversed(BUILTINS)]
     assert "test_plugin_manager.FixedDelay" not in names
 
@@ -422,5 +422,10 @@ def test_an_entry_point_module_is_loaded_when_the_queue_is_built_not_at_import(e
     manager = build_plugin_manager(load_entrypoints=True)
     infos = {info.name: info for info in describe_plugins(manager)}
     assert infos["demo"].source == "entry point" and infos["demo"].distribution == "demo-plugin 1.0"
+    assert infos["demo"].status == "available"  # a strategy plugin: listed, loaded, not enabled
+    assert manager.get_plugin("demo") is None
+    monkeypatch.delitem(sys.modules, "sqlaq_demo_plugin")
     monkeypatch.setenv(DISABLE_AUTOLOAD_ENV, "1")
-    assert "demo" not in {info.name for info in describe_plugins(build_plugin_manager(load_entrypoints=True))}
+    infos = {info.name: info for info in describe_plugins(build_plugin_manager(load_entrypoints=True))}
+    assert infos["demo"].status == "available" and "not loaded" in infos["demo"].note
+    assert "sqlaq_demo_plugin" not in sys.modules
