@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, select
 
+from .._entry_points import implemented_hooks, strategy_hooks
 from .._plugins import build_plugin_manager, plugin_name
 from ..errors import ConfigurationError
 from ..hookspecs import hookimpl
@@ -45,6 +46,13 @@ def hook_impls(plugin: object, hook_name: str) -> list[Any]:
     except ConfigurationError as exc:
         raise ConformanceError(f"plugin {plugin_name(plugin)!r} cannot be registered: {exc}") from None
     return [impl for impl in getattr(pm.hook, hook_name).get_hookimpls() if impl.plugin is plugin]
+
+
+def loads_on_install(plugin: object) -> bool:
+    """Whether an installed entry point holding `plugin` is registered by every Queue (it only
+    observes) or only where it is enabled by name (it implements a strategy hook)."""
+    pm = build_plugin_manager([], load_entrypoints=False)
+    return not strategy_hooks(implemented_hooks(pm, plugin))
 
 
 def _all_builtins() -> list[str]:

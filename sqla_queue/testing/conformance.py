@@ -37,6 +37,7 @@ from ._harness import (
     database_now,
     delete_queue_jobs,
     hook_impls,
+    loads_on_install,
     plugin_errors,
     require_impl,
     unique_queue_name,
@@ -57,6 +58,8 @@ class BackoffReport:
     plugin: str
     answers: dict[int, list[timedelta | bool | None]]
     applied: list[tuple[int, timedelta, Any]] = field(default_factory=list)
+    loads_on_install: bool = False
+    """Always False for a backoff: installed, it takes part only when enabled by name."""
 
 
 def check_backoff_plugin(
@@ -82,7 +85,7 @@ def check_backoff_plugin(
                for n in range(1, attempts + 1)}
     if all(answer is None for values in answers.values() for answer in values):
         raise ConformanceError(f"plugin {name!r} never answered sqla_queue_retry_delay for task {task!r}")
-    report = BackoffReport(plugin=name, answers=answers)
+    report = BackoffReport(plugin=name, answers=answers, loads_on_install=loads_on_install(plugin))
     for attempt in sorted({1, (attempts + 1) // 2, attempts}):
         report.applied.append(_apply_delay(plugin, impl, name, target, task, attempt, attempts))
     return report
@@ -181,6 +184,8 @@ class DedupeReport:
 
     plugin: str
     keys: list[str | None]
+    loads_on_install: bool = False
+    """Always False for a dedupe plugin: installed, it takes part only when enabled by name."""
 
 
 def check_dedupe_plugin(
@@ -210,7 +215,7 @@ def check_dedupe_plugin(
         _check_distinct(name, samples, keys)
     keyed = [(payload, key) for payload, key in zip(samples, keys) if key is not None]
     _check_collapses(plugin, name, target, task, keyed)
-    return DedupeReport(plugin=name, keys=keys)
+    return DedupeReport(plugin=name, keys=keys, loads_on_install=loads_on_install(plugin))
 
 
 def _stable_key(impl, name: str, task: str, payload: dict[str, Any]) -> str | None:
@@ -284,6 +289,10 @@ class LifecycleReport:
     plugin: str
     hooks: tuple[str, ...]
     events: dict[str, int]
+    loads_on_install: bool = True
+    """True when it only observes (lifecycle hooks, ``sqla_queue_configure``): installed, every
+    Queue registers it. False if it also implements a strategy hook: then only when enabled by
+    name (``plugins=["name"]``, ``SQLA_QUEUE_PLUGINS``, ``sqla-queue --plugin``)."""
 
 
 def check_lifecycle_plugin(plugin: object, target: Target) -> LifecycleReport:
@@ -312,7 +321,8 @@ def check_lifecycle_plugin(plugin: object, target: Target) -> LifecycleReport:
     missing = [hook for hook in LIFECYCLE_HOOKS if not recorder.counts[hook]]
     if missing:
         raise ConformanceError(f"the lifecycle run did not fire {', '.join(missing)}")
-    return LifecycleReport(plugin=name, hooks=hooks, events=dict(recorder.counts))
+    return LifecycleReport(plugin=name, hooks=hooks, events=dict(recorder.counts),
+                           loads_on_install=loads_on_install(plugin))
 
 
 def _survives_edge_events(plugin: object, name: str, hook: str) -> None:

@@ -1,4 +1,5 @@
-"""The content-hash dedupe plugin: stable keys, its contract, and its entry point."""
+"""The content-hash dedupe plugin: stable keys, its contract, and its entry point (which takes
+part only when enabled by name)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import importlib.metadata
 
 import pytest
 
+import sqla_queue as sq
 from sqla_queue.testing import check_dedupe_plugin
 from sqla_queue_content_hash import PREFIX, ContentHashKey, canonical_json, content_key, plugin
 
@@ -13,6 +15,7 @@ from sqla_queue_content_hash import PREFIX, ContentHashKey, canonical_json, cont
 def test_passes_the_dedupe_conformance_check(engine):
     report = check_dedupe_plugin(plugin, engine)
     assert all(key.startswith(PREFIX) and len(key) == len(PREFIX) + 64 for key in report.keys)
+    assert report.loads_on_install is False
 
 
 def test_key_order_does_not_matter_but_values_and_list_order_do():
@@ -48,3 +51,12 @@ def test_tasks_restricts_which_tasks_are_keyed():
 def test_registers_only_through_the_sqla_queue_entry_point():
     (entry_point,) = importlib.metadata.entry_points(group="sqla_queue", name="content_hash")
     assert entry_point.load() is plugin
+
+
+def test_installed_it_keys_nothing_until_enabled_by_name(engine, monkeypatch):
+    monkeypatch.delenv("SQLA_QUEUE_PLUGINS", raising=False)
+    monkeypatch.delenv("SQLA_QUEUE_BLOCKED_PLUGINS", raising=False)
+    assert sq.Queue(engine).plugin_manager.get_plugin("content_hash") is None
+    assert sq.Queue(engine, plugins=["content_hash"]).plugin_manager.get_plugin("content_hash") is plugin
+    monkeypatch.setenv("SQLA_QUEUE_PLUGINS", "content_hash")
+    assert sq.Queue(engine).plugin_manager.get_plugin("content_hash") is plugin

@@ -1,4 +1,5 @@
-"""The decorrelated-jitter plugin: its schedule, its contract, and its entry point."""
+"""The decorrelated-jitter plugin: its schedule, its contract, and its entry point (which takes
+part only when enabled by name)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def test_passes_the_backoff_conformance_check(engine):
     report = check_backoff_plugin(plugin, engine, attempts=30)
     assert all(timedelta(seconds=1) <= d <= timedelta(minutes=30) for ds in report.answers.values() for d in ds)
     assert [attempt for attempt, _, _ in report.applied] == [1, 15, 30]
+    assert report.loads_on_install is False
 
 
 def test_delays_follow_the_recurrence_within_its_bounds():
@@ -63,3 +65,13 @@ def test_bad_settings_are_refused(options):
 def test_registers_only_through_the_sqla_queue_entry_point():
     (entry_point,) = importlib.metadata.entry_points(group="sqla_queue", name="decorrelated_jitter")
     assert entry_point.load() is plugin
+
+
+def test_installed_it_decides_no_delay_until_enabled_by_name(engine, monkeypatch):
+    monkeypatch.delenv("SQLA_QUEUE_PLUGINS", raising=False)
+    monkeypatch.delenv("SQLA_QUEUE_BLOCKED_PLUGINS", raising=False)
+    assert sq.Queue(engine).plugin_manager.get_plugin("decorrelated_jitter") is None
+    enabled = sq.Queue(engine, plugins=["decorrelated_jitter"]).plugin_manager
+    assert enabled.get_plugin("decorrelated_jitter") is plugin
+    monkeypatch.setenv("SQLA_QUEUE_PLUGINS", "decorrelated_jitter")
+    assert sq.Queue(engine).plugin_manager.get_plugin("decorrelated_jitter") is plugin

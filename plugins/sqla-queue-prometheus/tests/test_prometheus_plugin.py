@@ -55,6 +55,7 @@ def test_passes_the_lifecycle_conformance_check(engine, metrics):
         "sqla_queue_job_retried", "sqla_queue_job_failed", "sqla_queue_job_recovered",
         "sqla_queue_lost_claim", "sqla_queue_empty_claim",
     }
+    assert report.loads_on_install is True
 
 
 def test_counts_every_lifecycle_event_by_queue_and_task(queue, metrics):
@@ -140,3 +141,11 @@ def test_a_bad_port_setting_stops_the_queue_from_being_built(engine, metrics, mo
 def test_registers_only_through_the_sqla_queue_entry_point():
     (entry_point,) = importlib.metadata.entry_points(group="sqla_queue", name="prometheus")
     assert entry_point.load() is plugin
+
+
+def test_installed_it_loads_with_every_queue_as_an_observer(engine, monkeypatch):
+    monkeypatch.delenv("SQLA_QUEUE_BLOCKED_PLUGINS", raising=False)
+    monkeypatch.delenv("SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    monkeypatch.delenv(PORT_ENV, raising=False)
+    assert sq.Queue(engine).plugin_manager.get_plugin("prometheus") is plugin
+    assert sq.Queue(engine, blocked_plugins=["prometheus"]).plugin_manager.get_plugin("prometheus") is None
