@@ -74,12 +74,30 @@ class EntryPointState:
 
 def implemented_hooks(pm: pluggy.PluginManager, plugin: object) -> tuple[str, ...]:
     """The ``sqla_queue_*`` hooks `plugin` implements, found the way pluggy's ``register`` does."""
-    hooks = set()
+    return tuple(sorted(_hook_options(pm, plugin)))
+
+
+def _hook_options(pm: pluggy.PluginManager, plugin: object) -> dict[str, Any]:
+    found = {}
     for attribute in dir(plugin):
         options = pm.parse_hookimpl_opts(plugin, attribute)
         if options is not None:
-            hooks.add(options.get("specname") or attribute)
-    return tuple(sorted(hooks))
+            found[options.get("specname") or attribute] = options
+    return found
+
+
+def _misspelt_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
+    """Implementations of no hook (and not marked ``optionalhook``): left unregistered as
+    "available", a typo would never be reported; ``check_pending`` would have."""
+    return [
+        hook for hook, options in _hook_options(pm, plugin).items()
+        if not options.get("optionalhook") and not _has_spec(pm, hook)
+    ]
+
+
+def _has_spec(pm: pluggy.PluginManager, hook: str) -> bool:
+    caller = getattr(pm.hook, hook, None)
+    return caller is not None and caller.has_spec()
 
 
 def strategy_hooks(hooks: Iterable[str]) -> tuple[str, ...]:
@@ -151,6 +169,12 @@ def load_entry_points(
 
 def _take(pm: Any, state: EntryPointState, entry_point: importlib.metadata.EntryPoint, enabled_by: str | None) -> None:
     plugin = _load(entry_point, state.distribution)
+    misspelt = _misspelt_hooks(pm, plugin)
+    if misspelt:
+        raise ConfigurationError(
+            f"entry point {entry_point.name!r} of {state.distribution} implements "
+            f"{', '.join(misspelt)}, which is no sqla_queue hook (see docs/reference/hooks.md)"
+        )
     state.loaded = True
     state.hooks = implemented_hooks(pm, plugin)
     if enabled_by is None and strategy_hooks(state.hooks):

@@ -254,3 +254,17 @@ def test_an_observer_may_not_register_a_strategy_from_configure(engine, tmp_path
         sq.Queue(engine)
     enabled = sq.Queue(engine, plugins=["sneaky"])  # enabled by name, it may
     assert enabled.plugin_manager.get_plugin("always_key") is not None
+
+
+def test_a_misspelt_hook_in_an_installed_plugin_is_reported_not_left_available(engine, tmp_path, monkeypatch):
+    (tmp_path / "sqlaq_typo_plugin.py").write_text(textwrap.dedent("""
+        import sqla_queue
+
+        @sqla_queue.hookimpl
+        def sqla_queue_job_complete(event):
+            pass
+    """))
+    write_distribution(tmp_path, "typo-plugin", "typo = sqlaq_typo_plugin")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(sq.ConfigurationError, match=r"'typo' of typo-plugin 1.0 implements sqla_queue_job_complete, which is no sqla_queue hook"):
+        sq.Queue(engine)
