@@ -79,9 +79,10 @@ def _enable_plugins(ctx: click.Context, param: click.Parameter, names: tuple[str
     builds (the ``--app`` one, imported later, or one built from the URL) enables it."""
     if not names:
         return
-    unknown = [name for name in names if name not in installed_names()]
+    available = installed_names()
+    unknown = [name for name in names if name not in available]
     if unknown:
-        raise click.BadParameter(str(unknown_names_error("--plugin", unknown, installed_names())), param=param)
+        raise click.BadParameter(str(unknown_names_error("--plugin", unknown, available)), param=param)
     previous = os.environ.get(ENABLED_PLUGINS_ENV)
     os.environ[ENABLED_PLUGINS_ENV] = ",".join(dict.fromkeys([*split_names(previous or ""), *names]))
     ctx.call_on_close(lambda: _restore_env(ENABLED_PLUGINS_ENV, previous))
