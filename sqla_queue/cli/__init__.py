@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import click
 
+from .. import __version__
 from .._engine import DATABASE_URL_ENV, make_engine
 from .._sanitize import error_text
 from ..errors import DatabaseError, SqlaQueueError
@@ -73,6 +74,7 @@ def load_app(spec: str) -> Queue:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", message="sqla-queue %(version)s")
 @click.option("--app", metavar="MODULE:OBJECT", help="Where your Queue lives, e.g. myapp.jobs:queue.")
 @click.option(
     "--database-url",
