@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import click
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|[smhd]?)")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|[smhd]?)")  # no sign: never negative
 FORMAT = "seconds, or a number with ms, s, m, h or d: 250ms, 90s, 15m, 12h, 7d"
 """What every duration option accepts."""
 DURATION_HELP = "DURATION: 250ms, 90s, 15m, 12h, 7d, or plain seconds."
@@ -37,9 +37,8 @@ class Duration(click.ParamType):
         seconds = float(match[1]) * _UNITS[match[2] or "s"]
         if not math.isfinite(seconds) or seconds > timedelta.max.total_seconds():
             self.fail(f"{value!r} is too long", param, ctx)
-        if seconds < 0 or (seconds == 0 and not self.allow_zero):
-            self.fail(f"{value!r} must be {'zero or longer' if self.allow_zero else 'longer than zero'}",
-                      param, ctx)
+        if seconds == 0 and not self.allow_zero:
+            self.fail(f"{value!r} must be longer than zero", param, ctx)
         return timedelta(seconds=seconds)
 
 

@@ -82,7 +82,7 @@ def test_each_duration_option_parses_units_and_plain_seconds(path, command, flag
 @pytest.mark.parametrize(
     ("value", "reason"),
     [("abc", "is not a duration; use seconds, or a number with ms, s, m, h or d"),
-     ("-1", "must be"), ("5 parsecs", "is not a duration"), ("1e400", "is not a duration")],
+     ("-1", "is not a duration"), ("5 parsecs", "is not a duration"), ("1e400", "is not a duration")],
 )
 def test_each_duration_option_rejects_bad_values_naming_the_option(path, command, flag, name, value, reason):
     with pytest.raises(click.BadParameter) as error:
@@ -96,8 +96,6 @@ def test_each_duration_option_rejects_bad_values_naming_the_option(path, command
 def test_zero_is_a_duration_only_for_delay(path, command, flag, name):
     if flag == "--delay":
         assert parse(command, path, flag, "0")[name] == timedelta(0)
-        with pytest.raises(click.BadParameter, match="'-1' must be zero or longer"):
-            parse(command, path, flag, "-1")
     else:
         with pytest.raises(click.BadParameter, match="'0' must be longer than zero"):
             parse(command, path, flag, "0")
@@ -159,5 +157,5 @@ def test_a_bad_duration_is_one_line_exit_2(cli, count_jobs):
     assert "Traceback" not in result.stderr
     result = cli("enqueue", "send_email", "{}", "--delay", "-1")
     assert result.returncode == 2
-    assert "Invalid value for '--delay': '-1' must be zero or longer" in result.stderr
+    assert "Invalid value for '--delay': '-1' is not a duration" in result.stderr
     assert count_jobs() == 0
