@@ -3,6 +3,8 @@
 The public surface is what ``__all__`` lists; everything in underscored modules may move.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from . import errors
 from ._tasks import Task
 from .errors import (
@@ -29,6 +31,12 @@ from .types import (
     QueueHealth,
     QueueStats,
 )
+
+try:
+    __version__ = version("sqla-queue")
+    """The installed distribution's version: pyproject.toml's, the one source of truth."""
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ClaimedJob",

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -153,6 +154,9 @@ class Enqueuing:
         """Validate one job and append it to `jobs`: nothing is appended if a check fails."""
         registered = self._resolve_task(jobs, task)
         payload_json = _validate.payload_json(payload)
+        limit = registered.max_payload_bytes or self.max_payload_bytes
+        if len(payload_json) > limit:
+            raise _validate.payload_too_large(registered.name, len(payload_json), limit)
         # A registered task's queue and max_attempts were validated when it was registered.
         queue_name = registered.queue if queue is None else _validate.name(queue, "queue")
         attempts = (
@@ -312,7 +316,7 @@ class Enqueuing:
         one_sql, many_sql, find_sql = statements
         channel = self.notify_channel
         with database_errors():
-            pooled = self.engine.raw_connection()
+            pooled = self._raw_connection()
             try:
                 if not autocommit_reads_committed(pooled):
                     return None
@@ -336,6 +340,17 @@ class Enqueuing:
                     _leave_autocommit(pooled)
             finally:
                 pooled.close()
+
+    def _raw_connection(self) -> PoolProxiedConnection:
+        """A pooled connection; failing to connect raises what a `Connection` would raise (the
+        pool hands back the driver's own error), so `database_errors` reports it."""
+        dbapi_error = self.engine.dialect.loaded_dbapi.Error
+        try:
+            return self.engine.raw_connection()
+        except dbapi_error as exc:
+            raise sa_exc.DBAPIError.instance(
+                None, None, exc, dbapi_error, hide_parameters=True, dialect=self.engine.dialect
+            ) from None
 
     @cached_property
     def _driver_statements(self) -> tuple[DriverStatement, DriverStatement, DriverStatement] | None:

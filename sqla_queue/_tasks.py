@@ -29,6 +29,8 @@ class Task:
     timeout: timedelta | None = None
     retry_delay: RetryDelay | None = None
     idempotency_key: KeyFunction | None = None
+    max_payload_bytes: int | None = None
+    """This task's payload limit (encoded JSON bytes); None: the queue's."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)
@@ -48,6 +50,7 @@ class TaskRegistry:
         timeout: timedelta | float | None = None,
         retry_delay: RetryDelay | float | None = None,
         idempotency_key: KeyFunction | None = None,
+        max_payload_bytes: int | None = None,
     ) -> Task:
         if not callable(handler):
             raise TypeError(f"@queue.task needs a callable, got {type(handler).__name__}")
@@ -64,6 +67,9 @@ class TaskRegistry:
             timeout=None if timeout is None else _validate.duration(timeout, "timeout", positive=True),
             retry_delay=_retry_delay_option(retry_delay, task_name),
             idempotency_key=_key_option(idempotency_key, task_name),
+            max_payload_bytes=None if max_payload_bytes is None else _validate.config_positive_int(
+                max_payload_bytes, f"max_payload_bytes of task {task_name!r}"
+            ),
         )
         self._tasks[task_name] = task
         return task

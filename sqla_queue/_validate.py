@@ -19,6 +19,9 @@ from .errors import ConfigurationError, InvalidInputError, PayloadError, SqlaQue
 MAX_NAME_LENGTH = 128
 MAX_KEY_LENGTH = 512
 MAX_ATTEMPTS_LIMIT = 1_000_000
+DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
+"""1 MiB of encoded JSON: far above a payload of ids and parameters, far below what bloats the
+job table (every claim returns the payload) or strains PostgreSQL (jsonb stops near 255 MB)."""
 
 
 def name(value: Any, what: str) -> str:
@@ -113,6 +116,15 @@ def payload_json(payload: Any) -> str:
     if "\\u0000" in text or "\\ud" in text or text.count("{") + text.count("[") > _MAX_DEPTH:
         _reject_nul(payload)  # a false alarm (an escaped backslash, an emoji) just passes
     return text
+
+
+def payload_too_large(task: str, size: int, limit: int) -> PayloadError:
+    """The error for a payload whose encoded JSON (`payload_json`'s text, ASCII, so its length
+    is its size in bytes) is over the task's limit."""
+    return PayloadError(
+        f"payload of task {task!r} is {size:,} bytes of JSON; the limit is {limit:,} "
+        "(max_payload_bytes): store large data elsewhere and enqueue a reference to it"
+    )
 
 
 def _encoder() -> Callable[[dict], str]:

@@ -20,7 +20,8 @@ class InvalidInputError(SqlaQueueError, ValueError):
 
 
 class PayloadError(InvalidInputError):
-    """The payload cannot be stored as JSON (not serializable, NaN/Infinity, NUL characters)."""
+    """The payload cannot be stored as JSON (not serializable, NaN/Infinity, NUL characters), or
+    its JSON is larger than the task's `max_payload_bytes`."""
 
 
 class UnknownTaskError(SqlaQueueError, LookupError):

@@ -85,6 +85,8 @@ class Queue(Enqueuing):
         ``SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD`` is set). Off: only what ``plugins=`` names.
     :param blocked_plugins: plugin names never to register (built-ins included, e.g.
         ``"sqla_queue.logging"``).
+    :param max_payload_bytes: the largest payload accepted, as encoded JSON; default 1 MiB
+        (docs/explanation/delivery-semantics.md says why). A task's own limit wins.
     """
 
     def __init__(
@@ -95,7 +97,9 @@ class Queue(Enqueuing):
         plugins: Iterable[object | str] = (),
         load_entrypoints: bool = True,
         blocked_plugins: Iterable[str] = (),
+        max_payload_bytes: int = _validate.DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
+        self.max_payload_bytes = _validate.config_positive_int(max_payload_bytes, "max_payload_bytes")
         self.engine = library_engine(engine)
         self.model = model
         self.table = _table_of(model)
@@ -163,18 +167,21 @@ class Queue(Enqueuing):
         timeout: timedelta | float | None = None,
         retry_delay: RetryDelay | float | None = None,
         idempotency_key: KeyFunction | None = None,
+        max_payload_bytes: int | None = None,
     ) -> Any:
         """Register a handler ``(payload, ctx)``; usable as ``@queue.task`` or ``@queue.task(...)``.
 
         `retry_delay` (a timedelta, seconds, or ``(attempt, error) -> timedelta | False | None``)
         and `idempotency_key` (``payload -> str | None``) are this task's own strategies: asked
         before any plugin, ``None`` deferring to them (docs/reference/hooks.md).
+        `max_payload_bytes` replaces the queue's payload limit for this task.
         """
 
         def register(handler: H) -> Task:
             return self._tasks.register(
                 handler, name=name, queue=queue, max_attempts=max_attempts, timeout=timeout,
                 retry_delay=retry_delay, idempotency_key=idempotency_key,
+                max_payload_bytes=max_payload_bytes,
             )
 
         return register(func) if func is not None else register

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import click
 
+from .. import __version__
 from .._engine import DATABASE_URL_ENV, make_engine
 from .._entry_points import ENABLED_PLUGINS_ENV, installed_names, split_names, unknown_names_error
 from .._sanitize import error_text
@@ -96,6 +97,7 @@ def _restore_env(name: str, value: str | None) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", message="sqla-queue %(version)s")
 @click.option("--app", metavar="MODULE:OBJECT", help="Where your Queue lives, e.g. myapp.jobs:queue.")
 @click.option(
     "--database-url",

@@ -1,34 +1,54 @@
-"""Option types and formatting shared by the operations commands."""
+"""Option types and formatting shared by the commands."""
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timedelta, timezone
 
 import click
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|[smhd]?)")  # no sign: never negative
+FORMAT = "seconds, or a number with ms, s, m, h or d: 250ms, 90s, 15m, 12h, 7d"
+"""What every duration option accepts."""
+DURATION_HELP = "DURATION: 250ms, 90s, 15m, 12h, 7d, or plain seconds."
+"""The sentence each duration option's help ends with."""
 
 
 class Duration(click.ParamType):
-    """A positive duration: ``90s``, ``15m``, ``12h``, ``7d``, or a plain number of seconds."""
+    """A duration: ``250ms``, ``90s``, ``15m``, ``12h``, ``7d``, or a plain number of seconds.
+
+    Positive by default; ``Duration(allow_zero=True)`` also takes zero (``--delay 0``). One type
+    for every option that takes a duration, so each command reads ``5m`` the same way.
+    """
 
     name = "duration"
+
+    def __init__(self, *, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
 
     def convert(self, value, param, ctx) -> timedelta:
         if isinstance(value, timedelta):
             return value
         match = _DURATION.fullmatch(str(value).strip().lower())
         if match is None:
-            self.fail(f"{value!r} is not a duration (use e.g. 90s, 15m, 12h or 7d)", param, ctx)
+            self.fail(f"{value!r} is not a duration; use {FORMAT}", param, ctx)
         seconds = float(match[1]) * _UNITS[match[2] or "s"]
-        if seconds <= 0:
+        if not math.isfinite(seconds) or seconds > timedelta.max.total_seconds():
+            self.fail(f"{value!r} is too long", param, ctx)
+        if seconds == 0 and not self.allow_zero:
             self.fail(f"{value!r} must be longer than zero", param, ctx)
         return timedelta(seconds=seconds)
 
 
 DURATION = Duration()
+DURATION_OR_ZERO = Duration(allow_zero=True)
+
+
+def format_seconds(value: timedelta) -> str:
+    """A default for a duration option, as the option would be typed: ``60s``."""
+    return f"{value.total_seconds():g}s"
 
 
 def timestamp(value: datetime | None) -> str:

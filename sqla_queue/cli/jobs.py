@@ -14,9 +14,8 @@ from rich.live import Live
 from rich.table import Table
 
 from . import CliContext, main
-from ._params import DURATION, timestamp
+from ._params import DURATION, DURATION_HELP, DURATION_OR_ZERO, format_seconds, timestamp
 from ..doctor import format_duration
-from ..errors import InvalidInputError
 from ..queue import DEFAULT_LEASE
 from ..types import QueueHealth, QueueStats
 
@@ -25,7 +24,8 @@ from ..types import QueueHealth, QueueStats
 @click.argument("task")
 @click.argument("payload", default="{}")
 @click.option("--queue", help="Queue name (default: the task's).")
-@click.option("--delay", type=float, metavar="SECONDS", help="Run no earlier than this many seconds from now.")
+@click.option("--delay", type=DURATION_OR_ZERO,
+              help=f"Run no earlier than this long from now (0: now). {DURATION_HELP}")
 @click.option("--max-attempts", type=int, help="Attempts before the job fails for good.")
 @click.option("--idempotency-key", help="Dedupe key: an active job with it is returned instead.")
 @click.pass_obj
@@ -44,8 +44,9 @@ def enqueue(obj: CliContext, task, payload, queue, delay, max_attempts, idempote
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (one line per refresh with --watch).")
 @click.option("--window", type=DURATION, default="15m", show_default=True,
-              help="Look-back of the windowed signals (completions, failures, retries, empty claims).")
-@click.option("--watch", type=DURATION, metavar="INTERVAL", help="Refresh every INTERVAL (e.g. 5s) until Ctrl-C.")
+              help="Look-back of the windowed signals (completions, failures, retries, empty claims). "
+                   + DURATION_HELP)
+@click.option("--watch", type=DURATION, help=f"Refresh this often until Ctrl-C. {DURATION_HELP}")
 @click.option("--count", type=click.IntRange(min=1), help="With --watch: stop after this many refreshes.")
 @click.pass_obj
 def stats(obj: CliContext, as_json: bool, window: timedelta, watch: timedelta | None, count: int | None) -> None:
@@ -95,15 +96,13 @@ def _watch_stats(queue, window: timedelta, every: timedelta, count: int | None, 
 
 
 @main.command()
-@click.option("--lease", type=float, default=DEFAULT_LEASE.total_seconds(), show_default=True,
-              metavar="SECONDS", help="A running job whose lease started longer ago than this is expired.")
+@click.option("--lease", type=DURATION, default=format_seconds(DEFAULT_LEASE), show_default=True,
+              help=f"A running job whose lease started longer ago than this is expired. {DURATION_HELP}")
 @click.option("--limit", type=int, default=100, show_default=True, help="At most this many jobs per kind.")
 @click.pass_obj
-def recover(obj: CliContext, lease: float, limit: int) -> None:
+def recover(obj: CliContext, lease: timedelta, limit: int) -> None:
     """Return jobs with expired leases to pending (or failed, on their last attempt)."""
-    if lease <= 0:
-        raise InvalidInputError(f"--lease must be positive, got {lease}")
-    ids = obj.queue().recover_expired(lease=timedelta(seconds=lease), limit=limit)
+    ids = obj.queue().recover_expired(lease=lease, limit=limit)
     click.echo(f"recovered {len(ids)} job(s)" + (f": {', '.join(map(str, ids))}" if ids else ""))
 
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import EXIT_PROBLEM, CliContext, main
-from ._params import DURATION, timestamp
+from ._params import DURATION, DURATION_HELP, format_seconds, timestamp
 from .jobs import console
 from ..doctor import Doctor, DoctorConfig, Report, Verdict
 from ..errors import JobStateError
@@ -36,12 +36,12 @@ class Refused(click.ClickException):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option("--queue", "queue_name", default="default", show_default=True, help="Queue whose claim is planned.")
-@click.option("--lease", type=DURATION, default=str(DEFAULT_LEASE.total_seconds()), show_default=True,
-              help="The workers' lease: running jobs past two leases are stuck.")
+@click.option("--lease", type=DURATION, default=format_seconds(DEFAULT_LEASE), show_default=True,
+              help=f"The workers' lease: running jobs past two leases are stuck. {DURATION_HELP}")
 @click.option("--max-transaction-age", type=DURATION, default="5m", show_default=True,
-              help="Transactions and snapshots older than this fail.")
+              help=f"Transactions and snapshots older than this fail. {DURATION_HELP}")
 @click.option("--max-lock-wait", type=DURATION, default="5s", show_default=True,
-              help="Lock waits involving the queue table longer than this fail.")
+              help=f"Lock waits involving the queue table longer than this fail. {DURATION_HELP}")
 @click.option("--max-xmin-age", type=click.IntRange(min=0), default=1_000_000, show_default=True,
               help="Replication slots or standbys holding the horizon back more transactions than this fail.")
 @click.option("--dead-tuples", "dead_tuples_min", type=click.IntRange(min=0), default=10_000, show_default=True,
@@ -90,10 +90,10 @@ def _print_report(report: Report, strict: bool) -> None:
 
 
 @main.command()
-@click.option("--completed-older-than", type=DURATION, help="Delete completed jobs older than this (e.g. 7d).")
-@click.option("--failed-older-than", type=DURATION, help="Delete failed jobs older than this (e.g. 30d).")
+@click.option("--completed-older-than", type=DURATION, help=f"Delete completed jobs older than this. {DURATION_HELP}")
+@click.option("--failed-older-than", type=DURATION, help=f"Delete failed jobs older than this. {DURATION_HELP}")
 @click.option("--counters-older-than", type=DURATION, default=f"{DEFAULT_COUNTERS_AFTER.days}d", show_default=True,
-              help="Delete event counters older than this.")
+              help=f"Delete event counters older than this. {DURATION_HELP}")
 @click.option("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, show_default=True,
               help="Rows per DELETE, each in a transaction of its own.")
 @click.pass_obj

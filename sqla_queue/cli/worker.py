@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
-
 import click
 
 from . import CliContext, main
+from ._params import DURATION, DURATION_HELP, format_seconds
 from ..types import DEFAULT_LEASE
 
 
@@ -16,12 +15,12 @@ from ..types import DEFAULT_LEASE
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Handler threads (most jobs held at once).")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Most jobs per claim (default: concurrency).")
-@click.option("--lease", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LEASE.total_seconds(),
-              show_default=True, metavar="SECONDS", help="Claim lease, renewed while a handler runs.")
-@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              metavar="SECONDS", help="Claim this often when no notification arrives.")
-@click.option("--grace", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
-              metavar="SECONDS", help="After SIGTERM, how long running handlers may finish.")
+@click.option("--lease", type=DURATION, default=format_seconds(DEFAULT_LEASE), show_default=True,
+              help=f"Claim lease, renewed while a handler runs. {DURATION_HELP}")
+@click.option("--poll-interval", type=DURATION, default="1s", show_default=True,
+              help=f"Claim this often when no notification arrives. {DURATION_HELP}")
+@click.option("--grace", type=DURATION, default="30s", show_default=True,
+              help=f"After SIGTERM, how long running handlers may finish. {DURATION_HELP}")
 @click.option("--no-listen", is_flag=True, help="Poll only: no LISTEN/NOTIFY wake-ups.")
 @click.option("--pgbouncer", is_flag=True,
               help="Behind PgBouncer in transaction mode: no LISTEN, no server-side prepared statements.")
@@ -35,9 +34,9 @@ def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interva
         queues=tuple(q.strip() for q in queues.split(",")),
         concurrency=concurrency,
         batch_size=batch_size,
-        lease=timedelta(seconds=lease),
-        poll_interval=poll_interval,
-        shutdown_grace=grace,
+        lease=lease,
+        poll_interval=poll_interval.total_seconds(),
+        shutdown_grace=grace.total_seconds(),
         listen=not (no_listen or pgbouncer),
         prepared_statements=not pgbouncer,
     ).run(until_empty=until_empty)

@@ -78,7 +78,7 @@ def test_enqueue_prints_the_id_and_the_job_exists(cli, queue):
         (("enqueue", "no_such_task", "{}"), "unknown task 'no_such_task'"),
         (("enqueue", "send_email", "{}", "--max-attempts", "0"), "max_attempts must be between 1"),
         (("enqueue", "send_email", "{}", "--queue", " padded"), "leading or trailing whitespace"),
-        (("recover", "--lease", "0"), "--lease must be positive"),
+        (("recover", "--lease", "0"), "Invalid value for '--lease': '0' must be longer than zero"),
         (("worker", "--concurrency", "0"), "0 is not in the range x>=1"),
     ],
 )
