@@ -67,6 +67,17 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+def is_url_of(url: str, engine: Engine) -> bool:
+    """True if `url`, read as `make_engine` reads it, is the URL `engine` was built from."""
+    try:
+        parsed = make_url(url)
+    except (sa_exc.ArgumentError, ValueError):
+        return False
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed == engine.url
+
+
 # `make_engine`'s connections record whether their session's default isolation is READ COMMITTED
 # (in the connection's ``info``, which lives exactly as long as the DBAPI connection). On those, a
 # self-contained statement may run in autocommit: it is then its own READ COMMITTED transaction,

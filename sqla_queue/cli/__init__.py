@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from .._engine import DATABASE_URL_ENV, make_engine
+from .._engine import DATABASE_URL_ENV, is_url_of, make_engine
 from .._sanitize import error_text
 from ..errors import DatabaseError, SqlaQueueError
 from ..queue import Queue
@@ -41,7 +41,9 @@ class CliContext:
         if self._queue is None:
             if self.app:
                 queue = load_app(self.app)
-                if self.database_url:  # the command line (or the env var) overrides the app's engine
+                # Another URL on the command line (or in the env var) overrides the app's engine;
+                # the app's own URL keeps its engine, connect_args and hooks included.
+                if self.database_url and not is_url_of(self.database_url, queue.engine):
                     queue = queue._bound_to(make_engine(self.database_url), call_timeout=None)
             else:
                 queue = self._queue_from_url()

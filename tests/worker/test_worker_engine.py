@@ -346,8 +346,10 @@ def shop_env(url, tmp_path) -> dict[str, str]:
 
 def test_a_cli_worker_connects_as_the_application_does(create_database, shop_dir):
     url = create_database()
+    env = shop_env(url, shop_dir)
+    env["SQLA_QUEUE_DATABASE_URL"] = url  # the app's own URL there too: the app's engine still serves
     process = subprocess.Popen([SCRIPT, "--app", "shop:queue", "worker", "--poll-interval", "0.05"],
-                               cwd=shop_dir, env=shop_env(url, shop_dir), stdout=subprocess.PIPE,
+                               cwd=shop_dir, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
         rows = wait_for(lambda: listening_and_claiming(url), timeout=60)
