@@ -257,6 +257,9 @@ def connect_within(seconds: float, make, timed_out: type[Exception]):
 
 
 class _Attempt:
+    """One connection attempt: whoever comes second (the caller giving up, or the connection
+    arriving late) decides, under the lock, that the connection is closed."""
+
     def __init__(self, make) -> None:
         self._make = make
         self._lock = threading.Lock()
@@ -309,7 +312,13 @@ def keep_alive(dbapi_connection, call_timeout: float) -> None:
         (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), seconds * 1000),
     )
     try:
-        with socket.socket(fileno=os.dup(dbapi_connection.fileno())) as sock:
+        duplicate = os.dup(dbapi_connection.fileno())  # closing it leaves the driver's socket open
+        try:
+            sock = socket.socket(fileno=duplicate)
+        except OSError:
+            os.close(duplicate)
+            raise
+        with sock:
             if sock.family not in (socket.AF_INET, socket.AF_INET6):
                 return
             for level, option, value in options:
