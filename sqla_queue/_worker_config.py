@@ -36,8 +36,10 @@ class WorkerConfig:
     :param prepared_statements: let psycopg prepare repeated statements server-side (faster).
         Turn off behind PgBouncer in transaction mode older than 1.21. Default True.
     :param worker_id: recorded in ``locked_by``. Default ``host:pid:random``.
-    :param engine: a dedicated engine for this worker (default: one built from the queue's
-        URL with keepalives and timeouts; pass your own for custom connect arguments).
+    :param engine: the engine whose way of connecting the worker's own connections copy
+        (``connect_args``, ``do_connect`` listeners, ``creator``, pool ``connect`` listeners);
+        default: the queue's. Pass a ``postgresql+psycopg`` engine here when the queue's engine
+        uses another driver. The worker adds its keepalives, timeouts and pool size on top.
     :param pruning: a `sqla_queue.maintenance.PruneConfig`: delete old finished jobs a few
         batches at a time from the claim loop. Default None (no pruning).
     """
@@ -73,6 +75,8 @@ class WorkerConfig:
         for name in self.queues:
             _validate.as_config(_validate.name, name, "queue")
         _validate.config_positive_int(self.concurrency, "concurrency")
+        if self.engine is not None and not isinstance(self.engine, Engine):
+            raise ConfigurationError(f"engine must be a sqlalchemy Engine, got {type(self.engine).__name__}")
         if self.pruning is not None and not isinstance(self.pruning, PruneConfig):
             raise ConfigurationError(f"pruning must be a PruneConfig, got {type(self.pruning).__name__}")
         if self.batch_size is not None:

@@ -90,8 +90,10 @@ class Worker:
         self.config = WorkerConfig.build(**options)
         self.worker_id = self.config.worker_id or _default_worker_id()
         timeout = self.config.effective_call_timeout
-        self.engine = self.config.engine or worker_engine(
-            queue.engine, pool_size=self.config.concurrency + 3, call_timeout=timeout,
+        # Connections made like the application's (connect_args, do_connect, creator), plus the
+        # worker's keepalives and deadlines; see `worker_engine`.
+        self.engine = worker_engine(
+            self.config.engine or queue.engine, pool_size=self.config.concurrency + 3, call_timeout=timeout,
             prepared_statements=self.config.prepared_statements,
         )
         self.queue = queue._bound_to(self.engine, call_timeout=timeout)

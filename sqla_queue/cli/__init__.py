@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import click
 
 from .. import __version__
-from .._engine import DATABASE_URL_ENV, make_engine
+from .._engine import DATABASE_URL_ENV, is_url_of, make_engine
 from .._entry_points import ENABLED_PLUGINS_ENV, installed_names, split_names, unknown_names_error
 from .._sanitize import error_text
 from ..errors import DatabaseError, SqlaQueueError
@@ -25,6 +25,12 @@ EXIT_PROBLEM = 1
 EXIT_USAGE = 2
 
 
+APP_ENV = "SQLA_QUEUE_APP"
+
+# Commands that run or enqueue the app's tasks: a Queue built from a URL alone knows none.
+NEEDS_TASKS = frozenset({"worker", "enqueue"})
+
+
 @dataclass
 class CliContext:
     app: str | None
@@ -32,15 +38,35 @@ class CliContext:
     _queue: Queue | None = field(default=None, repr=False)
 
     def queue(self) -> Queue:
-        """The app's Queue (``--app module.path:attribute``), imported on first use."""
+        """The app's Queue (``--app module.path:attribute``), imported on first use; without
+        --app, a Queue on the default table (`sqla_queue.Job`) at --database-url, so operators
+        can inspect and repair the queue from a host without the application's code."""
         if self._queue is None:
-            if not self.app:
-                raise click.UsageError("this command needs --app module.path:queue_object")
-            queue = load_app(self.app)
-            if self.database_url:  # the command line (or the env var) overrides the app's engine
-                queue = queue._bound_to(make_engine(self.database_url), call_timeout=None)
+            if self.app:
+                queue = load_app(self.app)
+                # Another URL on the command line (or in the env var) overrides the app's engine;
+                # the app's own URL keeps its engine, connect_args and hooks included.
+                if self.database_url and not is_url_of(self.database_url, queue.engine):
+                    queue = queue._bound_to(make_engine(self.database_url), call_timeout=None)
+            else:
+                queue = self._queue_from_url()
             self._queue = queue
         return self._queue
+
+    def _queue_from_url(self) -> Queue:
+        command = _command_name()
+        if command in NEEDS_TASKS:
+            raise click.UsageError(
+                f"`{command}` runs your application's tasks: it needs --app module.path:queue_object "
+                f"(or ${APP_ENV})"
+            )
+        if not self.database_url:
+            raise click.UsageError(
+                "this command needs --app module.path:queue_object, or a database URL for the default "
+                f"job table: --database-url or ${DATABASE_URL_ENV}"
+            )
+        # Built like any Queue(url): the entry-point plugin rules apply as they would in the app.
+        return Queue(self.database_url)
 
     def url(self) -> str:
         if self.database_url:
@@ -48,6 +74,12 @@ class CliContext:
         if self.app:
             return self.queue().engine.url.render_as_string(hide_password=False)
         raise click.UsageError(f"no database: pass --database-url or set {DATABASE_URL_ENV}")
+
+
+def _command_name() -> str | None:
+    """The subcommand being run (``jobs list`` gives ``list``), to refuse task commands early."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.info_name if ctx is not None else None
 
 
 def load_app(spec: str) -> Queue:
@@ -98,7 +130,10 @@ def _restore_env(name: str, value: str | None) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", message="sqla-queue %(version)s")
-@click.option("--app", metavar="MODULE:OBJECT", help="Where your Queue lives, e.g. myapp.jobs:queue.")
+@click.option("--app", envvar=APP_ENV, metavar="MODULE:OBJECT",
+              help=f"Where your Queue lives, e.g. myapp.jobs:queue (default: ${APP_ENV}). Needed by "
+                   "worker and enqueue, and for custom job models; other commands can use "
+                   "--database-url alone.")
 @click.option(
     "--database-url",
     envvar=DATABASE_URL_ENV,
