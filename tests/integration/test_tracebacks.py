@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,14 @@ class Recorder:
     @sq.hookimpl
     def sqla_queue_job_failed(self, event):
         self.events.append(event)
+
+
+class RetryInAnHour:
+    """A fixed backoff: a retried job is never run again by the same drain (see `make_due`)."""
+
+    @sq.hookimpl
+    def sqla_queue_retry_delay(self, job, attempt):
+        return timedelta(hours=1)
 
 
 def charge(payload: dict) -> None:
@@ -66,7 +75,7 @@ def make_due(engine: Engine) -> None:
 def billing(engine: Engine, clean_jobs):
     """A queue whose `charge` task raises, with a recording plugin, and the raised objects."""
     recorder = Recorder()
-    queue = sq.Queue(engine, plugins=[recorder], load_entrypoints=False)
+    queue = sq.Queue(engine, plugins=[recorder, RetryInAnHour()], load_entrypoints=False)
     raised: list[BaseException] = []
 
     @queue.task(queue="billing", max_attempts=2)
