@@ -65,4 +65,3 @@ def _configure_logging(level: str, log_format: str) -> None:
                 for name in ("log_level", "log_format"))
     if asked or not logging.getLogger().handlers:
         logging.config.dictConfig(logging_config(level, log_format))
-

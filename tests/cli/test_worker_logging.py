@@ -198,3 +198,16 @@ def test_the_pages_dictconfig_is_kept_by_the_worker(doc_app, database_url, queue
     assert {(e.get("job_id"), e.get("outcome")) for e in entries} >= {(failing, "failed"), (passing, "completed")}
     [failed] = [e for e in entries if e.get("outcome") == "failed"]
     assert failed["traceback"] == queue.get_job(failing).last_traceback
+
+
+def test_a_logging_flag_on_the_command_line_replaces_the_apps_setup(doc_app, database_url, queue):
+    [logging_block] = [block for block in doc_blocks("python") if "dictConfig" in block]
+    root = doc_app(prefix=logging_block + "\n")
+    job_id = queue.enqueue("send_email", {"to": "a@b.c"}, queue="emails")
+    argv = [*doc_command("--until-empty"), "--log-format", "text"]
+    result = subprocess.run(argv, cwd=root, env=environment(database_url), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines and all(TEXT_LINE.match(line) for line in lines)
+    assert any(f"completed job {job_id} " in line for line in lines)
