@@ -1,16 +1,28 @@
-"""Compact, bounded, secret-free error text for `last_error` and logs.
+"""Compact, bounded, secret-free error text for `last_error`, `last_traceback` and logs.
 
 Exceptions are summarised as ``Type: first line of the message``. Database errors lose their
 bound parameters and DETAIL lines (PostgreSQL echoes key values there). Anything that looks like
 a credential is masked, control characters (NUL included, which PostgreSQL text rejects) are
 dropped, and the result is cut to `MAX_ERROR_LENGTH` so the outcome update itself cannot fail.
+
+`traceback_text` adds where the error happened: file, line, function and source line of each
+frame, never local variables, and no exception message beyond the one-line summary above (a
+chained cause shows its type only: its message may quote the payload).
 """
 
 from __future__ import annotations
 
 import re
+import traceback
+from types import TracebackType
 
 MAX_ERROR_LENGTH = 500
+MAX_TRACEBACK_LENGTH = 4000
+"""The most characters `traceback_text` returns; the innermost frames are the ones kept."""
+
+_MAX_SOURCE_LINE = 200
+_MAX_FRAMES = 200  # frames read per exception: a deep recursion is cut before it is formatted
+_MAX_CHAIN = 5
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)[^/\s:@]*:[^@\s]*@")
@@ -28,15 +40,94 @@ def error_text(error: BaseException | str, limit: int = MAX_ERROR_LENGTH) -> str
 
 
 def clean_text(text: str, limit: int = MAX_ERROR_LENGTH) -> str:
-    text = _CONTROL.sub(" ", text.replace("\r\n", "\n")).strip()
+    text = _mask(_CONTROL.sub(" ", text.replace("\r\n", "\n")).strip())
+    text = " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    return _cut(text, limit) or "error"
+
+
+def traceback_text(error: BaseException | str, limit: int = MAX_TRACEBACK_LENGTH) -> str | None:
+    """Where `error` was raised, as text safe to store and to log, at most `limit` characters.
+
+    Python's own layout (chained causes first, the error's one-line summary last), every line
+    cleaned like `clean_text`. When it is too long, the oldest lines go first, so the frames
+    nearest the failure are kept. None for a string, or an exception that was never raised.
+    """
+    if isinstance(error, str):
+        return None
+    chain = _chain(error)
+    if all(exc.__traceback__ is None for exc in chain):
+        return None
+    entries: list[str] = []
+    for exc in chain:
+        if entries:
+            entries.append(_link(exc))
+        entries.extend(_frames(exc.__traceback__))
+        entries.append(error_text(exc) if exc is error else f"{type(exc).__name__} (message not stored)")
+    return _keep_innermost(entries, limit)
+
+
+def _mask(text: str) -> str:
     text = _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
     # Bearer first: "Authorization: Bearer <token>" would otherwise mask only the word Bearer.
     text = _BEARER.sub("Bearer ***", text)
-    text = _KEY_VALUE_SECRET.sub(r"\g<key>\g<sep>***", text)
-    text = " | ".join(line.strip() for line in text.splitlines() if line.strip())
-    if len(text) > limit:
-        text = text[: limit - 1].rstrip() + "…"
-    return text or "error"
+    return _KEY_VALUE_SECRET.sub(r"\g<key>\g<sep>***", text)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _line(text: str, limit: int = _MAX_SOURCE_LINE) -> str:
+    """One line of a traceback: no control characters or line breaks, secrets masked."""
+    return _cut(_mask(_CONTROL.sub(" ", text.replace("\n", " ")).strip()), limit)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and what it was raised from or during, oldest first, as Python prints them."""
+    chain = [error]
+    while len(chain) < _MAX_CHAIN:
+        current = chain[0]
+        cause = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+        if cause is None or any(cause is seen for seen in chain):
+            break
+        chain.insert(0, cause)
+    return chain
+
+
+def _link(exc: BaseException) -> str:
+    """The line Python prints between two chained exceptions; `exc` is the later one."""
+    if exc.__cause__ is not None:
+        return "\nThe above exception was the direct cause of the following exception:\n"
+    return "\nDuring handling of the above exception, another exception occurred:\n"
+
+
+def _frames(tb: TracebackType | None) -> list[str]:
+    if tb is None:
+        return []
+    total = sum(1 for _ in traceback.walk_tb(tb))
+    summary = traceback.extract_tb(tb, limit=-_MAX_FRAMES)  # the innermost ones; no locals
+    entries = ["Traceback (most recent call last):"]
+    if total > len(summary):
+        entries.append(f"  … {total - len(summary)} outer frame(s) not read")
+    for frame in summary:
+        entry = f'  File "{_line(frame.filename)}", line {frame.lineno}, in {_line(frame.name)}'
+        if frame.line:
+            entry += f"\n    {_line(frame.line)}"
+        entries.append(entry)
+    return entries
+
+
+def _keep_innermost(entries: list[str], limit: int) -> str:
+    """Join `entries`, dropping the oldest ones first until the text fits in `limit`."""
+    kept: list[str] = []
+    size = 0
+    for entry in reversed(entries):
+        if kept and size + len(entry) + 1 > limit - 80:  # room for the note below
+            kept.append(f"… {len(entries) - len(kept)} earlier entries omitted (cut to {limit} characters)")
+            break
+        kept.append(entry)
+        size += len(entry) + 1
+    return _cut("\n".join(reversed(kept)), limit)
 
 
 def _describe(error: BaseException) -> str:

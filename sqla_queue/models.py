@@ -74,6 +74,10 @@ class JobMixin:
     # recent-failures window read it; retries that leave the job pending do not set it.
     failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
+    # Where the attempt that set last_error raised (revision sqlaq_0004): frames and the
+    # one-line error, bounded and sanitized (sqla_queue._sanitize.traceback_text). It lives and
+    # is cleared with last_error; NULL when the error was recorded as a string.
+    last_traceback: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()

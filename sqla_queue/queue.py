@@ -35,7 +35,7 @@ from ._plugins import (
     emit_each,
     failure_decision,
 )
-from ._sanitize import error_text
+from ._sanitize import error_text, traceback_text
 from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
 from .errors import (
     ConfigurationError,
@@ -404,25 +404,30 @@ class Queue(Enqueuing):
         delay: timedelta | float | None = None,
     ) -> Outcome | None:
         """Record a failed attempt: pending again at `run_at` (or after `delay`, default now)
-        while attempts remain, else terminal ``failed``. None means the claim was lost."""
+        while attempts remain, else terminal ``failed``. None means the claim was lost.
+
+        An exception also stores its bounded, sanitized traceback (`JobView.last_traceback`)
+        and reaches the retried/failed event as ``exception``."""
         when, wait = _validate.schedule(run_at, delay)
+        trace = traceback_text(error)
         row = self._guarded(self._sql.retry, job_id, claim_token,
-                            retry_at=when, delay=wait, error=error_text(error))
+                            retry_at=when, delay=wait, error=error_text(error), traceback=trace)
         if row is None:
             self._lost(job_id, claim_token, "retry")
             return None
-        return self._outcome(row)
+        return self._outcome(row, error, trace)
 
     def fail(self, job_id: int, claim_token: str, *, error: BaseException | str) -> bool:
         """Move a claimed job to terminal ``failed`` now. False means the claim was lost."""
         return self._fail(job_id, claim_token, error) is not None
 
     def _fail(self, job_id: int, claim_token: str, error: BaseException | str) -> Outcome | None:
-        row = self._guarded(self._sql.fail, job_id, claim_token, error=error_text(error))
+        trace = traceback_text(error)
+        row = self._guarded(self._sql.fail, job_id, claim_token, error=error_text(error), traceback=trace)
         if row is None:
             self._lost(job_id, claim_token, "fail")
             return None
-        return self._outcome(row)
+        return self._outcome(row, error, trace)
 
     def handle_failure(self, job: ClaimedJob, error: BaseException) -> Outcome | None:
         """Retry or fail a job whose handler raised, as the strategy hooks decide.
@@ -435,19 +440,24 @@ class Queue(Enqueuing):
             return self._fail(job.id, job.claim_token, error)
         return self.retry(job.id, job.claim_token, error=error, delay=delay)
 
-    def _outcome(self, row: Any) -> Outcome:
+    def _outcome(self, row: Any, error: BaseException | str, trace: str | None) -> Outcome:
+        """The outcome of a retry or fail, and its event: the exception object (None for a
+        string error) and the traceback text as stored."""
         outcome = Outcome(job_id=row.id, status=JobStatus(row.status), attempts=row.attempts,
                           max_attempts=row.max_attempts, run_at=row.run_at)
         if row.replayed:
             return outcome  # the first call's event already fired
+        exception = None if isinstance(error, str) else error
         if outcome.status is JobStatus.PENDING:
             emit(self.plugin_manager, "sqla_queue_job_retried",
                  event=JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,
-                                  attempt=row.attempts, run_at=row.run_at, error=row.last_error or ""))
+                                  attempt=row.attempts, run_at=row.run_at, error=row.last_error or "",
+                                  exception=exception, traceback=trace))
         else:
             emit(self.plugin_manager, "sqla_queue_job_failed",
                  event=JobFailed(job_id=row.id, queue=row.queue_name, task=row.task,
-                                 attempt=row.attempts, error=row.last_error or ""))
+                                 attempt=row.attempts, error=row.last_error or "",
+                                 exception=exception, traceback=trace))
         return outcome
 
     def _guarded(self, statement: Any, job_id: int, claim_token: str, **values: Any) -> Any:
@@ -631,7 +641,7 @@ def _job_view(row: Any) -> JobView:
         run_at=row.run_at, created_at=row.created_at, locked_at=row.locked_at,
         locked_by=row.locked_by, completed_at=row.completed_at, failed_at=row.failed_at,
         last_error=row.last_error,
-        idempotency_key=row.idempotency_key,
+        idempotency_key=row.idempotency_key, last_traceback=row.last_traceback,
     )
 
 

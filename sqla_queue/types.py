@@ -92,7 +92,13 @@ class Outcome:
 
 @dataclass(frozen=True)
 class JobView:
-    """A read-only snapshot of one job row."""
+    """A read-only snapshot of one job row.
+
+    `last_traceback` is where the attempt that set `last_error` raised: frames (file, line,
+    function, source line) and the same one-line error, sanitized and at most
+    ``sqla_queue._sanitize.MAX_TRACEBACK_LENGTH`` characters. None when the error was recorded
+    as a string, and cleared with `last_error` by the next claim.
+    """
 
     id: int
     task: str
@@ -109,6 +115,7 @@ class JobView:
     failed_at: datetime | None
     last_error: str | None
     idempotency_key: str | None
+    last_traceback: str | None = None
 
 
 DEFAULT_STATS_WINDOW = timedelta(minutes=15)
@@ -202,6 +209,10 @@ class RecoveryResult:
 
 
 # Lifecycle event payloads, one per hook (see docs/reference/events.md).
+#
+# `exception` (on JobRetried and JobFailed) is the live exception object, for in-process
+# plugins such as error reporters. It is left out of repr() and equality: its message may quote
+# the payload, and two events are the same outcome whatever object raised them.
 
 
 @dataclass(frozen=True)
@@ -239,6 +250,8 @@ class JobRetried:
     attempt: int
     run_at: datetime
     error: str
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+    traceback: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -248,6 +261,8 @@ class JobFailed:
     task: str
     attempt: int
     error: str
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+    traceback: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

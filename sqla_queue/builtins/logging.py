@@ -1,7 +1,11 @@
 """Lifecycle events as standard-library log records on the ``sqla_queue`` logger.
 
 Records carry ids, names, attempts and durations as ``extra`` fields for structured handlers;
-never payloads, never claim tokens.
+never payloads, never claim tokens. A failed attempt's record carries the sanitized one-line
+``error`` and the bounded, sanitized ``traceback`` the job row stores, and its message ends with
+that traceback, so a plain text handler prints it the way it prints ``exc_info``. The live
+exception is not passed as ``exc_info``: formatting it would print its full message (which may
+quote the payload) and an unbounded stack.
 """
 
 from __future__ import annotations
@@ -62,23 +66,32 @@ def sqla_queue_job_completed(event: JobCompleted) -> None:
     )
 
 
+def _failure_fields(event: JobRetried | JobFailed, outcome: str) -> dict:
+    return {"job_id": event.job_id, "task": event.task, "queue": event.queue,
+            "attempt": event.attempt, "outcome": outcome, "error": event.error,
+            "traceback": event.traceback}
+
+
+def _with_traceback(event: JobRetried | JobFailed) -> str:
+    """The message's tail: the stored traceback on lines of its own, when there is one."""
+    return f"\n{event.traceback}" if event.traceback else ""
+
+
 @hookimpl
 def sqla_queue_job_retried(event: JobRetried) -> None:
     logger.warning(
-        "job %s (%s on %s) failed attempt %s, retrying at %s: %s",
+        "job %s (%s on %s) failed attempt %s, retrying at %s: %s%s",
         event.job_id, event.task, event.queue, event.attempt, event.run_at.isoformat(), event.error,
-        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
-               "attempt": event.attempt, "outcome": "retried"},
+        _with_traceback(event), extra=_failure_fields(event, "retried"),
     )
 
 
 @hookimpl
 def sqla_queue_job_failed(event: JobFailed) -> None:
     logger.error(
-        "job %s (%s on %s) failed for good on attempt %s: %s",
+        "job %s (%s on %s) failed for good on attempt %s: %s%s",
         event.job_id, event.task, event.queue, event.attempt, event.error,
-        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
-               "attempt": event.attempt, "outcome": "failed"},
+        _with_traceback(event), extra=_failure_fields(event, "failed"),
     )
 
 

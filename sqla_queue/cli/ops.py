@@ -1,7 +1,8 @@
-"""``doctor``, ``prune`` and ``jobs list / retry / cancel``: operating a running queue.
+"""``doctor``, ``prune`` and ``jobs list / show / retry / cancel``: operating a running queue.
 
 Exit codes as everywhere: 0 done (doctor: no check failed), 1 the command ran and found a
-problem (a failed check, a job in the wrong state or busy), 2 bad usage or input.
+problem (a failed check, no such job, a job in the wrong state or busy), 2 bad usage or input.
+Payloads are printed bounded (`payload_text`): one job may carry megabytes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import EXIT_PROBLEM, CliContext, main
-from ._params import DURATION, DURATION_HELP, format_seconds, timestamp
+from ._params import DURATION, DURATION_HELP, format_seconds, payload_fields, payload_text, timestamp
 from .jobs import console
 from ..doctor import Doctor, DoctorConfig, Report, Verdict
 from ..errors import JobStateError
@@ -112,7 +113,7 @@ def prune(obj: CliContext, completed_older_than, failed_older_than, counters_old
 
 @main.group()
 def jobs() -> None:
-    """List jobs, retry a failed one now, cancel a pending one."""
+    """List jobs, show one, retry a failed one now, cancel a pending one."""
 
 
 @jobs.command("list")
@@ -127,8 +128,8 @@ def list_(obj: CliContext, status, queue_name, task, limit, before_id, as_json) 
     """Jobs newest first; the last line says how to get the next page."""
     page = obj.queue().list_jobs(status=status, queue=queue_name, task=task, limit=limit, before_id=before_id)
     if as_json:
-        click.echo(json.dumps({"jobs": [_job_dict(j) for j in page.jobs], "next_before": page.next_before},
-                              indent=2))
+        click.echo(json.dumps({"jobs": [job_dict(j) for j in page.jobs], "next_before": page.next_before},
+                              indent=2, ensure_ascii=False))
         return
     console().print(_jobs_table(page))
     click.echo(f"next page: --before {page.next_before}" if page.next_before else "last page")
@@ -145,13 +146,49 @@ def _jobs_table(page: JobPage) -> Table:
     return table
 
 
-def _job_dict(job: JobView) -> dict:
+def job_dict(job: JobView, *, full_payload: bool = False) -> dict:
+    """A job for ``--json``: times in ISO 8601, the payload bounded (see `payload_fields`)."""
     values = vars(job).copy()
     values["status"] = job.status.value
     for key, value in values.items():
         if hasattr(value, "isoformat"):
             values[key] = value.isoformat()
+    values.update(payload_fields(job.payload, full=full_payload))
     return values
+
+
+@jobs.command()
+@click.argument("job_id", type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--full-payload", is_flag=True, help="With --json: the whole payload, however large.")
+@click.pass_obj
+def show(obj: CliContext, job_id: int, as_json: bool, full_payload: bool) -> None:
+    """Everything about job JOB_ID: state, times, last error and where it was raised, payload."""
+    if full_payload and not as_json:
+        raise click.UsageError("--full-payload needs --json")
+    job = obj.queue().get_job(job_id)
+    if job is None:
+        raise Refused(f"no job with id {job_id}")
+    if as_json:
+        click.echo(json.dumps(job_dict(job, full_payload=full_payload), indent=2, ensure_ascii=False))
+        return
+    click.echo(_job_text(job))
+
+
+def _job_text(job: JobView) -> str:
+    rows = {
+        "status": job.status.value, "queue": job.queue, "task": job.task,
+        "attempts": f"{job.attempts}/{job.max_attempts}", "created": timestamp(job.created_at),
+        "run at": timestamp(job.run_at), "locked at": timestamp(job.locked_at),
+        "locked by": job.locked_by or "-", "completed at": timestamp(job.completed_at),
+        "failed at": timestamp(job.failed_at), "idempotency key": job.idempotency_key or "-",
+        "last error": job.last_error or "-",
+    }
+    lines = [f"job {job.id}", *(f"  {name + ':':<17}{value}" for name, value in rows.items())]
+    if job.last_traceback:
+        lines += ["traceback:", *(f"  {line}" for line in job.last_traceback.splitlines())]
+    lines += ["payload:", payload_text(job.payload)]
+    return "\n".join(lines)
 
 
 @jobs.command()
@@ -177,5 +214,5 @@ def cancel(obj: CliContext, job_id: int) -> None:
     except JobStateError as exc:
         raise Refused(str(exc)) from None
     click.echo(f"cancelled job {job.id} ({job.task} on {job.queue}, created {timestamp(job.created_at)}, "
-               f"attempts {job.attempts}/{job.max_attempts}); payload: {json.dumps(job.payload)}")
+               f"attempts {job.attempts}/{job.max_attempts}); payload: {payload_text(job.payload, indent=None)}")
 

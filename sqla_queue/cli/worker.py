@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import logging
+import logging.config
+
 import click
+from click.core import ParameterSource
 
 from . import CliContext, main
 from ._params import DURATION, DURATION_HELP, format_seconds
+from ..logformat import LOG_FORMATS, logging_config
 from ..types import DEFAULT_LEASE
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @main.command()
@@ -25,12 +30,17 @@ from ..types import DEFAULT_LEASE
 @click.option("--pgbouncer", is_flag=True,
               help="Behind PgBouncer in transaction mode: no LISTEN, no server-side prepared statements.")
 @click.option("--until-empty", is_flag=True, help="Exit once nothing is due and nothing is running.")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO",
+              show_default=True, help="Least severe record written to stderr (DEBUG adds claims and enqueues).")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+              help="text: time, level, logger, message; json: one object per line with the job's fields.")
 @click.pass_obj
 def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interval, grace, no_listen,
-           pgbouncer, until_empty) -> None:
+           pgbouncer, until_empty, log_level, log_format) -> None:
     """Claim and run jobs. First SIGTERM/SIGINT: finish running jobs, release the rest; second: exit now."""
-    _log_worker_lifecycle()
-    summary = obj.queue().worker(
+    queue = obj.queue()  # imports the app, which may configure logging itself
+    _configure_logging(log_level, log_format)
+    summary = queue.worker(
         queues=tuple(q.strip() for q in queues.split(",")),
         concurrency=concurrency,
         batch_size=batch_size,
@@ -46,12 +56,12 @@ def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interva
     )
 
 
-def _log_worker_lifecycle() -> None:
-    """The worker's own start/stop/shutdown records go to stderr at INFO, so operators (and
-    process supervisors) see when it is up; per-job records stay with the app's logging setup."""
-    log = logging.getLogger("sqla_queue.worker")
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
+def _configure_logging(level: str, log_format: str) -> None:
+    """Give every record (the worker's, the per-job ones, the handlers' own) a handler with a
+    time and a level. An app that set up logging when imported keeps its setup, unless
+    --log-level or --log-format was given on the command line."""
+    ctx = click.get_current_context()
+    asked = any(ctx.get_parameter_source(name) is not ParameterSource.DEFAULT
+                for name in ("log_level", "log_format"))
+    if asked or not logging.getLogger().handlers:
+        logging.config.dictConfig(logging_config(level, log_format))

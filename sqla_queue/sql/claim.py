@@ -82,6 +82,7 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
             locked_by=bindparam("worker_id"),
             claim_token=bindparam("token"),
             last_error=None,
+            last_traceback=None,
         )
         .returning(
             table.c.id,

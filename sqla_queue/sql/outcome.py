@@ -53,7 +53,8 @@ def complete_jobs(table: Table) -> Executable:
 
 def retry_job(table: Table) -> Executable:
     """Back to pending at ``coalesce(:retry_at, clock_timestamp() + :delay)`` if attempts remain,
-    else terminal failed. ``:error`` must already be sanitized and bounded."""
+    else terminal failed. ``:error`` and ``:traceback`` must already be sanitized and bounded
+    (`sqla_queue._sanitize`); ``:traceback`` is NULL when the error was given as a string."""
     has_attempts_left = table.c.attempts < table.c.max_attempts
     next_run = func.coalesce(bindparam("retry_at"), func.clock_timestamp() + bindparam("delay"))
     still_pending = (has_attempts_left, JobStatus.PENDING.value)
@@ -67,6 +68,7 @@ def retry_job(table: Table) -> Executable:
             locked_by=case((has_attempts_left, None), else_=table.c.locked_by),
             failed_at=case((has_attempts_left, None), else_=func.clock_timestamp()),
             last_error=bindparam("error"),
+            last_traceback=bindparam("traceback"),
         )
         .returning(*_retried_columns(table))
         .cte("retried_now")
@@ -84,7 +86,8 @@ def fail_job(table: Table) -> Executable:
         update(table)
         .where(held_by(table))
         .values(
-            status=JobStatus.FAILED.value, failed_at=func.clock_timestamp(), last_error=bindparam("error")
+            status=JobStatus.FAILED.value, failed_at=func.clock_timestamp(),
+            last_error=bindparam("error"), last_traceback=bindparam("traceback"),
         )
         .returning(*_retried_columns(table))
         .cte("failed_now")

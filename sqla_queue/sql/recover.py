@@ -32,6 +32,7 @@ def requeue_expired(table: Table) -> Executable:
             locked_by=None,
             claim_token=None,
             last_error=LEASE_EXPIRED,
+            last_traceback=None,
         )
         .returning(table.c.id, table.c.queue_name, table.c.task)
     )
@@ -49,6 +50,7 @@ def fail_exhausted_expired(table: Table) -> Executable:
             locked_by=None,
             claim_token=None,
             last_error=LEASE_EXPIRED_LAST_ATTEMPT,
+            last_traceback=None,
         )
         .returning(table.c.id, table.c.queue_name, table.c.task)
     )

@@ -27,7 +27,7 @@ def commands() -> list[str]:
 
 @pytest.fixture
 def app_dir(tmp_path, database_url, queue):
-    [module] = blocks("python")
+    module = blocks("python")[0]  # the app module; the Logging section's block is tested in tests/cli
     package = tmp_path / "myapp"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -47,10 +47,11 @@ def argv(command: str) -> list[str]:
     return [SCRIPT, *words[1:]]
 
 
-def test_the_doc_shows_both_worker_commands():
+def test_the_doc_shows_these_worker_commands():
     assert commands() == [
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --concurrency 8",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --until-empty",
+        "sqla-queue --app myapp.jobs:queue worker --queues default,emails --log-format json",  # test_worker_logging.py
     ]
 
 
@@ -64,7 +65,7 @@ def test_until_empty_command_drains_and_exits(app_dir, database_url, queue):
 
 
 def test_long_running_command_works_then_stops_gracefully_on_sigterm(app_dir, database_url, queue):
-    [command] = [c for c in commands() if "--until-empty" not in c]
+    [command] = [c for c in commands() if "--concurrency" in c]
     process = subprocess.Popen(argv(command), cwd=app_dir, env=run_env(database_url),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -85,5 +86,5 @@ def test_long_running_command_works_then_stops_gracefully_on_sigterm(app_dir, da
 
 def test_readme_shows_the_worker_command_this_doc_runs():
     readme = (DOC.parents[2] / "README.md").read_text()
-    [long_running] = [c for c in commands() if "--until-empty" not in c]
+    [long_running] = [c for c in commands() if "--concurrency" in c]
     assert f"\n{long_running}\n" in readme
