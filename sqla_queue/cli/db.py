@@ -104,9 +104,9 @@ def _refuse_foreign_history(conn: Connection) -> None:
     if foreign:
         raise MigrationError(
             f"alembic_version holds {', '.join(foreign)}, from your application's own Alembic "
-            "history: use its `alembic current` / `alembic upgrade heads`, with "
-            f"{migrations.VERSION_RESOURCE} in its version_locations "
-            "(docs/how-to/alembic-integration.md)"
+            "history: upgrade with it, `alembic upgrade head` (after `sqla-queue alembic "
+            f"install`) or `alembic upgrade heads` (with {migrations.VERSION_RESOURCE} in its "
+            "version_locations); see docs/how-to/alembic-integration.md"
         )
 
 
