@@ -175,3 +175,4 @@ from . import db as _db  # noqa: E402,F401
 from . import worker as _worker  # noqa: E402,F401
 from . import plugins as _plugins  # noqa: E402,F401
 from . import ops as _ops  # noqa: E402,F401
+from . import alembic_cmd as _alembic_cmd  # noqa: E402,F401
