@@ -290,11 +290,13 @@ class Worker:
                     self._forget(held)
 
     def _forget(self, *held: _Held) -> None:
-        """The jobs' outcomes are recorded (or given up): free their slots and wake the claim loop."""
+        """The jobs' outcomes are recorded (or given up): free their slots, and wake the claim
+        loop if a slot was freed. Only then: a round that settled nothing must not wake it, or
+        an idle worker claims in a tight loop instead of resting for the poll interval."""
         with self._held_lock:
-            for h in held:
-                self._held.pop(h.job.id, None)
-        self._wake.set()
+            freed = [h for h in held if self._held.pop(h.job.id, None) is not None]
+        if freed:
+            self._wake.set()
 
     def _execute(self, held: _Held) -> bool:
         """Run the handler and settle the job; True when its completion was handed to the
