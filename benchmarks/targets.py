@@ -79,7 +79,7 @@ def evaluate(results: dict) -> list[dict]:
     raw_single, label = raw_enqueue_limit(results, 1)
     slower = ratio(raw_single, single)
     rows.append(_row("Single enqueue within 1.5x of the raw single-row INSERT", slower, slower,
-                     lambda r: r <= 1.5, "{:.2f}x slower", note=f"raw: {label}"))
+                     lambda r: r <= 1.5, "{:.2f}x slower", note=f"raw: {label}" if label else None))
     lat = results.get("latency") or {}
     for key, limit in (("p50_ms", 3.0), ("p99_ms", 20.0)):
         value = lat.get(key, {}).get("median")
