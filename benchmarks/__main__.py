@@ -1,4 +1,5 @@
-"""``python -m benchmarks``: run every section, print the table, write the report and the plot."""
+"""``python -m benchmarks``: run every section (or those named by ``--sections``), print the
+table, write the report and the plot."""
 
 from __future__ import annotations
 
@@ -14,16 +15,29 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import claim_cost, drain, enqueue, latency, raw, report, roundtrips, sustained
+from . import claim_cost, drain, enqueue, idle, latency, raw, report, roundtrips, sustained
 from .server import benchmark_database, load_average, server_facts
 from .sizes import SIZES
 
-SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "roundtrips")
+SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "idle", "roundtrips")
+
+
+def section_list(value: str) -> tuple[str, ...]:
+    """``--sections idle,latency``: known names, run in the benchmark's own order."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown section(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SECTIONS)}")
+    return tuple(name for name in SECTIONS if name in names)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--out", default="docs/performance.md", help="report path; the PNG goes beside it")
+    parser.add_argument("--out", help="report path; the PNG goes beside it (default docs/performance.md; "
+                        "required with --sections, so a partial run never replaces the full report)")
+    parser.add_argument("--sections", type=section_list, default=SECTIONS,
+                        help=f"comma-separated sections to run (default: all): {','.join(SECTIONS)}")
     parser.add_argument("--size", choices=sorted(SIZES), default="full",
                         help="full: the issue's numbers (~30-40 min); small: a quick look; tiny: CI")
     parser.add_argument("--repeat", type=int, help="repetitions per figure (default: the size's)")
@@ -33,7 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
     parser.add_argument("--render", metavar="JSON", help="measure nothing: re-render the report and plot "
                         "from results written earlier with --json")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        if args.sections != SECTIONS and not args.render:
+            parser.error("--sections needs --out: a partial run must not replace docs/performance.md")
+        args.out = "docs/performance.md"
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,32 +80,32 @@ def main(argv: list[str] | None = None) -> int:
     with benchmark_database(args.database_url) as db:
         facts = server_facts(db)
         log(f"server: {facts['postgres_version']}; size {size.name}, {size.repeat} repetition(s)")
-        results["raw"] = {"claim": raw.claim_limit(db, size, raw.CLAIM_BATCHES, log),
-                          "enqueue": raw.enqueue_limit(db, size, log)}
-        results["enqueue"] = enqueue.run(db, size, log)
-        checkpoint()
-        results["drain"] = drain.run(db, size, log)
-        checkpoint()
-        results["latency"] = latency.run(db, size, log)
-        checkpoint()
-        results["claim_cost"] = claim_cost.run(db, size, log)
-        checkpoint()
-        results["sustained"] = sustained.run(db, size, log, raw_batch=_sustained_batch(results["drain"]))
-        checkpoint()
-        try:
-            results["roundtrips"] = roundtrips.run(db, size, log)
-        except Exception as exc:  # a diagnostic, not a figure: the report goes out without it
-            log(f"WARNING: statement counts skipped: {exc!r}")
-            results["roundtrips"] = None
+        runners = {
+            "raw": lambda: {"claim": raw.claim_limit(db, size, raw.CLAIM_BATCHES, log),
+                            "enqueue": raw.enqueue_limit(db, size, log)},
+            "enqueue": lambda: enqueue.run(db, size, log),
+            "drain": lambda: drain.run(db, size, log),
+            "latency": lambda: latency.run(db, size, log),
+            "claim_cost": lambda: claim_cost.run(db, size, log),
+            "sustained": lambda: sustained.run(db, size, log,
+                                               raw_batch=_sustained_batch(results.get("drain") or {})),
+            "idle": lambda: idle.run(db, size, log),
+            "roundtrips": lambda: _roundtrips(db, size, log),
+        }
+        for name in args.sections:
+            results[name] = runners[name]()
+            checkpoint()
     results["meta"] = {
         "command": "python -m benchmarks " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-        "size": size.name, "repeat": size.repeat, "started": started, "finished": _now(),
+        "size": size.name, "repeat": size.repeat, "sections": list(args.sections),
+        "started": started, "finished": _now(),
         "duration_s": time.monotonic() - t0, "load_start": load_start, "load_end": load_average(),
         "facts": facts, "raw_methods": raw.methods(db), "code_version": code_version(),
     }
     write_outputs(results, Path(args.out), plot=not args.no_plot, json_path=args.json)
     report.print_summary(results, Console(width=200))
-    log(f"wrote {args.out}" + ("" if args.no_plot else f" and {Path(args.out).with_suffix('.png')}"))
+    plotted = not args.no_plot and all(results.get(key) is not None for key in _PLOTTED)
+    log(f"wrote {args.out}" + (f" and {Path(args.out).with_suffix('.png')}" if plotted else ""))
     return 0
 
 
@@ -95,6 +114,7 @@ def write_outputs(results: dict, out: Path, *, plot: bool, json_path: str | None
     png = out.with_suffix(".png")
     if json_path:
         Path(json_path).write_text(json.dumps(results, indent=1, default=str))
+    plot = plot and all(results.get(key) is not None for key in _PLOTTED)
     if plot:
         from . import plot as plotting
 
@@ -102,10 +122,22 @@ def write_outputs(results: dict, out: Path, *, plot: bool, json_path: str | None
     out.write_text(report.render_markdown(results, png.name if plot else None))
 
 
+_PLOTTED = ("raw", "enqueue", "drain", "latency", "sustained")  # what the PNG draws from
+
+
 def _sustained_batch(drains: dict) -> int:
-    """The batch size the 2 x 10 drain used, for the sustained drain's raw reference."""
-    d = drains.get("2x10") or next(iter(drains.values()))
-    return max(1, round(d["batch"]["median"] or 1))
+    """The batch size the 2 x 10 drain used, for the sustained drain's raw reference (10, its
+    concurrency, when the drain section was not run)."""
+    d = drains.get("2x10") or next(iter(drains.values()), None)
+    return max(1, round(d["batch"]["median"] or 1)) if d else 10
+
+
+def _roundtrips(db, size, log) -> dict | None:
+    try:
+        return roundtrips.run(db, size, log)
+    except Exception as exc:  # a diagnostic, not a figure: the report goes out without it
+        log(f"WARNING: statement counts skipped: {exc!r}")
+        return None
 
 
 def code_version() -> str:

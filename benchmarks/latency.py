@@ -1,11 +1,14 @@
-"""Section 4, idle wake-up latency: enqueue-to-handler-start while a worker sits idle.
+"""Section 4, idle wake-up latency: enqueue-to-handler-start while a worker rests.
 
-One worker process (concurrency 10, default poll interval 1 s, LISTEN on) waits; the parent
-enqueues one job at a time with sqla_queue, 20-50 ms apart so the worker is idle each time, with
-``time.monotonic()`` before the enqueue call in the payload. The handler records its own start
-on the same clock. Two figures: from the enqueue call's return (the job is committed: the
-wake-up proper, LISTEN/NOTIFY plus claim) and from the call's start (adds the enqueue's own
-INSERT and commit: what a caller sees from "enqueue called" to "handler running").
+One worker process (concurrency 10, poll interval 0.5 s, LISTEN on) waits; the parent enqueues
+one job at a time with sqla_queue, each once the previous one has completed and the worker has
+then rested for at least two poll intervals (1.0-1.2 s), with ``time.monotonic()`` before the
+enqueue call in the payload. The handler records its own start on the same clock. A resting
+worker claims only when notified or when its poll interval ends, so these figures are the
+LISTEN/NOTIFY wake-up (a poll lands in the few milliseconds after a commit rarely). Two
+figures: from the enqueue call's return (the job is committed: the wake-up proper,
+LISTEN/NOTIFY plus claim) and from the call's start (adds the enqueue's own INSERT and commit:
+what a caller sees from "enqueue called" to "handler running").
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from .sizes import Size
 from .stats import percentile, summary
 
 CONCURRENCY = 10
+POLL_INTERVAL = 0.5
+REST = (2 * POLL_INTERVAL, 2 * POLL_INTERVAL + 0.2)  # seconds of rest before each job
 
 
 def run(db: Database, size: Size, log) -> dict:
@@ -38,7 +43,8 @@ def run(db: Database, size: Size, log) -> dict:
         log(f"wake-up latency rep {rep + 1}: after commit p50 {figures['p50_ms'][-1]:.2f} ms, "
             f"p99 {figures['p99_ms'][-1]:.2f} ms; from enqueue call p50 {figures['call_p50_ms'][-1]:.2f} ms")
     return {**{k: summary(v) for k, v in figures.items()}, "samples_ms": all_ms,
-            "jobs": size.latency_jobs, "concurrency": CONCURRENCY}
+            "jobs": size.latency_jobs, "concurrency": CONCURRENCY,
+            "poll_interval_s": POLL_INTERVAL, "rest_s": list(REST)}
 
 
 def _once(db: Database, jobs: int) -> tuple[list[float], list[float], list[float]]:
@@ -50,8 +56,9 @@ def _once(db: Database, jobs: int) -> tuple[list[float], list[float], list[float
 
     def enqueue_spaced(sync):
         sync["listening"].wait(timeout=30)
-        for _ in range(jobs):
-            time.sleep(rng.uniform(0.02, 0.05))
+        for n in range(jobs):
+            wait_until(lambda: tables.completed(db) >= n + 1, timeout=30, step=0.02)
+            time.sleep(rng.uniform(*REST))
             t0 = time.monotonic()
             queue.enqueue(TASK, {"t0": t0})
             returned[round(t0, 6)] = time.monotonic()
@@ -60,7 +67,7 @@ def _once(db: Database, jobs: int) -> tuple[list[float], list[float], list[float
 
     try:
         result = run_workers(db.url, processes=1, mode="serve", while_running=enqueue_spaced,
-                             options={"concurrency": CONCURRENCY})
+                             options={"concurrency": CONCURRENCY, "poll_interval": POLL_INTERVAL})
     finally:
         queue.engine.dispose()
     starts = result["workers"][0]["starts"]

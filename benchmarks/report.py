@@ -42,6 +42,8 @@ def render_markdown(results: dict, plot_name: str | None = None) -> str:
         "Reproduce from a clone: `pip install -e '.[bench]' && python -m benchmarks --out docs/performance.md` "
         "(`--size small` for a quick look, `--database-url URL` for another server).  ",
         f"This run: `{meta['command']}`  ",
+        *([f"Sections measured: {', '.join(meta['sections'])} (the others were not run).  "]
+          if meta.get("sections") and len(meta["sections"]) < len(_SECTIONS) else []),
         f"Library measured: {meta.get('code_version', 'not recorded')}  ",
         f"Size: `{meta['size']}`, {meta['repeat']} repetition(s) per figure; run took {meta['duration_s'] / 60:.1f} min "
         f"({meta['started']} → {meta['finished']}).  ",
@@ -54,9 +56,10 @@ def render_markdown(results: dict, plot_name: str | None = None) -> str:
     ]
     if plot_name:
         out += [f"![performance plot]({plot_name})", ""]
-    out += _targets_section(results) + _machine_section(results) + _raw_section(results)
-    out += _enqueue_section(results) + _drain_section(results) + _latency_section(results)
-    out += _claim_cost_section(results) + _sustained_section(results) + _roundtrip_section(results)
+    out += _targets_section(results) + _machine_section(results)
+    for key, section in _SECTIONS:
+        if results.get(key) is not None:  # a run with --sections measured only some
+            out += section(results)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -161,15 +164,42 @@ def _drain_section(results: dict) -> list[str]:
 
 def _latency_section(results: dict) -> list[str]:
     lat = results["latency"]
+    poll = lat.get("poll_interval_s")
+    if poll is None:  # results written before the worker rested between jobs
+        how = "20–50 ms apart, to one idle worker process (concurrency {c}, poll interval 1 s, LISTEN/NOTIFY on)"
+    else:
+        rest = lat["rest_s"]
+        how = (f"each after the previous one completed and the worker then rested {rest[0]:g}–{rest[1]:g} s "
+               f"(at least two poll intervals), to one worker process (concurrency {{c}}, poll interval {poll:g} s, "
+               "LISTEN/NOTIFY on): a resting worker claims only when notified or when its poll interval ends, so "
+               "this is the LISTEN/NOTIFY wake-up")
     return ["## 4. Idle wake-up latency", "",
-            f"{lat['jobs']} jobs enqueued one at a time, 20–50 ms apart, to one idle worker process (concurrency "
-            f"{lat['concurrency']}, poll interval 1 s, LISTEN/NOTIFY on). *After commit* runs from the enqueue "
-            "call's return to the handler's first line; *from the call* adds the enqueue itself.", "",
+            f"{lat['jobs']} jobs enqueued one at a time, {how.format(c=lat['concurrency'])}. *After commit* runs "
+            "from the enqueue call's return to the handler's first line; *from the call* adds the enqueue itself.",
+            "",
             "| | p50 | p99 |", "|---|---|---|",
             f"| After commit (wake-up) | {fmt_stat(lat['p50_ms'], '.2f', ' ms')} | {fmt_stat(lat['p99_ms'], '.2f', ' ms')} |",
             f"| From the enqueue call | {fmt_stat(lat.get('call_p50_ms'), '.2f', ' ms')} | "
             f"{fmt_stat(lat.get('call_p99_ms'), '.2f', ' ms')} |",
             "", f"Median enqueue call: {fmt_stat(lat.get('enqueue_call_ms'), '.2f', ' ms')}.", ""]
+
+
+def _idle_section(results: dict) -> list[str]:
+    idle = results["idle"]
+    fleets = [v for k, v in idle.items() if isinstance(v, dict) and "workers" in v]
+    lines = ["## 7. Idle cost", "",
+             "Worker processes started from the CLI (`sqla-queue --app APP worker`: concurrency 4, poll interval "
+             f"{idle['poll_interval_s']:g} s, lease 60 s, LISTEN on) on an empty queue, measured for "
+             f"{idle['window_s']:g} s after all had connected and then settled for {idle['settle_s']:g} s. "
+             "*Commits* is `xact_commit` of their database in `pg_stat_database`; CPU is user+system time of each "
+             "worker process (`/proc/PID/stat`), as a share of one core.", "",
+             "| Idle workers | Commits/s, all | Commits/s per worker | CPU per worker, median (min–max) |",
+             "|---|---|---|---|"]
+    for f in sorted(fleets, key=lambda f: f["workers"]):
+        cpu = f["cpu_percent"]
+        lines.append(f"| {f['workers']} | {f['xact_per_s']:,.1f} | {f['xact_per_s_per_worker']:.2f} | "
+                     f"{cpu['median']:.2f} % ({cpu['min']:.2f}–{cpu['max']:.2f} %) |")
+    return lines + [""]
 
 
 def _claim_cost_section(results: dict) -> list[str]:
@@ -235,6 +265,11 @@ def _roundtrip_section(results: dict) -> list[str]:
     return lines
 
 
+_SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _drain_section),
+             ("latency", _latency_section), ("claim_cost", _claim_cost_section),
+             ("sustained", _sustained_section), ("idle", _idle_section), ("roundtrips", _roundtrip_section))
+
+
 def print_summary(results: dict, console: Console | None = None) -> None:
     """The headline figures as a rich table on the terminal."""
     console = console or Console(width=200)
@@ -247,4 +282,8 @@ def print_summary(results: dict, console: Console | None = None) -> None:
     for row in targets.drain_ratios(results):
         ratio = "–" if row["ratio"] is None else f"{row['ratio']:.0%} of raw at batch {row['batch']}"
         table.add_row(f"drain {row['processes']} proc x conc {row['concurrency']}", f"{row['rate']:,.0f} jobs/s", ratio, "")
+    for key, f in (results.get("idle") or {}).items():
+        if isinstance(f, dict) and "workers" in f:
+            table.add_row(f"idle, {f['workers']} worker(s)", f"{f['xact_per_s_per_worker']:.2f} commits/s per worker",
+                          f"CPU {f['cpu_percent']['median']:.2f} % per worker", "")
     console.print(table)

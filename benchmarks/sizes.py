@@ -27,6 +27,10 @@ class Size:
     drain_concurrency: tuple[int, ...]
     # idle wake-up latency
     latency_jobs: int
+    # idle cost: worker fleets measured, seconds to settle after start-up, seconds measured
+    idle_workers: tuple[int, ...]
+    idle_settle: float
+    idle_window: float
     # claim cost against backlog
     claim_small_backlog: int
     claim_large_backlog: int
@@ -48,7 +52,7 @@ SIZES = {
         raw_jobs={1: 200, 10: 600, 100: 2_000}, raw_enqueue_rows=1_000, raw_clients=(1, 2, 4),
         enqueue_single=100, enqueue_many_total=2_000,
         drain_jobs=300, drain_processes=(1, 2), drain_concurrency=(1, 10, 50),
-        latency_jobs=20,
+        latency_jobs=5, idle_workers=(1, 3), idle_settle=2.0, idle_window=3.0,
         claim_small_backlog=1_000, claim_large_backlog=10_000, claim_history=5_000, claim_samples=50,
         sustained_jobs=3_000, sustained_window=1.0, sustained_max_seconds=10.0, sustained_repeat=1,
     ),
@@ -57,7 +61,7 @@ SIZES = {
         raw_jobs={1: 3_000, 10: 10_000, 100: 40_000}, raw_enqueue_rows=10_000, raw_clients=(1, 2, 4),
         enqueue_single=1_000, enqueue_many_total=20_000,
         drain_jobs=5_000, drain_processes=(1, 2), drain_concurrency=(1, 10, 50),
-        latency_jobs=100,
+        latency_jobs=40, idle_workers=(1, 20), idle_settle=12.0, idle_window=20.0,
         claim_small_backlog=10_000, claim_large_backlog=100_000, claim_history=100_000,
         claim_samples=500,
         sustained_jobs=100_000, sustained_window=5.0, sustained_max_seconds=40.0, sustained_repeat=1,
@@ -67,7 +71,7 @@ SIZES = {
         raw_jobs={1: 3_000, 10: 15_000, 100: 60_000}, raw_enqueue_rows=20_000, raw_clients=(1, 2, 4),
         enqueue_single=2_000, enqueue_many_total=50_000,
         drain_jobs=20_000, drain_processes=(1, 2), drain_concurrency=(1, 10, 50),
-        latency_jobs=200,
+        latency_jobs=100, idle_workers=(1, 20), idle_settle=12.0, idle_window=30.0,
         claim_small_backlog=10_000, claim_large_backlog=1_000_000, claim_history=1_000_000,
         claim_samples=1_000,
         # A 1,000,000-job backlog, but each variant stops after 120 s (12 windows): on this

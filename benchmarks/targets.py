@@ -15,7 +15,7 @@ def _get(mapping: dict, key):
 def raw_limit(results: dict, batch: int) -> tuple[float | None, str]:
     """The raw-SQL limit at `batch`: the best median over methods and client counts."""
     best, label = None, ""
-    for method, per_c in results["raw"]["claim"].items():
+    for method, per_c in (results.get("raw") or {}).get("claim", {}).items():
         for clients, per_b in per_c.items():
             stat = _get(per_b, batch)
             if stat and stat["median"] is not None and (best is None or stat["median"] > best):
@@ -25,7 +25,7 @@ def raw_limit(results: dict, batch: int) -> tuple[float | None, str]:
 
 def raw_enqueue_limit(results: dict, rows: int) -> tuple[float | None, str]:
     best, label = None, ""
-    for method, per_r in results["raw"]["enqueue"].items():
+    for method, per_r in (results.get("raw") or {}).get("enqueue", {}).items():
         stat = _get(per_r, rows)
         if stat and stat["median"] is not None and (best is None or stat["median"] > best):
             best, label = stat["median"], method
@@ -36,7 +36,7 @@ def drain_ratios(results: dict) -> list[dict]:
     """Each drain against the raw-SQL limit at the batch size it used (rounded): the raw runs
     paired with the drain's repetitions when there are any, else the raw section's figure."""
     out = []
-    for key, d in results["drain"].items():
+    for key, d in (results.get("drain") or {}).items():
         batch = max(1, round(d["batch"]["median"])) if d["batch"]["median"] else None
         limit, label = raw_limit(results, batch) if batch else (None, "")
         paired = d.get("raw_paired")
@@ -71,24 +71,26 @@ def evaluate(results: dict) -> list[dict]:
         note=worst and (f"worst: {worst['processes']} proc x conc {worst['concurrency']} at batch {worst['batch']}"
                         + (f"; against raw with as many connections as worker processes, worst {min(same):.0%}"
                            if same else ""))))
-    many = results["enqueue"].get("many_1000", {}).get("median")
+    enqueued = results.get("enqueue") or {}
+    many = enqueued.get("many_1000", {}).get("median")
     rows.append(_row("enqueue_many(1,000) >= 60,000 jobs/s", many, ratio(many, 60_000), lambda r: r >= 1,
                      "{:,.0f} jobs/s"))
-    single = results["enqueue"].get("single", {}).get("median")
+    single = enqueued.get("single", {}).get("median")
     raw_single, label = raw_enqueue_limit(results, 1)
     slower = ratio(raw_single, single)
     rows.append(_row("Single enqueue within 1.5x of the raw single-row INSERT", slower, slower,
-                     lambda r: r <= 1.5, "{:.2f}x slower", note=f"raw: {label}"))
-    lat = results["latency"]
+                     lambda r: r <= 1.5, "{:.2f}x slower", note=f"raw: {label}" if label else None))
+    lat = results.get("latency") or {}
     for key, limit in (("p50_ms", 3.0), ("p99_ms", 20.0)):
-        value = lat[key]["median"]
+        value = lat.get(key, {}).get("median")
         rows.append(_row(f"Idle wake-up latency {key[:3]} <= {limit:g} ms", value, ratio(value, limit),
                          lambda r: r <= 1, "{:.2f} ms"))
-    cost = results["claim_cost"]
-    growth = ratio(cost["large"]["ours_us"]["median"], cost["small"]["ours_us"]["median"])
-    rows.append(_row(f"Claim cost at {cost['large']['backlog']:,} pending within 1.3x of {cost['small']['backlog']:,}",
-                     growth, growth, lambda r: r <= 1.3, "{:.2f}x"))
-    default = results["sustained"].get("default", {})
+    cost = results.get("claim_cost")
+    growth = cost and ratio(cost["large"]["ours_us"]["median"], cost["small"]["ours_us"]["median"])
+    backlogs = (f"{cost['large']['backlog']:,} pending within 1.3x of {cost['small']['backlog']:,}" if cost
+                else "a large backlog within 1.3x of a small one")
+    rows.append(_row(f"Claim cost at {backlogs}", growth, growth, lambda r: r <= 1.3, "{:.2f}x"))
+    default = (results.get("sustained") or {}).get("default", {})
     keep = default.get("last_over_first", {}).get("median")
     rows.append(_row("Sustained drain: last window >= 80 % of the first (default table)", keep, keep,
                      lambda r: r >= 0.8, "{:.0%}",

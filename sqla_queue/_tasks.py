@@ -3,6 +3,8 @@ the per-task strategy options (asked before any plugin, see builtins/task_overri
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -54,6 +56,7 @@ class TaskRegistry:
     ) -> Task:
         if not callable(handler):
             raise TypeError(f"@queue.task needs a callable, got {type(handler).__name__}")
+        _refuse_async(handler, name)
         task_name = _validate.name(
             _default_name(handler) if name is None else name, "task name"
         )
@@ -98,6 +101,27 @@ class TaskRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks
+
+
+def _refuse_async(handler: Handler, name: str | None) -> None:
+    """Until the worker runs an event loop, an async handler would hand it a coroutine it
+    cannot run: refuse it here rather than fail every job it gets."""
+    target = handler
+    while isinstance(target, functools.partial):
+        target = target.func
+    call = target if inspect.isroutine(target) or inspect.isclass(target) else type(target).__call__
+    if inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call):
+        label = name if name is not None else getattr(target, "__name__", None) or type(target).__name__
+        raise TypeError(
+            f"task {label!r}: {_describe(handler)} is async, and async handlers are not supported "
+            "yet; register a regular function (it may call asyncio.run itself)"
+        )
+
+
+def _describe(handler: Handler) -> str:
+    if isinstance(handler, functools.partial):
+        return "the functools.partial's function"
+    return "the handler" if inspect.isroutine(handler) else f"{type(handler).__name__}.__call__"
 
 
 def _default_name(handler: Handler) -> str:

@@ -20,6 +20,7 @@ or its fenced lease keeps its slot until it returns, but its result is discarded
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import signal
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ._engine import worker_engine
 from ._listener import Listener
 from ._worker_config import WorkerConfig, WorkerSummary
-from .errors import DatabaseError, UnknownTaskError
+from .errors import DatabaseError, NonRetryableError, UnknownTaskError
 from .maintenance import worker_pruner
 from .queue import claim_position
 from .types import ClaimedJob, JobStatus
@@ -292,11 +293,13 @@ class Worker:
                     self._forget(held)
 
     def _forget(self, *held: _Held) -> None:
-        """The jobs' outcomes are recorded (or given up): free their slots and wake the claim loop."""
+        """The jobs' outcomes are recorded (or given up): free their slots, and wake the claim
+        loop if a slot was freed. Only then: a round that settled nothing must not wake it, or
+        an idle worker claims in a tight loop instead of resting for the poll interval."""
         with self._held_lock:
-            for h in held:
-                self._held.pop(h.job.id, None)
-        self._wake.set()
+            freed = [h for h in held if self._held.pop(h.job.id, None) is not None]
+        if freed:
+            self._wake.set()
 
     def _execute(self, held: _Held) -> bool:
         """Run the handler and settle the job; True when its completion was handed to the
@@ -305,7 +308,7 @@ class Worker:
         error: BaseException | None = None
         try:
             task = self.queue.get_task(job.task)
-            task.handler(job.payload, job.context())
+            _refuse_awaitable(job.task, task.handler(job.payload, job.context()))
         except UnknownTaskError as exc:
             error = exc
         except Exception as exc:  # a handler's failure is data: it decides retry or fail
@@ -344,7 +347,10 @@ class Worker:
             ok = self.queue.complete(job.id, job.claim_token)
             self._count("completed" if ok else "lost")
             return
-        outcome = self.queue.handle_failure(job, error)
+        if isinstance(error, AwaitableReturnedError):  # a bug, whatever the strategy hooks say
+            outcome = self.queue._fail(job.id, job.claim_token, error)
+        else:
+            outcome = self.queue.handle_failure(job, error)
         if outcome is None:
             self._count("lost")
         else:
@@ -521,6 +527,23 @@ class Worker:
 
     def _free_slots(self) -> int:
         return self.config.concurrency - self._held_count()
+
+
+class AwaitableReturnedError(NonRetryableError):
+    """A handler returned an awaitable (an ``async def`` reached the worker behind a sync
+    wrapper): its body never ran, so the job fails instead of being recorded completed."""
+
+
+def _refuse_awaitable(task_name: str, result: Any) -> None:
+    if not inspect.isawaitable(result):
+        return
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()  # a coroutine closed unstarted: no "never awaited" warning, nothing ran
+    raise AwaitableReturnedError(
+        f"task {task_name!r} returned an awaitable ({type(result).__name__}) that the worker "
+        "cannot run: async handlers are not supported yet"
+    )
 
 
 def _default_worker_id() -> str:

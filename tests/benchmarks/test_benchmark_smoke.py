@@ -8,6 +8,7 @@ The figures below are made up for the rendering and prove nothing about speed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,7 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds benchmarks/
 
-from benchmarks import raw_sql, report, stats, targets  # noqa: E402
+from benchmarks import idle, raw_sql, report, stats, targets  # noqa: E402
+from benchmarks.__main__ import SECTIONS, parse_args  # noqa: E402
 from benchmarks.pgbench import parse_output  # noqa: E402
 from benchmarks.sizes import SIZES, raw_jobs_for  # noqa: E402
 
@@ -83,8 +85,10 @@ def test_every_size_runs_every_section_and_full_is_the_issues():
     for size in SIZES.values():
         assert size.drain_jobs > 0 and size.sustained_jobs > 0 and size.latency_jobs > 0
         assert size.claim_large_backlog > size.claim_small_backlog
+        assert 1 in size.idle_workers and len(size.idle_workers) >= 2 and size.idle_window > 0
     full = SIZES["full"]
-    assert full.drain_jobs == 20_000 and full.repeat >= 3 and full.latency_jobs == 200
+    assert full.drain_jobs == 20_000 and full.repeat >= 3 and full.latency_jobs >= 100
+    assert full.idle_workers == (1, 20) and SIZES["small"].idle_workers == (1, 20)
     assert full.claim_large_backlog == 1_000_000 and full.sustained_jobs == 1_000_000
     assert SIZES["tiny"].repeat == 1
 
@@ -144,6 +148,11 @@ def fake_results() -> dict:
                       "_config": {"processes": 2, "concurrency": 10, "jobs": 1_000_000, "window_s": 10.0,
                                   "max_seconds": 90.0, "autovacuum_options": "x = 0"}},
         "roundtrips": {"drain": [{"statement": "COMMIT", "calls": 10, "per_job": 0.5}]},
+        "idle": {"settle_s": 12.0, "window_s": 30.0, "poll_interval_s": 1.0,
+                 1: {"workers": 1, "seconds": 30.0, "commits": 90, "xact_per_s": 3.0, "xact_per_s_per_worker": 3.0,
+                     "cpu_percent": _stat(0.3)},
+                 20: {"workers": 20, "seconds": 30.0, "commits": 1800, "xact_per_s": 60.0,
+                      "xact_per_s_per_worker": 3.0, "cpu_percent": _stat(0.3, 0.2, 0.5)}},
     }
 
 
@@ -172,7 +181,8 @@ def test_report_renders_every_section_and_survives_json():
         text = report.render_markdown(data, "performance.png")
         for heading in ("## Targets (issue 7)", "## Machine and server", "## 1. The raw-SQL limit",
                         "## 2. sqla_queue enqueue", "## 3. Drain", "## 4. Idle wake-up latency",
-                        "## 5. Claim cost against backlog", "## 6. Sustained drain", "## Where the time goes"):
+                        "## 5. Claim cost against backlog", "## 6. Sustained drain", "## 7. Idle cost",
+                        "## Where the time goes"):
             assert heading in text
         assert "![performance plot](performance.png)" in text
         assert "**met**" in text and "**not met**" in text
@@ -227,3 +237,40 @@ def test_the_raw_claim_has_its_batch_size_written_in():
     assert "LIMIT 10" in claim and "%(batch)s" not in claim
     script = raw_sql.pgbench_script(raw_sql.inline_batch(raw_sql.PGBENCH_CLAIM_AND_COMPLETE, 7))
     assert "LIMIT 7" in script and ":batch" not in script
+
+
+def test_the_idle_section_reports_commits_and_cpu_per_worker():
+    text = report.render_markdown(json.loads(json.dumps(fake_results())))
+    assert "| 20 | 60.0 | 3.00 | 0.30 % (0.20–0.50 %) |" in text
+    assert "| 1 | 3.0 | 3.00 | 0.30 % (0.30–0.30 %) |" in text
+
+
+def test_a_run_of_some_sections_renders_only_those():
+    results = fake_results()
+    partial = {"meta": {**results["meta"], "sections": ["latency", "idle"]},
+               "latency": results["latency"], "idle": results["idle"]}
+    text = report.render_markdown(partial)
+    assert "## 4. Idle wake-up latency" in text and "## 7. Idle cost" in text
+    assert "## 3. Drain" not in text and "## 6. Sustained drain" not in text
+    assert "Sections measured: latency, idle" in text
+    rows = {row["target"]: row for row in targets.evaluate(partial)}
+    assert rows["Idle wake-up latency p50 <= 3 ms"]["met"] is True
+    assert rows["enqueue_many(1,000) >= 60,000 jobs/s"]["measured"] == "not measured"
+
+
+def test_sections_are_chosen_by_name_and_need_their_own_report_path(capsys):
+    args = parse_args(["--sections", "latency,idle", "--size", "small", "--out", "/tmp/x.md"])
+    assert args.sections == ("latency", "idle")  # in the benchmark's own order
+    assert parse_args([]).sections == SECTIONS and "idle" in SECTIONS
+    with pytest.raises(SystemExit):
+        parse_args(["--sections", "idle,latncy", "--out", "/tmp/x.md"])
+    assert "unknown section(s) latncy" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--sections", "idle"])
+    assert "--sections needs --out" in capsys.readouterr().err
+
+
+def test_proc_stat_cpu_fields_are_read_after_the_command_name():
+    line = "4242 (sqla (queue) w) S 1 4242 4242 0 -1 4194560 900 0 0 0 17 5 0 0 20 0 9 0 100 0 0"
+    assert idle.parse_proc_stat(line) == 22  # utime 17 + stime 5 ticks
+    assert idle.cpu_seconds(os.getpid()) >= 0

@@ -1,0 +1,185 @@
+"""An idle worker rests: a CLI worker process on an empty queue commits only what its poll
+interval, lease recovery and listener probe explain, uses next to no CPU, and still starts an
+enqueued job at once through LISTEN/NOTIFY.
+
+Transactions are ``xact_commit`` of the worker's own database in ``pg_stat_database`` (read
+from the server's maintenance database, which adds nothing to it); CPU is ``utime + stime`` of
+``/proc/PID/stat`` for the worker process (all its threads). The end sample is taken after the
+worker exited, when its backends have handed over every count.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+import sqla_queue as sq
+from sqla_queue.types import DEFAULT_LEASE
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+
+APP_NAME = "sqlaq-idle-test"
+APP_SOURCE = '''
+import os
+import time
+from pathlib import Path
+
+import sqla_queue as sq
+
+queue = sq.Queue(os.environ["APP_DATABASE_URL"], load_entrypoints=False)
+
+
+@queue.task
+def touch(payload, ctx):
+    """Record when the handler started, on the clock the test reads (CLOCK_MONOTONIC)."""
+    (Path(os.environ["STARTS_DIR"]) / str(ctx.job_id)).write_text(repr(time.monotonic()))
+'''
+
+IDLE_SECONDS = 5.0
+POLL_INTERVAL = 1.0  # the worker's default
+LISTENER_PROBE_EVERY = 5.0  # sqla_queue._listener._CHECK_EVERY
+# Commits one empty claim can cost: the pool's ping of a connection idle for over a second,
+# the claim, and the classification of the empty claim (its own autocommit statement).
+COMMITS_PER_EMPTY_CLAIM = 3
+COMMITS_PER_RECOVERY = 2  # a checkout ping and the recovery statement
+# Start-up work whose counts a backend may still hold when the window opens (a backend reports
+# at most once a second): opening each pooled connection, LISTEN, the first claims.
+START_UP_SLACK = 15
+
+
+def cpu_seconds(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    give_up = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() >= give_up:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+    return value
+
+
+class IdleApp:
+    def __init__(self, root: Path, database_url: str, server_url: str) -> None:
+        self.root = root
+        self.database = make_url(database_url).database
+        self.url = make_url(database_url).update_query_dict({"application_name": APP_NAME})
+        self.admin = create_engine(server_url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+        self.starts = root / "starts"
+        self.starts.mkdir()
+        (root / "idleapp.py").write_text(APP_SOURCE)
+        self.process: subprocess.Popen | None = None
+
+    def start_worker(self, *options: str) -> subprocess.Popen:
+        env = {**os.environ, "APP_DATABASE_URL": self.url.render_as_string(hide_password=False),
+               "STARTS_DIR": str(self.starts), "SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        command = [sys.executable, "-m", "sqla_queue.cli", "--app", "idleapp:queue", "worker", *options]
+        with open(self.root / "worker.log", "wb") as log:
+            self.process = subprocess.Popen(command, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return self.process
+
+    def wait_resting(self) -> None:
+        """Up and listening: its listener and a pooled connection are open (two backends)."""
+        wait_until(lambda: self._alive() and self.scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = :db AND application_name = :app",
+            db=self.database, app=APP_NAME) >= 2, 60, "the worker to connect")
+
+    def _alive(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()}")
+        return True
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def xact_commit(self) -> int:
+        self.scalar("SELECT pg_stat_clear_snapshot()")
+        return self.scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = :db", db=self.database)
+
+    def scalar(self, sql: str, **params: Any) -> Any:
+        from sqlalchemy import text
+
+        with self.admin.connect() as conn:
+            return conn.execute(text(sql), params).scalar()
+
+    def log(self) -> str:
+        return (self.root / "worker.log").read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture
+def idle_app(tmp_path: Path, create_database, server_url: str) -> Iterator[IdleApp]:
+    app = IdleApp(tmp_path, create_database(), server_url)
+    try:
+        yield app
+    finally:
+        app.stop()
+        app.admin.dispose()
+
+
+def commits_bound(seconds: float, poll_interval: float, lease_seconds: float) -> int:
+    """What a resting worker may commit in `seconds`: one empty claim per poll interval, a
+    recovery pass every ``lease / 2`` (at least 1 s), a listener probe every 5 s (one more of
+    each for the window's edges), and what start-up left unreported."""
+    claims = math.ceil(seconds / poll_interval) + 1
+    recoveries = math.ceil(seconds / max(1.0, lease_seconds / 2)) + 1
+    probes = math.ceil(seconds / LISTENER_PROBE_EVERY) + 1
+    return claims * COMMITS_PER_EMPTY_CLAIM + recoveries * COMMITS_PER_RECOVERY + probes + START_UP_SLACK
+
+
+def test_an_idle_worker_commits_a_handful_of_transactions_and_uses_next_to_no_cpu(idle_app):
+    process = idle_app.start_worker()  # default settings: poll interval 1 s, lease 60 s
+    idle_app.wait_resting()
+    commits0, cpu0 = idle_app.xact_commit(), cpu_seconds(process.pid)
+    time.sleep(IDLE_SECONDS)
+    cpu = cpu_seconds(process.pid) - cpu0
+    idle_app.stop()  # its backends report their last counts as they exit
+    commits = idle_app.xact_commit() - commits0
+
+    bound = commits_bound(IDLE_SECONDS, POLL_INTERVAL, DEFAULT_LEASE.total_seconds())
+    print(f"\nidle {IDLE_SECONDS:g}s: {commits} commits (bound {bound}), CPU {cpu:.3f}s "
+          f"({100 * cpu / IDLE_SECONDS:.1f} % of a core)")
+    assert commits <= bound, idle_app.log()
+    assert cpu < 0.10 * IDLE_SECONDS, f"{cpu:.2f}s of CPU in {IDLE_SECONDS:g}s idle"
+
+
+def test_a_resting_worker_starts_an_enqueued_job_at_once_through_listen_notify(idle_app):
+    poll_interval = 30.0  # polling cannot explain a start within seconds
+    idle_app.start_worker("--poll-interval", str(poll_interval))
+    idle_app.wait_resting()
+    producer = sq.Queue(idle_app.url.render_as_string(hide_password=False), load_entrypoints=False)
+    producer.task(name="touch")(lambda payload, ctx: None)
+    try:
+        latencies = []
+        for _ in range(3):
+            time.sleep(1.0)  # resting: its start-up claims are over, the next poll is far away
+            job_id = producer.enqueue("touch", {})
+            enqueued = time.monotonic()  # committed (and notified) by now
+            started = idle_app.starts / str(job_id)
+            wait_until(lambda: idle_app._alive() and started.exists() and started.read_text(),
+                       poll_interval / 2, f"job {job_id} to start")
+            latencies.append(float(started.read_text()) - enqueued)
+    finally:
+        producer.engine.dispose()
+    print(f"\nenqueue -> handler start: {', '.join(f'{s * 1000:.1f} ms' for s in latencies)}")
+    assert max(latencies) < 2.0, latencies
