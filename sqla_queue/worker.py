@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ._engine import worker_engine
 from ._listener import Listener
 from ._worker_config import WorkerConfig, WorkerSummary
-from .errors import DatabaseError, NonRetryableError, UnknownTaskError
+from .errors import AwaitableReturnedError, DatabaseError, UnknownTaskError
 from .maintenance import worker_pruner
 from .queue import claim_position
 from .types import ClaimedJob, JobStatus
@@ -348,9 +348,9 @@ class Worker:
             self._count("completed" if ok else "lost")
             return
         if isinstance(error, AwaitableReturnedError):  # a bug, whatever the strategy hooks say
-            outcome = self.queue._fail(job.id, job.claim_token, error)
-        else:
-            outcome = self.queue.handle_failure(job, error)
+            self._count("failed" if self.queue.fail(job.id, job.claim_token, error=error) else "lost")
+            return
+        outcome = self.queue.handle_failure(job, error)
         if outcome is None:
             self._count("lost")
         else:
@@ -527,11 +527,6 @@ class Worker:
 
     def _free_slots(self) -> int:
         return self.config.concurrency - self._held_count()
-
-
-class AwaitableReturnedError(NonRetryableError):
-    """A handler returned an awaitable (an ``async def`` reached the worker behind a sync
-    wrapper): its body never ran, so the job fails instead of being recorded completed."""
 
 
 def _refuse_awaitable(task_name: str, result: Any) -> None:
