@@ -1,4 +1,4 @@
-"""The performance harness of issue 7: sqla_queue measured against the raw-SQL limit, in one run.
+"""The performance harness: sqla_queue measured against the raw-SQL limit, in one run.
 
 Run it from the repository root (``pip install -e '.[bench]'`` first)::
 
@@ -12,7 +12,7 @@ the ratios in the report are measured side by side. This is an instrument, not a
 here asserts a timing (tests/benchmarks only checks the pure pieces).
 
 Layout: `sizes` (what tiny/small/full mean), `server` (the PostgreSQL it measures on),
-`raw_sql` (the seed's statements: the only raw SQL, by name), `pgbench` and `raw` (the raw-SQL
+`raw_sql` (the reference statements: the only raw SQL, by name), `pgbench` and `raw` (the raw-SQL
 limit), `bench_app`/`procs` (sqla_queue worker processes), one module per section
 (`enqueue`, `drain`, `latency`, `claim_cost`, `sustained`), `stats`, `report`, `plot`.
 """

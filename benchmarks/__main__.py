@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sections", type=section_list, default=SECTIONS,
                         help=f"comma-separated sections to run (default: all): {','.join(SECTIONS)}")
     parser.add_argument("--size", choices=sorted(SIZES), default="full",
-                        help="full: the issue's numbers (~30-40 min); small: a quick look; tiny: CI")
+                        help="full: the published figures (~30-40 min); small: a quick look; tiny: CI")
     parser.add_argument("--repeat", type=int, help="repetitions per figure (default: the size's)")
     parser.add_argument("--database-url", help="use this server (a database is created and dropped there) "
                         "instead of starting an embedded PostgreSQL 18")

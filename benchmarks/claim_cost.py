@@ -2,7 +2,7 @@
 backlog, both beside the same large completed history.
 
 Per call, one client: sqla_queue's ``queue.claim(limit=1)`` (then ``complete``, untimed), and
-the seed's claim through psycopg (prepared; then its completion, untimed). Plus the buffers one
+the reference claim through psycopg (prepared; then its completion, untimed). Plus the buffers one
 claim touches (EXPLAIN ANALYZE, BUFFERS, rolled back). The table is built once: history and the
 small backlog, measured; then the rest of the large backlog added, vacuumed, measured again.
 """

@@ -1,4 +1,4 @@
-"""Running pgbench on a script of the seed's statements, and reading its report."""
+"""Running pgbench on a script of the reference statements, and reading its report."""
 
 from __future__ import annotations
 

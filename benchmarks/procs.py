@@ -79,7 +79,7 @@ def _announce_listening(worker, listening) -> None:
 # -- psycopg client of the raw-SQL limit ---------------------------------------------------------
 
 def raw_claim_client(url: str, batch: int, batches: int, ready, results) -> None:
-    """The seed's claim + guarded completion, prepared, autocommit: 2 commits per batch."""
+    """The reference claim + guarded completion, prepared, autocommit: 2 commits per batch."""
     worker = f"raw-{mp.current_process().pid}"
     claim = raw_sql.inline_batch(raw_sql.CLAIM, batch)
     with psycopg.connect(url, autocommit=True) as conn:

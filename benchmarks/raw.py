@@ -1,4 +1,4 @@
-"""Section 1, the raw-SQL limit: the seed's statements with no sqla_queue code in the way.
+"""Section 1, the raw-SQL limit: the reference statements with no sqla_queue code in the way.
 
 Claim + guarded completion at batch 1, 10 and 100 (and, after the drains, at the batch sizes the
 workers actually used), through pgbench (``-M prepared``, one script run = one batch, 2 commits)

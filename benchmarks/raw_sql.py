@@ -1,18 +1,18 @@
-"""Every raw SQL statement of the benchmark, by name: the seed's statements (the reference) and
+"""Every raw SQL statement of the benchmark, by name: the reference statements (the reference) and
 the setup and measurement queries around them.
 
-sqla_queue itself never runs these: the raw-SQL limit is the seed's claim, guarded completion
+sqla_queue itself never runs these: the raw-SQL limit is the reference claim, guarded completion
 and enqueue INSERT sent straight through psycopg (prepared) or pgbench (``-M prepared``), on the
 same table, indexes and server as sqla_queue, so the ratio isolates what the library adds.
 
 Placeholders are psycopg's ``%(name)s``; `pgbench_script` turns them into pgbench's ``:name``.
-The only adaptations of the seed's text: the table is ``sqla_queue_jobs`` (which also has a
+The only adaptations of the reference text: the table is ``sqla_queue_jobs`` (which also has a
 ``task`` column), and the guarded completion takes the whole claimed batch at once
 (``id = ANY(:ids)``, one statement and one commit per batch: "2 commits per batch", as measured
 in DESIGN.md), each row still guarded by status and the claim's token. The claim's batch size is
 written into the text (`inline_batch`) before it is prepared, as sqla_queue does: with ``LIMIT $n``
 PostgreSQL's generic plan guesses a tenth of the table and it re-plans every execution, which
-would make the denominator slower than the seed's statement can be.
+would make the denominator slower than the reference statement can be.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ PENDING_INDEX = "sqla_queue_jobs_pending_claim_idx"
 QUEUE = "bench"
 TASK = "noop"
 
-# -- the seed's statements (the denominator) ----------------------------------------------------
+# -- the reference statements (the denominator) ----------------------------------------------------
 
 _NEXT_JOB = f"""
 next_job AS (
@@ -74,7 +74,7 @@ RETURNING id
 
 
 def enqueue_rows(rows: int) -> str:
-    """The seed's INSERT with `rows` VALUES tuples (multi-row enqueue), payloads as parameters."""
+    """The reference INSERT with `rows` VALUES tuples (multi-row enqueue), payloads as parameters."""
     values = ",\n  ".join(f"(%(queue)s, %(task)s, %(p{i})s)" for i in range(rows))
     return f"INSERT INTO {TABLE} (queue_name, task, payload)\nVALUES\n  {values}\nRETURNING id"
 
@@ -100,7 +100,7 @@ def inline_batch(sql: str, batch: int) -> str:
 def pgbench_script(sql: str) -> str:
     """psycopg placeholders to pgbench variables: ``%(name)s`` -> ``:name``."""
     script = re.sub(r"%\((\w+)\)s", r":\1", sql)
-    # `token` in the seed's statements is the random `tok` each script run draws.
+    # `token` in the reference statements is the random `tok` each script run draws.
     return script.replace(":token", ":tok")
 
 

@@ -1,6 +1,6 @@
 """What ``--size tiny|small|full`` means for every section.
 
-``full`` is the issue's numbers; ``small`` is a developer's quick look; ``tiny`` keeps the whole
+``full`` is the published figures; ``small`` is a developer's quick look; ``tiny`` keeps the whole
 run well under two minutes for CI (its figures mean nothing, it only proves the instrument runs).
 Every count scales with the size, so no section is skipped at any size.
 """

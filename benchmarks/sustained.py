@@ -21,7 +21,7 @@ Completions are counted through the library's ``sqla_queue_job_completed`` hook 
 counter the parent samples every 0.2 s; windows are interpolated from those samples. A variant
 stops at its size's time cap if the backlog is not drained by then (the report says so).
 
-As a reference, the same backlog is also drained by the seed's raw claim + completion through
+As a reference, the same backlog is also drained by the reference raw claim + completion through
 pgbench (4 clients, the batch size the 2 x 10 drain used, default table) for up to 60 s, its rate
 per window read from pgbench's ``-P`` progress lines: does the raw claim slow down here?
 """

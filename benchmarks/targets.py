@@ -1,4 +1,4 @@
-"""The speed targets of issue 7, judged against one run's results."""
+"""The speed targets, judged against one run's results."""
 
 from __future__ import annotations
 

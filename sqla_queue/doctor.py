@@ -1,4 +1,4 @@
-"""``sqla-queue doctor``: the seed's "observe queue health" advice, as checks with verdicts.
+"""``sqla-queue doctor``: the "observe queue health, not only lock waits" advice, as checks with verdicts.
 
 Each check reads PostgreSQL's own views (pg_stat_activity, pg_locks, pg_stat_user_tables,
 pg_replication_slots, pg_prepared_xacts), the claim's plan, or the job table through one of its

@@ -1,6 +1,6 @@
 """Lease recovery: running jobs whose lease expired, in bounded SKIP LOCKED batches.
 
-Two statements, because the seed keeps the terminal transition explicit: jobs with attempts left
+Two statements, because the terminal transition is kept explicit: jobs with attempts left
 go back to pending; jobs that expired on their last attempt go to failed. Both clear the claim
 token, so the expired worker's late outcome finds nothing and reports a lost claim.
 ``clock_timestamp() - :lease`` keeps the cutoff on the database's clock. SKIP LOCKED lets a

@@ -1,6 +1,6 @@
 """The benchmark's pure pieces: statistics, pgbench parsing, targets, report rendering.
 
-No database and no timing: the benchmark is an instrument, not a test (issue 7). CI runs the
+No database and no timing: the benchmark is an instrument, not a test. CI runs the
 instrument itself once at ``--size tiny`` (.ci/run) so it cannot rot; this file checks shapes.
 The figures below are made up for the rendering and prove nothing about speed.
 """
@@ -179,7 +179,7 @@ def test_report_renders_every_section_and_survives_json():
     results = fake_results()
     for data in (results, json.loads(json.dumps(results))):  # int keys come back as str
         text = report.render_markdown(data, "performance.png")
-        for heading in ("## Targets (issue 7)", "## Machine and server", "## 1. The raw-SQL limit",
+        for heading in ("## Targets", "## Machine and server", "## 1. The raw-SQL limit",
                         "## 2. sqla_queue enqueue", "## 3. Drain", "## 4. Idle wake-up latency",
                         "## 5. Claim cost against backlog", "## 6. Sustained drain", "## 7. Idle cost",
                         "## Where the time goes"):

@@ -1,4 +1,4 @@
-"""stats(): the seed's health signals per queue, from a real sequence of operations."""
+"""stats(): the queue-health signals per queue, from a real sequence of operations."""
 
 from __future__ import annotations
 
