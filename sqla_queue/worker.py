@@ -312,7 +312,7 @@ class Worker:
         except UnknownTaskError as exc:
             error = exc
         except Exception as exc:  # a handler's failure is data: it decides retry or fail
-            error = exc
+            error = _from_the_handler_on(exc)
         if error is not None:
             if held.move(_Held.SETTLED):
                 self._record(held, error)
@@ -527,6 +527,15 @@ class Worker:
 
     def _free_slots(self) -> int:
         return self.config.concurrency - self._held_count()
+
+
+def _from_the_handler_on(error: Exception) -> Exception:
+    """`error` without this module's own frame at the top of its traceback: the stored and
+    logged traceback then starts in the user's handler, where the failure is."""
+    tb = error.__traceback__
+    if tb is not None and tb.tb_frame.f_code is Worker._execute.__code__ and tb.tb_next is not None:
+        return error.with_traceback(tb.tb_next)
+    return error
 
 
 def _refuse_awaitable(task_name: str, result: Any) -> None:
