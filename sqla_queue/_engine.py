@@ -350,11 +350,23 @@ def _note_checkin(dbapi_connection, connection_record) -> None:
     connection_record.info["checked_in"] = time.monotonic()
 
 
+# A worker's connection is pinged at checkout only when the server has said something to it (a
+# restart or a terminated backend: `_has_pending_input`, no round trip) or after this long idle.
+# Its TCP keepalives report a silently dead peer as a socket error, which also counts as
+# pending input; the ping after a long rest covers sockets without keepalives. Pinging at every
+# checkout after `PING_IF_IDLE_FOR` instead cost an idle worker one extra transaction per poll
+# interval and every wake-up one extra round trip.
+WORKER_PING_IF_IDLE_FOR = 30.0
+
+
 def _bounded_ping(call_timeout: float):
     def ping(dbapi_connection, connection_record, connection_proxy) -> None:
         checked_in = connection_record.info.get("checked_in")
-        if checked_in is None or time.monotonic() - checked_in < PING_IF_IDLE_FOR:
-            return  # brand new, or used a moment ago
+        if checked_in is None:
+            return  # brand new
+        rested = time.monotonic() - checked_in >= WORKER_PING_IF_IDLE_FOR
+        if not rested and not _has_pending_input(dbapi_connection):
+            return
         try:
             with driver_deadline(dbapi_connection, call_timeout):
                 _run_constant(dbapi_connection, "SELECT 1")
