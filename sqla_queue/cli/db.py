@@ -1,18 +1,28 @@
 """``db upgrade`` / ``db downgrade`` / ``db current``: the queue's Alembic branch, for applications
-without an Alembic environment of their own (those run ``alembic upgrade heads`` instead)."""
+without an Alembic environment of their own (those run ``alembic upgrade head`` after
+``sqla-queue alembic install``, or ``alembic upgrade heads`` with the queue's branch).
+
+``db current`` also reads such a host's history (``--config``) to say where the queue stands."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import click
 from alembic.util import CommandError
-from sqlalchemy import Connection
+from sqlalchemy import Connection, inspect
 
 from . import EXIT_USAGE, CliContext, main
 from .. import migrations
 from .._engine import database_errors, make_engine
+from ..migrations import host
+
+_CONFIG = click.option(
+    "-c", "--config", "config_path", default="alembic.ini", show_default=True, metavar="PATH",
+    help="Your project's Alembic configuration, if it has one (read when it exists).",
+)
 
 
 class MigrationError(click.ClickException):
@@ -28,25 +38,29 @@ def db() -> None:
 
 @db.command()
 @click.argument("revision", default=migrations.HEAD)
+@_CONFIG
 @click.pass_obj
-def upgrade(obj: CliContext, revision: str) -> None:
+def upgrade(obj: CliContext, revision: str, config_path: str) -> None:
     """Upgrade the queue's schema to REVISION (default: sqla_queue@head)."""
     with _connection(obj) as conn:
         _refuse_foreign_history(conn)
+        _refuse_installed(conn, config_path)
         migrations.upgrade(conn, revision)
         click.echo(f"sqla_queue schema at {_describe(migrations.current(conn))}")
 
 
 @db.command()
 @click.argument("revision", default=migrations.PREVIOUS)
+@_CONFIG
 @click.pass_obj
-def downgrade(obj: CliContext, revision: str) -> None:
+def downgrade(obj: CliContext, revision: str, config_path: str) -> None:
     """Undo the queue's revisions down to REVISION (default: one step, sqla_queue@-1).
 
     sqla_queue@base drops the queue's table and every job in it.
     """
     with _connection(obj) as conn:
         _refuse_foreign_history(conn)
+        _refuse_installed(conn, config_path)
         if migrations.current(conn) is None:
             raise MigrationError("nothing to downgrade: the queue's schema is not installed")
         migrations.downgrade(conn, revision)
@@ -54,13 +68,19 @@ def downgrade(obj: CliContext, revision: str) -> None:
 
 
 @db.command()
+@_CONFIG
 @click.pass_obj
-def current(obj: CliContext) -> None:
-    """Print the queue's revision in the database, or "none" before the first upgrade."""
+def current(obj: CliContext, config_path: str) -> None:
+    """Print the queue's revision in the database, or "none" before the first upgrade.
+
+    In a database with your own Alembic history, that history (--config) says which of its
+    revisions brought the queue's schema (`sqla-queue alembic install`).
+    """
     with _connection(obj) as conn:
         revision = migrations.current(conn)
-        if revision is None:  # a host revision may depend on ours and hide it: we cannot tell
-            _refuse_foreign_history(conn)
+        foreign = migrations.foreign_revisions(conn)
+        if revision is None and foreign:
+            revision = _through_host(foreign, config_path)
         click.echo(_describe(revision))
 
 
@@ -84,10 +104,57 @@ def _refuse_foreign_history(conn: Connection) -> None:
     if foreign:
         raise MigrationError(
             f"alembic_version holds {', '.join(foreign)}, from your application's own Alembic "
-            "history: use its `alembic current` / `alembic upgrade heads`, with "
-            f"{migrations.VERSION_RESOURCE} in its version_locations "
-            "(docs/how-to/alembic-integration.md)"
+            "history: upgrade with it, `alembic upgrade head` (after `sqla-queue alembic "
+            f"install`) or `alembic upgrade heads` (with {migrations.VERSION_RESOURCE} in its "
+            "version_locations); see docs/how-to/alembic-integration.md"
         )
+
+
+def _through_host(foreign: list[str], config_path: str) -> str | None:
+    """The queue's schema at the host revisions stamped in the database, read from the host's
+    history; without that history (no --config) we cannot tell, and say so."""
+    if not Path(config_path).is_file():
+        raise MigrationError(
+            f"alembic_version holds {', '.join(foreign)}, from your application's own Alembic "
+            f"history, and there is no {config_path}: pass --config path/to/alembic.ini "
+            "(or ask your `alembic current`)"
+        )
+    try:
+        return host.schema_at(host.host_scripts(host.host_config(config_path)), tuple(foreign))
+    except CommandError as exc:
+        raise MigrationError(str(exc)) from None
+
+
+def _refuse_installed(conn: Connection, config_path: str) -> None:
+    """A project that copied the queue's schema into its own history (``sqla-queue alembic
+    install``) upgrades it with ``alembic upgrade head``: a second, stamped copy from the
+    bundled branch would break that history. Seen from its configuration (when there is one)
+    or from the queue's table existing with no revision of ours recorded."""
+    if Path(config_path).is_file():
+        try:
+            brought = host.installed(host.host_scripts(host.host_config(config_path)))
+        except CommandError as exc:
+            raise MigrationError(str(exc)) from None
+        if brought is not None:
+            raise MigrationError(
+                f"{config_path}'s history brings the queue's schema (up to {brought}, from "
+                "`sqla-queue alembic install`): run `alembic upgrade head` instead"
+            )
+    if migrations.current(conn) is None and _has_jobs_table(conn):
+        raise MigrationError(
+            "the database has sqla_queue_jobs but alembic_version records no revision of the "
+            "queue's: it came from your own Alembic history (`sqla-queue alembic install`); "
+            "run its `alembic upgrade head` instead"
+        )
+
+
+def _has_jobs_table(conn: Connection) -> bool:
+    began = not conn.in_transaction()
+    try:
+        return inspect(conn).has_table("sqla_queue_jobs")
+    finally:
+        if began:
+            conn.rollback()
 
 
 def _describe(revision: str | None) -> str:

@@ -1,8 +1,10 @@
 """The queue's Alembic revisions, shipped inside the package as the ``sqla_queue`` branch.
 
-A host with its own Alembic environment adds `VERSION_RESOURCE` (or the path `VERSION_LOCATION`)
-to its ``version_locations`` and runs ``alembic upgrade heads``. Without one, `upgrade` (and
-``sqla-queue db upgrade``) runs the bundled environment against a connection. Either way the
+A host with its own Alembic environment either copies the schema into its own history
+(``sqla-queue alembic install``, `sqla_queue.migrations.host`) or adds `VERSION_RESOURCE` (or
+the path `VERSION_LOCATION`) to its ``version_locations`` and runs ``alembic upgrade heads``
+(`process_revision_directives` keeps its own revisions out of this package). Without one,
+`upgrade` (and ``sqla-queue db upgrade``) runs the bundled environment against a connection. Either way the
 revision is stamped into the database's ``alembic_version`` table, so an application can start
 with ``sqla-queue db`` and move to its own Alembic later without re-stamping anything.
 
@@ -21,6 +23,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 from sqlalchemy import Connection
 
@@ -96,6 +99,36 @@ def include_name(name: str | None, type_: str, parent_names: Mapping[str, Any]) 
     drop. Hosts that list the metadata (the recommended way) need no hook: it compares clean.
     """
     return not (type_ == "table" and name in QUEUE_TABLES)
+
+
+def process_revision_directives(context: Any, revision: Any, directives: list[Any]) -> None:
+    """Alembic hook for a host's env.py that lists the queue's branch: refuses to write a host
+    revision inside this package (where ``alembic revision`` puts it while the queue's branch
+    is the only head), since it would land on the queue's branch and vanish at the next
+    install. Pass it to ``context.configure(process_revision_directives=...)``."""
+    scripts = context.script
+    for directive in directives:
+        target = directive.version_path or _default_version_path(scripts, directive.head)
+        if target is not None and Path(target).resolve() == Path(VERSION_LOCATION):
+            raise CommandError(
+                "this revision would be written inside the installed sqla_queue package "
+                f"({VERSION_LOCATION}), on the queue's branch. Start your own branch: "
+                "alembic revision --autogenerate -m MESSAGE --head=base --branch-label LABEL "
+                "--version-path YOUR_VERSIONS_DIR, then later ones with --head=LABEL@head"
+            )
+
+
+def _default_version_path(scripts: ScriptDirectory, head: str | None) -> str | None:
+    """Where `ScriptDirectory.generate_revision` puts a revision on `head` when no
+    ``--version-path`` is given: the directory of the head's own file."""
+    try:
+        heads = scripts.revision_map.get_revisions(head or "head")
+    except RevisionError:  # several heads, an unknown name: Alembic itself reports it next
+        return None
+    for script in heads:
+        if script is not None:
+            return str(Path(script.path).parent)
+    return None
 
 
 def _our_revisions() -> set[str]:

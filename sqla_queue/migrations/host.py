@@ -210,6 +210,22 @@ def installed(scripts: ScriptDirectory, heads: tuple[str, ...] | str = "heads") 
     return None
 
 
+def schema_at(scripts: ScriptDirectory, heads: tuple[str, ...]) -> str | None:
+    """The queue's schema at the host revisions `heads` (the database's ``alembic_version``):
+    the nearest generated revision's marker, or the queue's own revision (the branch way, where
+    a host revision that ``depends_on`` ours hides it). None: not at or below `heads`."""
+    ours = {script.revision for script in script_directory().walk_revisions()}
+    try:
+        below = list(scripts.walk_revisions("base", heads))
+    except util.CommandError as exc:
+        raise HostError(f"your Alembic history does not match the database's: {exc}") from None
+    for script in below:
+        marker = getattr(script.module, MARKER, None)
+        if marker is not None or script.revision in ours:
+            return str(marker or script.revision)
+    return None
+
+
 def uses_branch(scripts: ScriptDirectory) -> bool:
     """True if the host's history holds the shipped revisions themselves (the branch way)."""
     ours = {script.revision for script in script_directory().walk_revisions()}

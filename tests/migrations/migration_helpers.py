@@ -162,6 +162,7 @@ if os.environ.get("HOST_TARGET") == "own":
 else:
     target_metadata = [Base.metadata, sqla_queue.metadata]
 include_name = sqla_queue.migrations.include_name if os.environ.get("HOST_INCLUDE_NAME") else None
+guard = sqla_queue.migrations.process_revision_directives if os.environ.get("HOST_GUARD") else None
 
 engine = create_engine(os.environ["SQLA_QUEUE_DATABASE_URL"])
 with engine.connect() as connection:
@@ -169,6 +170,7 @@ with engine.connect() as connection:
         connection=connection,
         target_metadata=target_metadata,
         include_name=include_name,
+        process_revision_directives=guard,
         compare_type=True,
         compare_server_default=True,
     )

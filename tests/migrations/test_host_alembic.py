@@ -3,6 +3,8 @@ location and runs ``alembic upgrade heads``; and the hazard of forgetting that l
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from migration_helpers import HEAD_ID, PREVIOUS_ID, job_round_trip, relations, stamped
 from sqlalchemy import create_engine
@@ -97,7 +99,7 @@ def test_sqla_queue_db_reads_a_shared_table_but_leaves_upgrades_to_the_host(host
 
 def test_a_host_revision_may_depend_on_the_queues(host_app, engine):
     """A host revision that touches the queue's table declares ``depends_on``; Alembic then keeps
-    only the host's row, so ``sqla-queue db current`` defers to the host's ``alembic current``."""
+    only the host's row, so ``sqla-queue db current`` reads the host's history to find ours."""
     app = host_app(queue_location=migrations.VERSION_RESOURCE)
     app.write("migrations/versions/host_0002_receipts.py", HOST_DEPENDENT_REVISION.replace("HEAD_ID", HEAD_ID))
     app.shell.run("alembic upgrade heads")
@@ -105,9 +107,39 @@ def test_a_host_revision_may_depend_on_the_queues(host_app, engine):
     assert HEAD_ID in app.shell.run("alembic history").stdout
     with engine.connect() as conn:
         assert migrations.current(conn) is None and migrations.foreign_revisions(conn) == ["host_0002"]
-    deferred = app.shell.run("sqla-queue db current", check=False)
-    assert deferred.returncode == 2 and "alembic current" in deferred.stderr
+    assert app.shell.run("sqla-queue db current").stdout.strip() == f"{HEAD_ID} (head)"
+    deferred = app.shell.run("sqla-queue db current --config missing.ini", check=False)
+    assert deferred.returncode == 2 and "pass --config" in deferred.stderr
     assert QUIET in app.shell.run("alembic check").stdout
+
+
+def test_the_branch_way_journey_with_the_guard(host_app, engine):
+    """The two traps of the branch way, with the commands that avoid them: the host's first
+    revision would be written inside the installed package (the guard refuses), and the
+    history has two heads (``--head=LABEL@head``, ``alembic upgrade heads``)."""
+    app = host_app(queue_location=migrations.VERSION_RESOURCE, orders_revision=False)
+    app.shell.env["HOST_GUARD"] = "1"
+    package_before = {path.name for path in Path(migrations.VERSION_LOCATION).iterdir()}
+    app.shell.run("alembic upgrade heads")
+    trapped = app.shell.run("alembic revision --autogenerate -m orders", check=False)
+    assert trapped.returncode != 0 and "inside the installed sqla_queue package" in trapped.stdout + trapped.stderr
+    app.shell.run(
+        "alembic revision --autogenerate -m init --head=base --branch-label hostapp "
+        "--version-path migrations/versions"
+    )
+    (first,) = (app.root / "migrations" / "versions").glob("*_init.py")
+    assert "op.create_table('orders'" in first.read_text()
+    two_heads = app.shell.run("alembic upgrade head", check=False)
+    assert two_heads.returncode != 0 and "Multiple head revisions" in two_heads.stdout + two_heads.stderr
+    app.shell.run("alembic upgrade heads")
+    assert QUIET in app.shell.run("alembic check").stdout
+    app.shell.run("alembic revision -m later --head=hostapp@head")
+    assert len(list((app.root / "migrations" / "versions").glob("*.py"))) == 2
+    app.shell.run("alembic upgrade heads")
+    app.shell.run("alembic downgrade hostapp@-1")
+    assert stamped(engine) == {first.name.split("_")[0], HEAD_ID}
+    assert app.shell.run("sqla-queue db current").stdout.strip() == f"{HEAD_ID} (head)"
+    assert {path.name for path in Path(migrations.VERSION_LOCATION).iterdir()} == package_before
 
 
 HOST_DEPENDENT_REVISION = '''\
