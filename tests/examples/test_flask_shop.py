@@ -261,7 +261,8 @@ def test_a_bad_order_is_a_400_that_writes_nothing(shop, body, message):
     assert response.status_code == 400
     assert message in response.get_json()["error"]
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM sqla_queue_jobs)")).one() == (0, 0)
+        written = conn.execute(text("SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM sqla_queue_jobs)"))
+        assert written.one() == (0, 0)
 
 
 def test_an_unknown_order_is_a_404(shop):
