@@ -27,6 +27,10 @@ _TO = click.option(
 )
 _REV_ID = click.option("--rev-id", default=None, help="Id for the new revision (default: Alembic's random one).")
 _MESSAGE = click.option("-m", "--message", default=None, help="Message (and file name slug) of the new revision.")
+_VERSION_PATH = click.option(
+    "--version-path", default=None, metavar="DIR",
+    help="Versions directory for the new revision, if your project has several.",
+)
 
 
 @main.group("alembic")
@@ -39,8 +43,12 @@ def alembic_group() -> None:
 @_TO
 @_REV_ID
 @_MESSAGE
+@_VERSION_PATH
 @click.pass_obj
-def install(obj: CliContext, config_path: str, to: str | None, rev_id: str | None, message: str | None) -> None:
+def install(
+    obj: CliContext, config_path: str, to: str | None, rev_id: str | None, message: str | None,
+    version_path: str | None,
+) -> None:
     """Write one revision creating the queue's schema, on your history's head.
 
     Then `alembic upgrade head` applies it. The revision imports only alembic and sqlalchemy:
@@ -59,7 +67,7 @@ def install(obj: CliContext, config_path: str, to: str | None, rev_id: str | Non
         _refuse_stamped_database(obj)
         target = to or _library_head()
         script = host.write(
-            config, after=None, to=target, rev_id=rev_id,
+            config, after=None, to=target, rev_id=rev_id, version_path=version_path,
             message=message or f"install sqla_queue schema {target}",
         )
     _report(script, target)
@@ -70,8 +78,12 @@ def install(obj: CliContext, config_path: str, to: str | None, rev_id: str | Non
 @_TO
 @_REV_ID
 @_MESSAGE
+@_VERSION_PATH
 @click.pass_obj
-def update(obj: CliContext, config_path: str, to: str | None, rev_id: str | None, message: str | None) -> None:
+def update(
+    obj: CliContext, config_path: str, to: str | None, rev_id: str | None, message: str | None,
+    version_path: str | None,
+) -> None:
     """Write the next revision, bringing the queue's schema to this sqla_queue's newest.
 
     Says so (exit 0) and writes nothing when your history is already there.
@@ -89,7 +101,7 @@ def update(obj: CliContext, config_path: str, to: str | None, rev_id: str | None
             return
         _refuse_unknown(done)
         script = host.write(
-            config, after=done, to=target, rev_id=rev_id,
+            config, after=done, to=target, rev_id=rev_id, version_path=version_path,
             message=message or f"update sqla_queue schema to {target}",
         )
     _report(script, target)

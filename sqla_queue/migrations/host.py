@@ -162,9 +162,17 @@ def _indented(body: str) -> str:
 
 
 def _section(context: AutogenContext, script: Script, operations: list[MigrateOperation]) -> str:
-    lines = [f"# {script.revision}: {script.doc}"]
-    lines += [render_op_text(context, operation) for operation in operations] or ["pass"]
+    lines = [heading(script)]
+    try:
+        lines += [render_op_text(context, operation) for operation in operations] or ["pass"]
+    except ValueError as exc:  # Alembic has no renderer for this kind of operation
+        raise HostError(f"{script.revision} cannot be copied into a host history: {exc}") from None
     return "\n".join(lines)
+
+
+def heading(script: Script) -> str:
+    """The comment that opens a shipped revision's part of a generated file."""
+    return f"# {script.revision}: {script.doc}"
 
 
 def _known(scripts: ScriptDirectory, revision: str) -> None:
@@ -201,9 +209,9 @@ def host_scripts(config: Config) -> ScriptDirectory:
         raise HostError(f"cannot read your Alembic environment: {exc}") from None
 
 
-def installed(scripts: ScriptDirectory, heads: tuple[str, ...] | str = "heads") -> str | None:
-    """The queue revision brought by the newest generated revision at or below `heads`."""
-    for script in scripts.walk_revisions("base", heads):
+def installed(scripts: ScriptDirectory) -> str | None:
+    """The queue revision brought by the newest generated revision in the host's history."""
+    for script in scripts.walk_revisions():
         marker = getattr(script.module, MARKER, None)
         if marker is not None:
             return str(marker)
@@ -243,29 +251,33 @@ def single_head(scripts: ScriptDirectory) -> str | None:
 
 
 def write(
-    config: Config, *, after: str | None, to: str, message: str, rev_id: str | None = None
+    config: Config, *, after: str | None, to: str, message: str, rev_id: str | None = None,
+    version_path: str | None = None,
 ) -> Script:
     """Write the host revision bringing the queue's schema from `after` to `to`, on the host's
     single head; checked by loading it back (a removed file if the template lost the marker)."""
     scripts = host_scripts(config)
     head = single_head(scripts)
-    rendered = render(shipped(after, to), to)
-    rev_id = rev_id or util.rev_id()
+    chain = shipped(after, to)
+    rendered = render(chain, to)
     try:
         script = scripts.generate_revision(
-            rev_id, message, head=head or "base", refresh=True, config=config,
+            rev_id or util.rev_id(), message, head=head or "base", refresh=True,
+            version_path=version_path, config=config,
             upgrades=rendered.upgrades, downgrades=rendered.downgrades, imports=rendered.imports,
         )
     except util.CommandError as exc:
         raise HostError(str(exc)) from None
     assert script is not None
-    _verify(script, to)
+    _verify(script, chain, to)
     return script
 
 
-def _verify(script: Script, to: str) -> None:
+def _verify(script: Script, chain: list[Script], to: str) -> None:
+    """The host's template kept the marker and every part (a custom template may not)."""
     written = Path(script.path)
-    if getattr(script.module, MARKER, None) != to or "def upgrade" not in written.read_text():
+    text = written.read_text()
+    if getattr(script.module, MARKER, None) != to or not all(heading(s) in text for s in chain):
         written.unlink()
         raise HostError(
             "your script.py.mako does not render ${imports}, ${upgrades} and ${downgrades} "

@@ -146,7 +146,7 @@ def test_update_brings_an_older_install_to_the_librarys_schema(host_app, engine:
 
 def test_the_host_revision_sits_on_the_hosts_head(host_app):
     app = host_app(queue_location=None)  # host_0001 creates orders
-    app.shell.run("sqla-queue alembic install --rev-id host_0002 -m 'job tables'")
+    app.shell.run("sqla-queue alembic install --rev-id host_0002 -m 'job tables' --version-path migrations/versions")
     script = host.host_scripts(host.host_config(app.root / "alembic.ini")).get_revision("host_0002")
     assert script.down_revision == "host_0001" and Path(script.path).name == "host_0002_job_tables.py"
     assert app.shell.run("alembic heads").stdout.split() == ["host_0002", "(head)"]
