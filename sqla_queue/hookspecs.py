@@ -154,7 +154,9 @@ def sqla_queue_job_completed(event: JobCompleted) -> None:
 def sqla_queue_job_retried(event: JobRetried) -> None:
     """A failed attempt was recorded and the job is pending again at ``event.run_at``.
 
-    Fired after the commit. Return value ignored; an exception is logged and swallowed.
+    ``event.exception`` is what the handler raised (None for an outcome recorded from a
+    string), for in-process error reporters; ``event.traceback`` is the bounded, sanitized
+    text stored on the job. Fired after the commit. Return value ignored; an exception is logged and swallowed.
     """
 
 
@@ -164,7 +166,8 @@ def sqla_queue_job_failed(event: JobFailed) -> None:
 
     Causes: the handler's error was not retryable, the retry delay said ``False``, or the
     attempt was the last. (Jobs failed by lease recovery fire `sqla_queue_job_recovered` with
-    ``status`` failed instead.) Fired after the commit. Return value ignored; an exception is
+    ``status`` failed instead.) ``event.exception`` and ``event.traceback`` as for
+    `sqla_queue_job_retried`. Fired after the commit. Return value ignored; an exception is
     logged and swallowed.
     """
 
