@@ -81,11 +81,12 @@ def edge_events(hook: str) -> list[Any]:
         "sqla_queue_job_retried": lambda: [
             JobRetried(job_id=1, queue="default", task="t", attempt=1, run_at=now, error=""),
             JobRetried(job_id=2, queue=_ODD, task=_LONG, attempt=99, run_at=now + timedelta(days=1),
-                       error="x" * 300),
+                       error="x" * 300, exception=_raised(TimeoutError("x" * 300)), traceback="x" * 4000),
         ],
         "sqla_queue_job_failed": lambda: [
             JobFailed(job_id=1, queue="default", task="t", attempt=1, error=""),
-            JobFailed(job_id=2, queue=_ODD, task=_LONG, attempt=1_000_000, error="ValueError()"),
+            JobFailed(job_id=2, queue=_ODD, task=_LONG, attempt=1_000_000, error="ValueError: no",
+                      exception=_raised(ValueError("no")), traceback="Traceback (most recent call last):"),
         ],
         "sqla_queue_job_recovered": lambda: [
             JobRecovered(job_id=1, queue="default", task="t", status=JobStatus.PENDING),
@@ -101,3 +102,11 @@ def edge_events(hook: str) -> list[Any]:
         ],
     }
     return builders[hook]()
+
+
+def _raised(error: BaseException) -> BaseException:
+    """`error` as a handler's failure arrives: raised, with a traceback."""
+    try:
+        raise error
+    except BaseException as exc:
+        return exc
