@@ -31,17 +31,7 @@ ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 ENABLED_PLUGINS_ENV = "SQLA_QUEUE_PLUGINS"
 """Comma-separated entry-point names to enable, added to the strings in ``Queue(plugins=)``."""
 
-LIFECYCLE_HOOKS = frozenset({
-    "sqla_queue_job_enqueued",
-    "sqla_queue_job_claimed",
-    "sqla_queue_job_completed",
-    "sqla_queue_job_retried",
-    "sqla_queue_job_failed",
-    "sqla_queue_job_recovered",
-    "sqla_queue_lost_claim",
-    "sqla_queue_empty_claim",
-})
-"""Notifications after the fact: their return value is ignored and an exception is swallowed."""
+LIFECYCLE_HOOKS = frozenset(hookspecs.LIFECYCLE_HOOKS)
 
 OBSERVER_HOOKS = LIFECYCLE_HOOKS | {"sqla_queue_configure"}
 """Hooks that cannot change what happens to a job, so a plugin made only of them may load on

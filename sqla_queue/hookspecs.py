@@ -49,6 +49,19 @@ PROJECT_NAME = "sqla_queue"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
+LIFECYCLE_HOOKS = (
+    "sqla_queue_job_enqueued",
+    "sqla_queue_job_claimed",
+    "sqla_queue_job_completed",
+    "sqla_queue_job_retried",
+    "sqla_queue_job_failed",
+    "sqla_queue_job_recovered",
+    "sqla_queue_lost_claim",
+    "sqla_queue_empty_claim",
+)
+"""The lifecycle (event) hooks, in the order a job meets them: notifications after the fact,
+whose return value is ignored and whose exceptions are logged and swallowed."""
+
 
 # -- strategies ---------------------------------------------------------------------------
 

@@ -16,19 +16,9 @@ from sqlalchemy import Engine, delete, func, select
 from .._entry_points import implemented_hooks, strategy_hooks
 from .._plugins import build_plugin_manager, plugin_name
 from ..errors import ConfigurationError
-from ..hookspecs import hookimpl
+from ..hookspecs import LIFECYCLE_HOOKS, hookimpl
 from ..queue import Queue
 
-LIFECYCLE_HOOKS = (
-    "sqla_queue_job_enqueued",
-    "sqla_queue_job_claimed",
-    "sqla_queue_job_completed",
-    "sqla_queue_job_retried",
-    "sqla_queue_job_failed",
-    "sqla_queue_job_recovered",
-    "sqla_queue_lost_claim",
-    "sqla_queue_empty_claim",
-)
 
 
 class ConformanceError(AssertionError):
