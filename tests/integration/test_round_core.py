@@ -115,9 +115,9 @@ def test_worker_sessions_run_read_committed_whatever_the_database_default(create
         queue.engine.dispose()
 
 
-def test_a_terminated_connection_raises_database_error_and_the_next_round_reconnects(
-    recorded_queue, engine
-):
+def test_a_connection_terminated_while_pooled_is_replaced_before_the_round(recorded_queue, engine):
+    """The server says so on the socket when it ends a backend; the worker's pool sees that at
+    checkout (no round trip) and connects again, so the round itself does not fail."""
     worker = recorded_queue.worker(concurrency=1)
     bound = worker.queue
     try:
@@ -127,8 +127,29 @@ def test_a_terminated_connection_raises_database_error_and_the_next_round_reconn
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
 
+        _, claimed = bound.complete_and_claim([], worker_id="w", limit=1)
+        assert [job.payload for job in claimed] == [{"secret": "hunter2"}]
+        with bound._single_statement() as conn:
+            assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() != pid
+    finally:
+        worker.engine.dispose()
+
+
+def test_a_connection_terminated_mid_call_raises_database_error_and_the_next_round_reconnects(
+    recorded_queue, engine
+):
+    worker = recorded_queue.worker(concurrency=1)
+    bound = worker.queue
+    params = {"queue": "default", "worker_id": "w", "limit": 1, "token": "t", "job_ids": [], "tokens": [],
+              "from_run_at": None, "from_id": None}
+    try:
+        recorded_queue.enqueue("send_email", {"secret": "hunter2"})
         with pytest.raises(sq.DatabaseError) as failed:
-            bound.complete_and_claim([], worker_id="w", limit=1)
+            with bound._single_statement() as conn:
+                pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                with engine.connect() as other:
+                    other.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
+                bound._round_statement.rows(conn, params)  # the round's driver path, mid-checkout
         assert failed.value.connection_invalidated
         assert "hunter2" not in str(failed.value)
         _, claimed = bound.complete_and_claim([], worker_id="w", limit=1)
