@@ -16,7 +16,7 @@ from .raw_sql import QUEUE, TASK
 from .server import Database, diagnostic_database
 from .sizes import Size
 
-PRELOAD = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_utility=on"
+PRELOAD = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track_utility": "on"}
 STATEMENTS = """
 SELECT query, calls FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())

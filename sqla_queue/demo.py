@@ -1,9 +1,9 @@
 """A two-minute tour on the embedded PostgreSQL 18: ``python -m sqla_queue.demo``.
 
-It starts (or reuses) a server in ``./.sqla_queue/demo-pg``, creates the schema with the
-packaged Alembic revisions, writes an order and its receipt job in one transaction, then claims
-and completes it, shows a retry, a lost claim and a deduplicated enqueue, and prints the
-queue's health. Pass ``--database-url`` (or set SQLA_QUEUE_DATABASE_URL) to use your own server.
+It starts (or reuses) a server in ``./.sqla_queue/demo-pg``, creates a new database there with
+the queue's schema (the packaged Alembic revisions; dropped at the end), writes an order and its
+receipt job in one transaction, then claims and completes it, shows a retry, a lost claim and a
+deduplicated enqueue, and prints the queue's health. Pass ``--database-url`` (or set SQLA_QUEUE_DATABASE_URL) to use your own server.
 """
 
 from __future__ import annotations
@@ -13,33 +13,12 @@ import os
 from pathlib import Path
 
 from sqlalchemy import Integer, String, create_engine
-from sqlalchemy.engine import make_url
-from sqlalchemy.schema import DDLElement
-from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import sqla_queue as sq
-from sqla_queue import _embedded, migrations
+from sqla_queue import migrations
 from sqla_queue._engine import DATABASE_URL_ENV
-
-
-class CreateDatabase(DDLElement):
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class DropDatabase(CreateDatabase):
-    pass
-
-
-@compiles(CreateDatabase)
-def _create_database(element, compiler, **kw) -> str:
-    return f"CREATE DATABASE {compiler.preparer.quote(element.name)}"
-
-
-@compiles(DropDatabase)
-def _drop_database(element, compiler, **kw) -> str:
-    return f"DROP DATABASE IF EXISTS {compiler.preparer.quote(element.name)} WITH (FORCE)"
+from sqla_queue.testing import migrated_database, start_embedded_server
 
 
 class DemoBase(DeclarativeBase):
@@ -57,24 +36,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV))
     parser.add_argument("--data-dir", default=".sqla_queue/demo-pg")
     args = parser.parse_args(argv)
-    url = args.database_url or fresh_demo_database(_embedded.start(Path(args.data_dir)))
+    if args.database_url:
+        run(args.database_url)
+        return
+    # Our own embedded server: a new migrated database per run, dropped at the end.
+    with migrated_database(server=start_embedded_server(Path(args.data_dir))) as url:
+        run(url)
+
+
+def run(url: str) -> None:
     engine = create_engine(url)
     with engine.connect() as conn:  # the queue's revisions commit on their own
         migrations.upgrade(conn)
     with engine.begin() as conn:
         DemoBase.metadata.create_all(conn)
     queue = sq.Queue(engine, load_entrypoints=False, blocked_plugins=["sqla_queue.logging"])
-    tour(queue, engine)
-
-
-def fresh_demo_database(server_url: str) -> str:
-    """On our own embedded server, every run starts from an empty ``sqla_queue_demo`` database."""
-    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(DropDatabase("sqla_queue_demo"))
-        conn.execute(CreateDatabase("sqla_queue_demo"))
-    admin.dispose()
-    return make_url(server_url).set(database="sqla_queue_demo").render_as_string(hide_password=False)
+    try:
+        tour(queue, engine)
+    finally:
+        engine.dispose()
 
 
 def tour(queue: sq.Queue, engine) -> None:

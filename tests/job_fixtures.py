@@ -1,8 +1,6 @@
-"""Setup for integration tests: real PostgreSQL, the session's migrated database.
-
-Tests here commit freely on the shared database (the ``queue`` fixture empties the job table
-first). Anything that needs a schema of its own (a host model, a large table) asks for
-``create_database()`` itself.
+"""Fixtures shared by the feature directories that work on jobs: an event recorder, readers
+of stored rows (through the test's ``connection`` when it has one, see tests/conftest.py), and
+moves of the database clock for committed jobs (``run_sql``, ``expire_lease``, ``make_due``).
 """
 
 from __future__ import annotations
@@ -76,11 +74,11 @@ def recorded_queue(engine: Engine, clean_jobs: None, recorder: EventRecorder) ->
 
 
 @pytest.fixture
-def job_row(engine: Engine):
+def job_row(read_jobs):
     """The whole stored row of one job, as a dict (None if it is gone)."""
 
     def read(job_id: int) -> dict[str, Any] | None:
-        with engine.connect() as conn:
+        with read_jobs() as conn:
             row = conn.execute(
                 text("SELECT * FROM sqla_queue_jobs WHERE id = :id"), {"id": job_id}
             ).mappings().first()
@@ -90,11 +88,11 @@ def job_row(engine: Engine):
 
 
 @pytest.fixture
-def table_rows(engine: Engine):
+def table_rows(read_jobs):
     """Every row of the job table, ordered by id: compare before/after to prove "unchanged"."""
 
     def read() -> list[dict[str, Any]]:
-        with engine.connect() as conn:
+        with read_jobs() as conn:
             rows = conn.execute(text("SELECT * FROM sqla_queue_jobs ORDER BY id")).mappings().all()
         return [dict(row) for row in rows]
 

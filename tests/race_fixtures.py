@@ -1,4 +1,6 @@
-"""Races need to commit from many connections at once: each test gets a database of its own."""
+"""Races need to commit from many connections at once: each such test gets a database of its
+own (``fresh_url``), engines on it (``make_engine``) and a barrier to start threads together
+(``race``)."""
 
 from __future__ import annotations
 

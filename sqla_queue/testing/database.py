@@ -1,51 +1,73 @@
-"""A real, migrated PostgreSQL database for a plugin's own test suite.
+"""A real PostgreSQL for tests, demos and benchmarks: sqla_queue's own suite, a plugin's suite,
+``python -m sqla_queue.demo`` and ``python -m benchmarks`` all start here.
 
 Plugin authors test against PostgreSQL, not a fake: the dedupe index, the claim and the retry
-schedule are the database's behaviour. `migrated_database` gives them one with the same
-server choice as sqla_queue's own tests:
+schedule are the database's behaviour. The server is chosen in this order:
 
-1. ``SQLA_QUEUE_TEST_DATABASE_URL``: a server you run; a fresh database is created there and
+1. ``SQLA_QUEUE_TEST_DATABASE_URL``: a server you run; new databases are created there and
    dropped afterwards.
-2. Otherwise an embedded PostgreSQL 18 (``pip install 'sqla-queue[embedded]'``), started in a
-   temporary directory and deleted when the process exits. One server per process serves
-   every `migrated_database` call (each still gets its own database): several plugin test
-   suites in one pytest session start it once.
+2. ``SQLA_QUEUE_TESTCONTAINERS=1``: a ``postgres`` container started by testcontainers (needs a
+   Docker engine; ``SQLA_QUEUE_TESTCONTAINERS_IMAGE`` picks the image, default postgres:18),
+   stopped when the process exits.
+3. Otherwise an embedded PostgreSQL 18 (``pip install 'sqla-queue[embedded]'``), started in a
+   temporary directory and deleted when the process exits.
+
+One server per process serves every call (each `migrated_database` still gets a database of its
+own): several test suites in one pytest session start it once.
+
+`embedded_server` is the other shape: a PostgreSQL 18 of its own on 127.0.0.1 TCP with the
+settings asked for, for benchmarks and for tests that restart the server or cut its network.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from .. import _embedded, migrations
+from .. import migrations
+from ._embedded import EmbeddedServer, bin_dir, start, tcp_server
 
 TEST_DATABASE_URL_ENV = "SQLA_QUEUE_TEST_DATABASE_URL"
+TESTCONTAINERS_ENV = "SQLA_QUEUE_TESTCONTAINERS"
+TESTCONTAINERS_IMAGE_ENV = "SQLA_QUEUE_TESTCONTAINERS_IMAGE"
+
+__all__ = ["EmbeddedServer", "embedded_server", "embedded_tools_dir", "migrated_database",
+           "server_url", "start_embedded_server"]
 
 
 @contextmanager
-def migrated_database(data_dir: str | Path | None = None) -> Iterator[str]:
+def migrated_database(data_dir: str | Path | None = None, *, server: str | None = None,
+                      migrate: bool = True) -> Iterator[str]:
     """Yield the URL of a new database with the queue's migrations applied; drop it on exit.
 
     :param data_dir: where an embedded server keeps its data (default: the process's shared
-        server in a temporary directory). Ignored when ``SQLA_QUEUE_TEST_DATABASE_URL`` is set.
+        server, see `server_url`). Ignored when ``SQLA_QUEUE_TEST_DATABASE_URL`` is set.
+    :param server: a maintenance URL to create the database on instead (e.g. an
+        `embedded_server`'s ``url``).
+    :param migrate: False leaves the database empty, for tests of the migrations themselves.
     """
-    server = _server_url(data_dir)
-    name = f"sqlaq_plugin_test_{uuid.uuid4().hex[:12]}"
+    if server is None:
+        server = _embedded_on(data_dir) if data_dir and not os.environ.get(TEST_DATABASE_URL_ENV) \
+            else server_url()
+    server = _psycopg(server)
+    name = f"sqlaq_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(server, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
             # Identifiers cannot be bound parameters; `name` is ours, built just above.
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         url = make_url(server).set(database=name).render_as_string(hide_password=False)
-        _migrate(url)
+        if migrate:
+            _migrate(url)
         yield url
     finally:
         with admin.connect() as conn:
@@ -53,28 +75,68 @@ def migrated_database(data_dir: str | Path | None = None) -> Iterator[str]:
         admin.dispose()
 
 
-def _server_url(data_dir: str | Path | None) -> str:
+@functools.cache
+def server_url() -> str:
+    """The maintenance URL (``postgresql+psycopg``) of this process's test server, chosen as
+    the module says; started on first use."""
     url = os.environ.get(TEST_DATABASE_URL_ENV)
-    if not url:
-        return _embedded.start(Path(data_dir) / "data", keep=False) if data_dir else _process_server()
+    if url:
+        return _psycopg(url)
+    if os.environ.get(TESTCONTAINERS_ENV) == "1":
+        return _psycopg(_container_url())
+    # Our own mkdtemp, not pytest's tmp_path: pytest prunes old base temp directories when
+    # another session starts, which would pull the data directory from under a running server.
+    return start(Path(tempfile.mkdtemp(prefix="sqlaq-pg-")) / "data", keep=False)
+
+
+def start_embedded_server(data_dir: str | Path, *, keep: bool = True) -> str:
+    """Start (or reuse) the embedded PostgreSQL 18 on `data_dir`; return its maintenance URL.
+
+    `keep=False` deletes the data directory when the process exits; the demo keeps it.
+    """
+    return start(data_dir, keep=keep)
+
+
+@contextmanager
+def embedded_server(settings: Mapping[str, str] | None = None) -> Iterator[EmbeddedServer]:
+    """A new embedded PostgreSQL 18 of its own on 127.0.0.1 and a free port, PostgreSQL's
+    defaults plus `settings` (``{"fsync": "off"}``); the caller may restart it. Stopped and
+    deleted on exit. Its ``bin_dir`` holds ``pgbench``."""
+    with tcp_server(settings) as server:
+        yield server
+
+
+def embedded_tools_dir() -> Path | None:
+    """Where the embedded PostgreSQL keeps ``pgbench``, ``psql`` and ``pg_ctl`` (None when the
+    wheel is not installed)."""
+    return bin_dir()
+
+
+def _embedded_on(data_dir: str | Path) -> str:
+    return start(Path(data_dir) / "data", keep=False)
+
+
+def _container_url() -> str:
+    from testcontainers.postgres import PostgresContainer
+
+    container = PostgresContainer(os.environ.get(TESTCONTAINERS_IMAGE_ENV, "postgres:18"),
+                                  driver="psycopg")
+    container.start()
+    atexit.register(container.stop)
+    return container.get_connection_url()
+
+
+def _psycopg(url: str) -> str:
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgresql+psycopg2"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
 
 
-@functools.cache
-def _process_server() -> str:
-    """The embedded server shared by this process. Its directory is our own ``mkdtemp``, not
-    pytest's ``tmp_path``: pytest prunes old base temp directories when another session
-    starts, which would pull the data directory from under a running server."""
-    return _embedded.start(Path(tempfile.mkdtemp(prefix="sqlaq-pg-")) / "data", keep=False)
-
-
 def _migrate(url: str) -> None:
     engine = create_engine(url)
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn:  # the revisions commit on their own (CONCURRENTLY)
             migrations.upgrade(conn)
     finally:
         engine.dispose()

@@ -14,33 +14,33 @@ import sqla_queue as sq
 # -- the caller's transaction -------------------------------------------------------------
 
 
-def test_job_enqueued_in_a_session_exists_once_the_session_commits(queue, engine, count_jobs):
+def test_job_enqueued_in_a_session_exists_once_the_session_commits(committed_queue, engine, count_jobs):
     with Session(engine) as session:
-        job_id = queue.enqueue("send_email", {"to": "a@example.com"}, session=session)
+        job_id = committed_queue.enqueue("send_email", {"to": "a@example.com"}, session=session)
         assert session.in_transaction()
         assert count_jobs() == 0  # another connection cannot see it: we did not commit
         session.commit()
 
     assert count_jobs() == 1
-    assert queue.get_job(job_id).status is sq.JobStatus.PENDING
+    assert committed_queue.get_job(job_id).status is sq.JobStatus.PENDING
 
 
-def test_job_enqueued_in_a_session_vanishes_when_the_session_rolls_back(queue, engine, count_jobs):
+def test_job_enqueued_in_a_session_vanishes_when_the_session_rolls_back(committed_queue, engine, count_jobs):
     with Session(engine) as session:
-        queue.enqueue("send_email", {}, session=session)
+        committed_queue.enqueue("send_email", {}, session=session)
         session.rollback()
 
     assert count_jobs() == 0
 
 
-def test_job_and_domain_row_commit_or_roll_back_together(queue, engine, count_jobs, run_sql):
+def test_job_and_domain_row_commit_or_roll_back_together(committed_queue, engine, count_jobs, run_sql):
     run_sql("CREATE TABLE IF NOT EXISTS test_orders (id serial PRIMARY KEY, total int)")
     run_sql("TRUNCATE test_orders")
 
     def place_order(commit: bool) -> None:
         with Session(engine) as session:
             session.execute(text("INSERT INTO test_orders (total) VALUES (42)"))
-            queue.enqueue("send_email", {"receipt": True}, session=session)
+            committed_queue.enqueue("send_email", {"receipt": True}, session=session)
             session.commit() if commit else session.rollback()
 
     place_order(commit=False)
@@ -51,11 +51,11 @@ def test_job_and_domain_row_commit_or_roll_back_together(queue, engine, count_jo
     assert (orders, count_jobs()) == (1, 1)
 
 
-def test_job_enqueued_on_a_connection_exists_once_its_transaction_commits(queue, engine, count_jobs):
+def test_job_enqueued_on_a_connection_exists_once_its_transaction_commits(committed_queue, engine, count_jobs):
     with engine.connect() as conn:
         conn.begin()
-        queue.enqueue("send_email", {}, connection=conn)
-        queue.enqueue_many([{"task": "send_email", "payload": {}}], connection=conn)
+        committed_queue.enqueue("send_email", {}, connection=conn)
+        committed_queue.enqueue_many([{"task": "send_email", "payload": {}}], connection=conn)
         assert conn.in_transaction()
         assert count_jobs() == 0
         conn.commit()
@@ -63,26 +63,26 @@ def test_job_enqueued_on_a_connection_exists_once_its_transaction_commits(queue,
     assert count_jobs() == 2
 
 
-def test_job_enqueued_on_a_connection_vanishes_when_it_rolls_back(queue, engine, count_jobs):
+def test_job_enqueued_on_a_connection_vanishes_when_it_rolls_back(committed_queue, engine, count_jobs):
     with engine.connect() as conn:
         conn.begin()
-        queue.enqueue("send_email", {}, connection=conn)
+        committed_queue.enqueue("send_email", {}, connection=conn)
         conn.rollback()
 
     assert count_jobs() == 0
 
 
-def test_enqueue_without_a_transaction_commits_on_its_own(queue, count_jobs):
-    queue.enqueue("send_email", {})
+def test_enqueue_without_a_transaction_commits_on_its_own(committed_queue, count_jobs):
+    committed_queue.enqueue("send_email", {})
     assert count_jobs() == 1
 
 
-def test_enqueue_many_returns_ids_in_input_order(queue, job_row):
+def test_enqueue_many_returns_ids_in_input_order(queue, connection, job_row):
     jobs = [{"task": "send_email", "payload": {"n": n}} for n in range(5)]
     jobs[2]["idempotency_key"] = "k-2"
     jobs[3]["queue"] = "emails"
 
-    ids = queue.enqueue_many(jobs)
+    ids = queue.enqueue_many(jobs, connection=connection)
 
     assert len(set(ids)) == 5
     assert [job_row(i)["payload"] for i in ids] == [{"n": n} for n in range(5)]
@@ -90,15 +90,18 @@ def test_enqueue_many_returns_ids_in_input_order(queue, job_row):
     assert job_row(ids[2])["idempotency_key"] == "k-2"
 
 
-def test_enqueue_many_of_nothing_writes_nothing(queue, count_jobs):
+def test_enqueue_many_of_nothing_writes_nothing(queue, connection, count_jobs):
+    assert queue.enqueue_many([], connection=connection) == []
     assert queue.enqueue_many([]) == []
     assert count_jobs() == 0
 
 
-def test_enqueue_options_are_stored(queue, job_row):
+def test_enqueue_options_are_stored(queue, session, job_row):
     job_id = queue.enqueue(
-        "resize", {"w": 10}, queue="thumbnails", max_attempts=7, idempotency_key="img-1", delay=60
+        "resize", {"w": 10}, queue="thumbnails", max_attempts=7, idempotency_key="img-1", delay=60,
+        session=session,
     )
+    session.commit()  # a SAVEPOINT here: the test's outer transaction still rolls it back
     row = job_row(job_id)
     assert (row["task"], row["queue_name"], row["max_attempts"], row["idempotency_key"]) == (
         "resize", "thumbnails", 7, "img-1",
@@ -110,15 +113,15 @@ def test_enqueue_options_are_stored(queue, job_row):
 # -- the dedupe window ------------------------------------------------------------------------
 
 
-def test_same_key_while_active_returns_the_existing_job(queue, count_jobs):
-    first = queue.enqueue("send_email", {"v": 1}, idempotency_key="welcome:42")
-    second = queue.enqueue("send_email", {"v": 2}, idempotency_key="welcome:42")
-    [job] = queue.claim(worker_id="w")
-    while_running = queue.enqueue("send_email", {"v": 3}, idempotency_key="welcome:42")
+def test_same_key_while_active_returns_the_existing_job(committed_queue, count_jobs):
+    first = committed_queue.enqueue("send_email", {"v": 1}, idempotency_key="welcome:42")
+    second = committed_queue.enqueue("send_email", {"v": 2}, idempotency_key="welcome:42")
+    [job] = committed_queue.claim(worker_id="w")
+    while_running = committed_queue.enqueue("send_email", {"v": 3}, idempotency_key="welcome:42")
 
     assert first == second == while_running == job.id
     assert count_jobs() == 1
-    assert queue.get_job(first).payload == {"v": 1}
+    assert committed_queue.get_job(first).payload == {"v": 1}
 
 
 @pytest.mark.parametrize(
@@ -131,13 +134,13 @@ def test_same_key_while_active_returns_the_existing_job(queue, count_jobs):
         ),
     ],
 )
-def test_a_finished_job_releases_its_key_and_an_active_one_keeps_it(queue, count_jobs, finish):
-    first = queue.enqueue("resize", {}, idempotency_key="thumb:7", max_attempts=1)
-    [job] = queue.claim("images", worker_id="w")
-    outcome = finish(queue, job)
-    finished = queue.get_job(first).status in (sq.JobStatus.COMPLETED, sq.JobStatus.FAILED)
+def test_a_finished_job_releases_its_key_and_an_active_one_keeps_it(committed_queue, count_jobs, finish):
+    first = committed_queue.enqueue("resize", {}, idempotency_key="thumb:7", max_attempts=1)
+    [job] = committed_queue.claim("images", worker_id="w")
+    outcome = finish(committed_queue, job)
+    finished = committed_queue.get_job(first).status in (sq.JobStatus.COMPLETED, sq.JobStatus.FAILED)
 
-    again = queue.enqueue("resize", {}, idempotency_key="thumb:7")
+    again = committed_queue.enqueue("resize", {}, idempotency_key="thumb:7")
 
     assert outcome
     assert finished  # max_attempts=1: even a retry ends the job
@@ -145,22 +148,23 @@ def test_a_finished_job_releases_its_key_and_an_active_one_keeps_it(queue, count
     assert count_jobs() == 2
 
 
-def test_retried_job_with_attempts_left_keeps_its_key(queue, count_jobs):
-    first = queue.enqueue("send_email", {}, idempotency_key="k")
-    [job] = queue.claim(worker_id="w")
-    queue.retry(job.id, job.claim_token, error="x", delay=3600)
+def test_retried_job_with_attempts_left_keeps_its_key(committed_queue, count_jobs):
+    first = committed_queue.enqueue("send_email", {}, idempotency_key="k")
+    [job] = committed_queue.claim(worker_id="w")
+    committed_queue.retry(job.id, job.claim_token, error="x", delay=3600)
 
-    assert queue.enqueue("send_email", {}, idempotency_key="k") == first
+    assert committed_queue.enqueue("send_email", {}, idempotency_key="k") == first
     assert count_jobs() == 1
 
 
-def test_repeated_key_within_one_batch_maps_to_one_job(queue, count_jobs):
+def test_repeated_key_within_one_batch_maps_to_one_job(queue, connection, count_jobs):
     ids = queue.enqueue_many(
         [
             {"task": "send_email", "payload": {"n": 0}, "idempotency_key": "same"},
             {"task": "send_email", "payload": {"n": 1}},
             {"task": "send_email", "payload": {"n": 2}, "idempotency_key": "same"},
-        ]
+        ],
+        connection=connection,
     )
     assert ids[0] == ids[2] != ids[1]
     assert count_jobs() == 2
@@ -179,7 +183,7 @@ def _wait_until_blocked(engine, waiter_pid: int, holder_pid: int) -> None:
 
 
 @pytest.mark.parametrize("holder_commits", [True, False], ids=["holder-commits", "holder-rolls-back"])
-def test_enqueue_waits_for_an_uncommitted_key_holder(queue, engine, count_jobs, holder_commits):
+def test_enqueue_waits_for_an_uncommitted_key_holder(committed_queue, engine, count_jobs, holder_commits):
     waiter_ready = threading.Event()
     result: dict[str, object] = {}
 
@@ -190,7 +194,7 @@ def test_enqueue_waits_for_an_uncommitted_key_holder(queue, engine, count_jobs, 
                 conn.rollback()
                 waiter_ready.set()
                 with conn.begin():
-                    result["id"] = queue.enqueue("send_email", {"who": "second"},
+                    result["id"] = committed_queue.enqueue("send_email", {"who": "second"},
                                                  idempotency_key="order:1", connection=conn)
         except BaseException as exc:  # pragma: no cover - reported below
             result["error"] = exc
@@ -200,7 +204,7 @@ def test_enqueue_waits_for_an_uncommitted_key_holder(queue, engine, count_jobs, 
         holder_pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
         holder.rollback()
         holder.begin()
-        holder_id = queue.enqueue("send_email", {"who": "first"},
+        holder_id = committed_queue.enqueue("send_email", {"who": "first"},
                                   idempotency_key="order:1", connection=holder)
         thread = threading.Thread(target=second_enqueue)
         thread.start()
@@ -217,4 +221,4 @@ def test_enqueue_waits_for_an_uncommitted_key_holder(queue, engine, count_jobs, 
         assert result["id"] == holder_id
     else:
         assert result["id"] != holder_id
-        assert queue.get_job(result["id"]).payload == {"who": "second"}
+        assert committed_queue.get_job(result["id"]).payload == {"who": "second"}

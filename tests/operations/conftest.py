@@ -101,3 +101,10 @@ def cli(tmp_path: Path, database_url: str):
         return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
     return run
+
+
+@pytest.fixture
+def queue(committed_queue):
+    """Tests here commit (workers, claims, outcomes, other processes): `queue` is the committed
+    one, on an empty job table (see tests/conftest.py)."""
+    return committed_queue

@@ -1,4 +1,4 @@
-"""Helpers for the operations tests: reading the planner's JSON plans."""
+"""Helpers for the plan tests: reading the planner's JSON plans."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ops_helpers import indexes_used, plan_of, seq_scanned
+from plan_helpers import indexes_used, plan_of, seq_scanned
 from sqlalchemy import create_engine, text
 
 import sqla_queue as sq

@@ -75,9 +75,10 @@ BAD_KEYS = [
 
 
 @pytest.fixture
-def unchanged(queue, table_rows):
-    """Seed one job; after the test, the whole table must be exactly as before."""
-    queue.enqueue("send_email", {"seed": True})
+def unchanged(queue, connection, table_rows):
+    """Seed one job in the test's rolled-back transaction; after the test, the whole table as
+    that transaction sees it (the seed and anything committed meanwhile) must be as before."""
+    queue.enqueue("send_email", {"seed": True}, connection=connection)
     before = table_rows()
     yield
     assert table_rows() == before
@@ -158,16 +159,16 @@ def test_bad_schedule_on_enqueue_raises_invalid_input(queue, unchanged, options)
 
 
 @pytest.mark.parametrize("options", BAD_SCHEDULES)
-def test_bad_schedule_on_retry_raises_invalid_input_and_keeps_the_claim(queue, job_row, options):
-    job_id = queue.enqueue("send_email", {})
-    [job] = queue.claim(worker_id="w")
+def test_bad_schedule_on_retry_raises_invalid_input_and_keeps_the_claim(committed_queue, job_row, options):
+    job_id = committed_queue.enqueue("send_email", {})
+    [job] = committed_queue.claim(worker_id="w")
     before = job_row(job_id)
 
     with pytest.raises(InvalidInputError, match="run_at|delay"):
-        queue.retry(job.id, job.claim_token, error="x", **options)
+        committed_queue.retry(job.id, job.claim_token, error="x", **options)
 
     assert job_row(job_id) == before
-    assert queue.complete(job.id, job.claim_token) is True
+    assert committed_queue.complete(job.id, job.claim_token) is True
 
 
 @pytest.mark.parametrize("key", BAD_KEYS)

@@ -45,7 +45,7 @@ SIDE_APP_NAME = "sqlaq-fault-side"
 PG_USER = "embedded_postgres"
 
 APP_SOURCE = '''
-"""Throwaway app for the fault-injection tests (written by tests/faults/conftest.py)."""
+"""Throwaway app for the fault-injection tests (written by tests/worker/conftest.py)."""
 import os
 import time
 
@@ -443,3 +443,10 @@ def fault_app(tmp_path: Path) -> Iterator[Callable[[str], FaultApp]]:
 def session_app_url(create_database) -> str:
     """A fresh migrated database (with the side table) on the session's server."""
     return create_app_database(create_database(), make_database=False)
+
+
+@pytest.fixture
+def queue(committed_queue):
+    """Tests here commit (workers, claims, outcomes, other processes): `queue` is the committed
+    one, on an empty job table (see tests/conftest.py)."""
+    return committed_queue

@@ -1,0 +1,10 @@
+"""Pages run as written: their commands are separate processes that see committed data only."""
+
+import pytest
+
+
+@pytest.fixture
+def queue(committed_queue):
+    """Tests here commit (workers, claims, outcomes, other processes): `queue` is the committed
+    one, on an empty job table (see tests/conftest.py)."""
+    return committed_queue
