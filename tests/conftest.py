@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, Engine, create_engine, text
@@ -41,6 +42,32 @@ from sqla_queue import testing
 # Fixtures shared by several feature directories: event recording, row readers, clock moves
 # (job_fixtures), and engines on a test's own database with a thread barrier (race_fixtures).
 pytest_plugins = ["job_fixtures", "race_fixtures"]
+
+# Tests whose result does not depend on the server's PostgreSQL version: no database at all, a
+# server of their own (restarts, network faults), or a journey (docs, CLI, tutorial, Alembic
+# tooling, the crash storm) that only needs *a* database and runs statements the other tests
+# already run on every version. They get the ``server_independent`` marker; CI runs them on
+# PostgreSQL 18 only (``-m "not server_independent"`` on the PostgreSQL 15 pass).
+SERVER_INDEPENDENT = (
+    "benchmarks/", "cli/", "docs/", "examples/",
+    "sql/test_queue_statements.py", "sql/test_single_job_insert.py",
+    "sql/test_operations_statements.py", "enqueue/test_payload_encoding.py",
+    "validation/test_validate.py", "claim_and_outcomes/test_backoff.py",
+    "claim_and_outcomes/test_last_error_text.py", "operations/test_operations_doc.py",
+    "plugins/test_plugin_docs.py", "plugins/test_howto_examples.py",
+    "migrations/test_revisions.py", "migrations/test_cli_db.py", "migrations/test_docs_alembic.py",
+    "migrations/test_host_alembic.py", "migrations/test_host_install.py",
+    "worker/test_proxy.py", "worker/test_connection_loss.py", "worker/test_network.py",
+    "worker/test_long_job.py", "worker/test_crash.py",
+)
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(TESTS) and \
+                item.path.relative_to(TESTS).as_posix().startswith(SERVER_INDEPENDENT):
+            item.add_marker(pytest.mark.server_independent)
 
 
 @pytest.fixture(scope="session")

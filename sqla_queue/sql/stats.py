@@ -3,7 +3,7 @@
 The job table of a busy queue is mostly finished jobs, so no statement here may read all of
 them: the active aggregate reads only pending and running rows, and every windowed statement is
 a range scan on a finished-time (or counter bucket) index. Which index serves which statement is
-proved by EXPLAIN in tests/ops/test_stats_plans.py and listed in docs/how-to/operations.md.
+proved by EXPLAIN in tests/sql/test_operations_plans.py and listed in docs/how-to/operations.md.
 
 Window bounds use ``now()``, not ``clock_timestamp()``: a volatile function cannot bound an index
 scan, and ``now()`` (the transaction's start) keeps every statement of one `stats()` call on the
