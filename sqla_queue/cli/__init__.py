@@ -170,7 +170,10 @@ def run() -> None:
         sys.exit(exc.exit_code)
 
 
-from . import jobs as _jobs  # noqa: E402,F401  (commands register themselves on `main`)
+# One module per command, named for it; each adds itself to `main` when imported.
+from . import enqueue as _enqueue  # noqa: E402,F401
+from . import stats as _stats  # noqa: E402,F401
+from . import recover as _recover  # noqa: E402,F401
 from . import db as _db  # noqa: E402,F401
 from . import worker as _worker  # noqa: E402,F401
 from . import plugins as _plugins  # noqa: E402,F401

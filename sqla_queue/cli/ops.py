@@ -17,7 +17,7 @@ from rich.table import Table
 
 from . import EXIT_PROBLEM, CliContext, main
 from ._params import DURATION, DURATION_HELP, format_seconds, payload_fields, payload_text, timestamp
-from .jobs import console
+from ._params import console
 from ..doctor import Doctor, DoctorConfig, Report, Verdict
 from ..errors import JobStateError
 from ..maintenance import DEFAULT_BATCH_SIZE, DEFAULT_COUNTERS_AFTER

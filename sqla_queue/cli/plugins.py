@@ -18,7 +18,7 @@ from rich.table import Table
 
 from . import CliContext, main
 from .._plugins import PluginInfo, build_plugin_manager, describe_plugins
-from .jobs import console
+from ._params import console
 
 _PREFIX = "sqla_queue_"
 

@@ -1,4 +1,4 @@
-"""``enqueue``, ``stats`` and ``recover``: everyday commands on an app's queue."""
+"""``stats``: queue-health signals per queue, as tables or JSON, once or every --watch."""
 
 from __future__ import annotations
 
@@ -9,36 +9,14 @@ import time
 from datetime import timedelta
 
 import click
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
 from . import CliContext, main
-from ._params import DURATION, DURATION_HELP, DURATION_OR_ZERO, format_seconds, timestamp
+from ._params import DURATION, DURATION_HELP, console, timestamp
 from ..doctor import format_duration
-from ..queue import DEFAULT_LEASE
 from ..types import QueueHealth, QueueStats
-
-
-@main.command()
-@click.argument("task")
-@click.argument("payload", default="{}")
-@click.option("--queue", help="Queue name (default: the task's).")
-@click.option("--delay", type=DURATION_OR_ZERO,
-              help=f"Run no earlier than this long from now (0: now). {DURATION_HELP}")
-@click.option("--max-attempts", type=int, help="Attempts before the job fails for good.")
-@click.option("--idempotency-key", help="Dedupe key: an active job with it is returned instead.")
-@click.pass_obj
-def enqueue(obj: CliContext, task, payload, queue, delay, max_attempts, idempotency_key) -> None:
-    """Enqueue TASK with a JSON object PAYLOAD; prints the job id."""
-    try:
-        data = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON ({exc.msg} at column {exc.colno})", param_hint="PAYLOAD") from None
-    job_id = obj.queue().enqueue(
-        task, data, queue=queue, delay=delay, max_attempts=max_attempts, idempotency_key=idempotency_key
-    )
-    click.echo(job_id)
 
 
 @main.command()
@@ -93,22 +71,6 @@ def _watch_stats(queue, window: timedelta, every: timedelta, count: int | None, 
                 return
             time.sleep(every.total_seconds())
             live.update(stats_tables(queue.stats(window=window)), refresh=True)
-
-
-@main.command()
-@click.option("--lease", type=DURATION, default=format_seconds(DEFAULT_LEASE), show_default=True,
-              help=f"A running job whose lease started longer ago than this is expired. {DURATION_HELP}")
-@click.option("--limit", type=int, default=100, show_default=True, help="At most this many jobs per kind.")
-@click.pass_obj
-def recover(obj: CliContext, lease: timedelta, limit: int) -> None:
-    """Return jobs with expired leases to pending (or failed, on their last attempt)."""
-    ids = obj.queue().recover_expired(lease=lease, limit=limit)
-    click.echo(f"recovered {len(ids)} job(s)" + (f": {', '.join(map(str, ids))}" if ids else ""))
-
-
-def console() -> Console:
-    """A terminal gets its own width; a pipe gets a wide one, so tables never truncate names."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def stats_as_dict(result: QueueStats) -> dict:
