@@ -174,8 +174,10 @@ def run() -> None:
 from . import enqueue as _enqueue  # noqa: E402,F401
 from . import stats as _stats  # noqa: E402,F401
 from . import recover as _recover  # noqa: E402,F401
+from . import jobs as _jobs  # noqa: E402,F401
+from . import doctor as _doctor  # noqa: E402,F401
+from . import prune as _prune  # noqa: E402,F401
 from . import db as _db  # noqa: E402,F401
 from . import worker as _worker  # noqa: E402,F401
 from . import plugins as _plugins  # noqa: E402,F401
-from . import ops as _ops  # noqa: E402,F401
 from . import alembic_cmd as _alembic_cmd  # noqa: E402,F401

@@ -1,0 +1,131 @@
+"""``jobs list / show / retry / cancel``: find jobs and act on one of them.
+
+Exit codes as everywhere: 0 done, 1 the command ran and found a problem (no such job, a job in
+the wrong state or busy), 2 bad usage or input. Payloads are printed bounded (`payload_text`):
+one job may carry megabytes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.table import Table
+
+from . import EXIT_PROBLEM, CliContext, main
+from ._params import console, payload_fields, payload_text, timestamp
+from ..errors import JobStateError
+from ..types import JobPage, JobStatus, JobView
+
+
+class Refused(click.ClickException):
+    """The job is not in a state the action applies to, or busy: exit 1, nothing changed."""
+
+    exit_code = EXIT_PROBLEM
+
+
+@main.group()
+def jobs() -> None:
+    """List jobs, show one, retry a failed one now, cancel a pending one."""
+
+
+@jobs.command("list")
+@click.option("--status", type=click.Choice([s.value for s in JobStatus]), help="Only jobs in this state.")
+@click.option("--queue", "queue_name", help="Only jobs of this queue.")
+@click.option("--task", help="Only jobs of this task.")
+@click.option("--limit", type=int, default=20, show_default=True, help="Jobs per page (at most 1000).")
+@click.option("--before", "before_id", type=int, metavar="ID", help="The page after the one that ended at ID.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def list_(obj: CliContext, status, queue_name, task, limit, before_id, as_json) -> None:
+    """Jobs newest first; the last line says how to get the next page."""
+    page = obj.queue().list_jobs(status=status, queue=queue_name, task=task, limit=limit, before_id=before_id)
+    if as_json:
+        click.echo(json.dumps({"jobs": [job_dict(j) for j in page.jobs], "next_before": page.next_before},
+                              indent=2, ensure_ascii=False))
+        return
+    console().print(_jobs_table(page))
+    click.echo(f"next page: --before {page.next_before}" if page.next_before else "last page")
+
+
+def _jobs_table(page: JobPage) -> Table:
+    table = Table(title_justify="left")
+    for column in ("id", "status", "queue", "task", "attempts", "run at / finished", "last error"):
+        table.add_column(column, no_wrap=column != "last error", justify="right" if column == "id" else "left")
+    for job in page.jobs:
+        when = job.completed_at or job.failed_at or job.run_at
+        table.add_row(str(job.id), job.status.value, job.queue, job.task,
+                      f"{job.attempts}/{job.max_attempts}", timestamp(when), job.last_error or "")
+    return table
+
+
+def job_dict(job: JobView, *, full_payload: bool = False) -> dict:
+    """A job for ``--json``: times in ISO 8601, the payload bounded (see `payload_fields`)."""
+    values = vars(job).copy()
+    values["status"] = job.status.value
+    for key, value in values.items():
+        if hasattr(value, "isoformat"):
+            values[key] = value.isoformat()
+    values.update(payload_fields(job.payload, full=full_payload))
+    return values
+
+
+@jobs.command()
+@click.argument("job_id", type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--full-payload", is_flag=True, help="With --json: the whole payload, however large.")
+@click.pass_obj
+def show(obj: CliContext, job_id: int, as_json: bool, full_payload: bool) -> None:
+    """Everything about job JOB_ID: state, times, last error and where it was raised, payload."""
+    if full_payload and not as_json:
+        raise click.UsageError("--full-payload needs --json")
+    job = obj.queue().get_job(job_id)
+    if job is None:
+        raise Refused(f"no job with id {job_id}")
+    if as_json:
+        click.echo(json.dumps(job_dict(job, full_payload=full_payload), indent=2, ensure_ascii=False))
+        return
+    click.echo(_job_text(job))
+
+
+def _job_text(job: JobView) -> str:
+    rows = {
+        "status": job.status.value, "queue": job.queue, "task": job.task,
+        "attempts": f"{job.attempts}/{job.max_attempts}", "created": timestamp(job.created_at),
+        "run at": timestamp(job.run_at), "locked at": timestamp(job.locked_at),
+        "locked by": job.locked_by or "-", "completed at": timestamp(job.completed_at),
+        "failed at": timestamp(job.failed_at), "idempotency key": job.idempotency_key or "-",
+        "last error": job.last_error or "-",
+    }
+    lines = [f"job {job.id}", *(f"  {name + ':':<17}{value}" for name, value in rows.items())]
+    if job.last_traceback:
+        lines += ["traceback:", *(f"  {line}" for line in job.last_traceback.splitlines())]
+    lines += ["payload:", payload_text(job.payload)]
+    return "\n".join(lines)
+
+
+@jobs.command()
+@click.argument("job_id", type=int)
+@click.pass_obj
+def retry(obj: CliContext, job_id: int) -> None:
+    """Make failed job JOB_ID pending and due now, with at least one attempt left."""
+    try:
+        job = obj.queue().retry_now(job_id)
+    except JobStateError as exc:
+        raise Refused(str(exc)) from None
+    click.echo(f"job {job.id} ({job.task} on {job.queue}) is pending again, due now: "
+               f"attempt {job.attempts + 1} of {job.max_attempts}")
+
+
+@jobs.command()
+@click.argument("job_id", type=int)
+@click.pass_obj
+def cancel(obj: CliContext, job_id: int) -> None:
+    """Delete pending job JOB_ID; prints what it was."""
+    try:
+        job = obj.queue().cancel(job_id)
+    except JobStateError as exc:
+        raise Refused(str(exc)) from None
+    click.echo(f"cancelled job {job.id} ({job.task} on {job.queue}, created {timestamp(job.created_at)}, "
+               f"attempts {job.attempts}/{job.max_attempts}); payload: {payload_text(job.payload, indent=None)}")
+
