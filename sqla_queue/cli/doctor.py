@@ -13,7 +13,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from . import EXIT_PROBLEM, CliContext, main
+from .root import EXIT_PROBLEM, CliContext, main
 from ._params import DURATION, DURATION_HELP, console, format_seconds
 from ..doctor import Doctor, DoctorConfig, Report, Verdict
 from ..types import DEFAULT_LEASE

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from . import CliContext, main
+from .root import CliContext, main
 from ._params import DURATION_HELP, DURATION_OR_ZERO
 
 

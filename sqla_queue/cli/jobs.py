@@ -12,7 +12,7 @@ import json
 import click
 from rich.table import Table
 
-from . import EXIT_PROBLEM, CliContext, main
+from .root import EXIT_PROBLEM, CliContext, main
 from ._params import console, payload_fields, payload_text, timestamp
 from ..errors import JobStateError
 from ..types import JobPage, JobStatus, JobView

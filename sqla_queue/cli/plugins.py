@@ -16,7 +16,7 @@ from dataclasses import asdict
 import click
 from rich.table import Table
 
-from . import CliContext, main
+from .root import CliContext, main
 from .._plugins import PluginInfo, build_plugin_manager, describe_plugins
 from ._params import console
 

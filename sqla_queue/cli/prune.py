@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import CliContext, main
+from .root import CliContext, main
 from ._params import DURATION, DURATION_HELP
 from ..maintenance import DEFAULT_BATCH_SIZE, DEFAULT_COUNTERS_AFTER
 

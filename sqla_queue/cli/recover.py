@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import click
 
-from . import CliContext, main
+from .root import CliContext, main
 from ._params import DURATION, DURATION_HELP, format_seconds
 from ..types import DEFAULT_LEASE
 

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from . import CliContext, main
+from .root import CliContext, main
 from ._params import DURATION, DURATION_HELP, console, timestamp
 from ..doctor import format_duration
 from ..types import QueueHealth, QueueStats
