@@ -12,7 +12,8 @@ every claim walks past them, so a claim slows down as it works. The variants:
 * ``autovacuum + fillfactor 70``: as above, with room on each page for new row versions.
 * ``autovacuum + pruning``: as above, and completed jobs older than 1 s deleted every second
   in batches of 5,000, as a retention job would: with sqla_queue's own prune statement where
-  the library has one (``sqla_queue.sql.ops.prune_finished``), else with the equivalent
+  the library has one (``sqla_queue.sql.prune.prune_finished``, ``sqla_queue.sql.ops`` before
+  it was renamed), else with the equivalent
   ``raw_sql.PRUNE_COMPLETED`` (the report says which).
 * ``VACUUM every window``: the harness runs a plain ``VACUUM`` of the table once per window,
   the cadence a library-owned vacuum could keep (a reference point, not a setting).
@@ -28,6 +29,7 @@ per window read from pgbench's ``-P`` progress lines: does the raw claim slow do
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from dataclasses import dataclass
@@ -195,25 +197,32 @@ PRUNE_BATCH = 5_000
 PRUNE_AGE = timedelta(seconds=1)
 
 
+def _library_prune():
+    """sqla_queue's prune statement builder and where it lives, or None for a version without one
+    (it moved from ``sql.ops`` to ``sql.prune``; both are found, so before/after runs compare)."""
+    for module in ("sqla_queue.sql.prune", "sqla_queue.sql.ops"):
+        try:
+            return importlib.import_module(module).prune_finished, f"{module}.prune_finished"
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
 def prune_method() -> str:
-    try:
-        from sqla_queue.sql.ops import prune_finished  # noqa: F401
-    except ImportError:
-        return "raw_sql.PRUNE_COMPLETED (this sqla_queue has no prune statement)"
-    return "sqla_queue.sql.ops.prune_finished"
+    found = _library_prune()
+    return found[1] if found else "raw_sql.PRUNE_COMPLETED (this sqla_queue has no prune statement)"
 
 
 def _prune_statement():
     """One bounded prune: returns how many completed jobs it deleted."""
-    try:
-        from sqla_queue.sql.ops import prune_finished
-    except ImportError:
+    found = _library_prune()
+    if found is None:
         def raw(db: Database) -> int:
             with db.connect(autocommit=True) as conn:
                 return conn.execute(raw_sql.PRUNE_COMPLETED, {"age": PRUNE_AGE, "limit": PRUNE_BATCH}).fetchone()[0]
         return raw
 
-    statement = prune_finished(Job.__table__, JobStatus.COMPLETED)
+    statement = found[0](Job.__table__, JobStatus.COMPLETED)
 
     def library(db: Database) -> int:
         engine = create_engine(db.sqlalchemy_url, poolclass=NullPool)  # one batch a second

@@ -29,7 +29,7 @@ from . import _validate
 from .errors import ConfigurationError, InvalidInputError
 from .models import counters_table
 from .sql import counters as counter_sql
-from .sql import ops as ops_sql
+from .sql import prune as prune_sql
 from .types import JobStatus
 
 if TYPE_CHECKING:
@@ -110,8 +110,8 @@ class PruneResult:
 @lru_cache(maxsize=64)
 def _statements(table: Table) -> dict[str, Any]:
     return {
-        "completed": ops_sql.prune_finished(table, JobStatus.COMPLETED),
-        "failed": ops_sql.prune_finished(table, JobStatus.FAILED),
+        "completed": prune_sql.prune_finished(table, JobStatus.COMPLETED),
+        "failed": prune_sql.prune_finished(table, JobStatus.FAILED),
         "counters": counter_sql.prune_counters(counters_table(table)),
     }
 

@@ -22,7 +22,7 @@ from . import _validate
 from .errors import DatabaseError, InvalidInputError, JobStateError
 from .models import counters_table
 from .sql import counters as counter_sql
-from .sql import ops as ops_sql
+from .sql import operator_actions as ops_sql
 from .sql import stats as stats_sql
 from .types import DEFAULT_STATS_WINDOW, JobPage, JobStatus, JobView, QueueHealth, QueueStats
 

@@ -1,14 +1,16 @@
-"""Option types and formatting shared by the commands."""
+"""Option types, formatting and the console shared by the commands."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+import sys
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import click
+from rich.console import Console
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|[smhd]?)")  # no sign: never negative
@@ -95,3 +97,8 @@ def _json_prefix(payload: Any, limit: int, indent: int | None) -> tuple[str, boo
         if size > limit:
             return "".join(chunks)[:limit], True
     return "".join(chunks), False
+
+
+def console() -> Console:
+    """A terminal gets its own width; a pipe gets a wide one, so tables never truncate names."""
+    return Console() if sys.stdout.isatty() else Console(width=200)

@@ -11,7 +11,7 @@ from alembic.util import CommandError
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from . import CliContext, main
+from .root import CliContext, main
 from .. import migrations
 from .._engine import make_engine
 from ..migrations import host

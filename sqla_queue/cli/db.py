@@ -14,7 +14,7 @@ import click
 from alembic.util import CommandError
 from sqlalchemy import Connection, inspect
 
-from . import EXIT_USAGE, CliContext, main
+from .root import EXIT_USAGE, CliContext, main
 from .. import migrations
 from .._engine import database_errors, make_engine
 from ..migrations import host

@@ -16,9 +16,9 @@ from dataclasses import asdict
 import click
 from rich.table import Table
 
-from . import CliContext, main
+from .root import CliContext, main
 from .._plugins import PluginInfo, build_plugin_manager, describe_plugins
-from .jobs import console
+from ._params import console
 
 _PREFIX = "sqla_queue_"
 

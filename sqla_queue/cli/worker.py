@@ -7,7 +7,7 @@ import logging.config
 import click
 from click.core import ParameterSource
 
-from . import CliContext, main
+from .root import CliContext, main
 from ._params import DURATION, DURATION_HELP, format_seconds
 from ..logformat import LOG_FORMATS, logging_config
 from ..types import DEFAULT_LEASE

@@ -20,8 +20,6 @@ EMPTY_LOCKED = "empty_locked"
 EMPTY_SCHEDULED = "empty_scheduled"
 EMPTY_EXHAUSTED = "empty_exhausted"
 EMPTY_OTHER_QUEUE = "empty_other_queue"
-EMPTY_REASONS = (EMPTY_LOCKED, EMPTY_SCHEDULED, EMPTY_EXHAUSTED, EMPTY_OTHER_QUEUE)
-"""Why a claim found nothing although jobs were pending, in the order they are tested."""
 
 
 def _minute():

@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 
 import sqla_queue as sq
 from sqla_queue.models import counters_table
-from sqla_queue.sql import catalog, counters, ops, stats
+from sqla_queue.sql import catalog, counters, prune, stats
 
 JOBS = sq.Job.__table__
 COUNTERS = counters_table(JOBS)
@@ -99,5 +99,5 @@ def test_doctor_reads_of_the_job_table_use_the_running_and_failed_indexes(big):
     (sq.JobStatus.FAILED, "sqla_queue_jobs_failed_at_idx"),
 ])
 def test_pruning_walks_the_finished_at_index_from_the_oldest(big, status, index):
-    plan = plan_of(big, ops.prune_finished(JOBS, status), {"age": timedelta(days=7), "limit": 1000})
+    plan = plan_of(big, prune.prune_finished(JOBS, status), {"age": timedelta(days=7), "limit": 1000})
     assert_served_by(plan, index)

@@ -10,7 +10,7 @@ from sqlalchemy.orm import DeclarativeBase
 
 import sqla_queue as sq
 from sqla_queue.models import counters_table
-from sqla_queue.sql import catalog, counters, ops, stats
+from sqla_queue.sql import catalog, counters, operator_actions, prune, stats
 
 JOBS = sq.Job.__table__
 COUNTERS = counters_table(JOBS)
@@ -64,8 +64,8 @@ def test_empty_claim_classification_is_one_statement_in_reason_order():
 
 
 @pytest.mark.parametrize(("builder", "status"), [
-    (ops.retry_failed_job, "failed"),
-    (ops.cancel_pending_job, "pending"),
+    (operator_actions.retry_failed_job, "failed"),
+    (operator_actions.cancel_pending_job, "pending"),
 ])
 def test_operator_writes_skip_locked_rows_and_inline_the_state_they_need(builder, status):
     text = rendered(builder(JOBS))
@@ -75,7 +75,7 @@ def test_operator_writes_skip_locked_rows_and_inline_the_state_they_need(builder
 
 
 def test_retry_now_checks_the_idempotency_key_is_free():
-    text = rendered(ops.retry_failed_job(JOBS))
+    text = rendered(operator_actions.retry_failed_job(JOBS))
     assert "NOT (EXISTS (SELECT" in text and "holder.status IN ('pending', 'running')" in text
     assert "greatest(sqla_queue_jobs.max_attempts, sqla_queue_jobs.attempts +" in text
 
@@ -85,7 +85,7 @@ def test_retry_now_checks_the_idempotency_key_is_free():
     (sq.JobStatus.FAILED, "failed_at"),
 ])
 def test_pruning_is_a_bounded_skip_locked_batch_of_one_status(status, column):
-    text = rendered(ops.prune_finished(JOBS, status))
+    text = rendered(prune.prune_finished(JOBS, status))
     assert f"sqla_queue_jobs.status = '{status.value}'" in text
     assert f"ORDER BY sqla_queue_jobs.{column}" in text and "LIMIT %(limit)s FOR UPDATE SKIP LOCKED" in text
     assert "sqla_queue_jobs.id = ANY (CAST((SELECT array_agg(doomed.id)" in text
@@ -93,8 +93,8 @@ def test_pruning_is_a_bounded_skip_locked_batch_of_one_status(status, column):
 
 
 def test_list_jobs_adds_only_the_filters_asked_for():
-    plain = rendered(ops.list_jobs(JOBS))
-    filtered = rendered(ops.list_jobs(JOBS, status=sq.JobStatus.FAILED, by_queue=True, by_task=True, paged=True))
+    plain = rendered(operator_actions.list_jobs(JOBS))
+    filtered = rendered(operator_actions.list_jobs(JOBS, status=sq.JobStatus.FAILED, by_queue=True, by_task=True, paged=True))
     assert "WHERE" not in plain and "ORDER BY sqla_queue_jobs.id DESC" in plain
     for fragment in ("status = 'failed'", "queue_name = %(queue)s", "task = %(task)s", "id < %(before_id)s"):
         assert fragment in filtered

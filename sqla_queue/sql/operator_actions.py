@@ -1,4 +1,4 @@
-"""Operator statements: list jobs, retry a failed job now, cancel a pending one, prune.
+"""Operator actions on single jobs: list jobs, retry a failed job now, cancel a pending one.
 
 None of them can fight a claim. Each write selects its target in a CTE with ``FOR UPDATE SKIP
 LOCKED`` and a literal status, so a row that a claim (or any other transaction) holds is
@@ -9,20 +9,7 @@ alone. Zero rows back means "not in that state, or busy": the caller reads the r
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger,
-    ColumnElement,
-    Interval,
-    Table,
-    any_,
-    bindparam,
-    cast,
-    exists,
-    func,
-    select,
-    update,
-)
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import ColumnElement, Table, bindparam, exists, func, select, update
 from sqlalchemy.sql import Executable
 
 from ..types import ACTIVE_STATUSES, JobStatus
@@ -117,28 +104,3 @@ def active_key_holder(table: Table) -> Executable:
     return select(table.c.id).where(
         table.c.idempotency_key == bindparam("key"), status_is(table, *ACTIVE_STATUSES)
     )
-
-
-def prune_finished(table: Table, status: JobStatus) -> Executable:
-    """Delete up to ``:limit`` `status` jobs that finished more than ``:age`` ago; returns how many.
-
-    `status` is completed or failed, inlined so the oldest rows come off that status's
-    finished-at partial index in order. Pending and running rows are not in that index and the
-    status is re-checked under the row lock, so they can never be deleted. SKIP LOCKED leaves a
-    row another transaction holds for the next batch.
-    """
-    finished_at = {JobStatus.COMPLETED: table.c.completed_at, JobStatus.FAILED: table.c.failed_at}[status]
-    doomed = (
-        select(table.c.id)
-        .where(status_is(table, status), finished_at < func.now() - bindparam("age", type_=Interval))
-        .order_by(finished_at)
-        .limit(bindparam("limit"))
-        .with_for_update(skip_locked=True)
-        .cte("doomed")
-    )
-    # ``id = ANY(array)``, not a join to the CTE: with the batch size a parameter the planner
-    # cannot size the join and may hash it against a scan of the whole table; an array of ids
-    # is always probed through the primary key.
-    ids = cast(select(func.array_agg(doomed.c.id)).scalar_subquery(), ARRAY(BigInteger))
-    gone = table.delete().where(table.c.id == any_(ids)).returning(table.c.id).cte("gone")
-    return select(func.count().label("deleted")).select_from(gone)

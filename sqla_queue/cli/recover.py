@@ -1,0 +1,22 @@
+"""``recover``: return jobs whose lease expired to pending (or failed, on their last attempt)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import click
+
+from .root import CliContext, main
+from ._params import DURATION, DURATION_HELP, format_seconds
+from ..types import DEFAULT_LEASE
+
+
+@main.command()
+@click.option("--lease", type=DURATION, default=format_seconds(DEFAULT_LEASE), show_default=True,
+              help=f"A running job whose lease started longer ago than this is expired. {DURATION_HELP}")
+@click.option("--limit", type=int, default=100, show_default=True, help="At most this many jobs per kind.")
+@click.pass_obj
+def recover(obj: CliContext, lease: timedelta, limit: int) -> None:
+    """Return jobs with expired leases to pending (or failed, on their last attempt)."""
+    ids = obj.queue().recover_expired(lease=lease, limit=limit)
+    click.echo(f"recovered {len(ids)} job(s)" + (f": {', '.join(map(str, ids))}" if ids else ""))
