@@ -186,6 +186,33 @@ def positive_int(value: Any, what: str, *, error: type[Exception] = InvalidInput
     return value
 
 
+def non_negative_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def job_id(value: Any, what: str = "job_id") -> int:
+    """A job id as the API accepts it: a positive integer (ids start at 1), bool refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be an integer, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidInputError(f"{what} must be a positive integer, got {value}")
+    return value
+
+
+def claim_token(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError("claim_token must be the non-empty string a claim returned")
+    return value
+
+
+def positive_seconds(value: Any, what: str, *, error: type[Exception] = InvalidInputError) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise error(f"{what} must be a positive number of seconds, got {value!r}")
+    return value
+
+
 def config_positive_int(value: Any, what: str) -> int:
     return positive_int(value, what, error=ConfigurationError)
 

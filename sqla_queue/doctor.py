@@ -196,7 +196,7 @@ class Doctor:
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        with self.queue._transaction() as conn:
+        with self.queue.executor.transaction() as conn:
             timeout = f"{int(self.config.statement_timeout * 1000)}ms"
             for setting, value in (("statement_timeout", timeout), ("lock_timeout", "2s")):
                 conn.execute(catalog.set_local(), {"setting": setting, "value": value})
