@@ -12,8 +12,6 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection
-
 from . import _validate
 from ._counters import Counters
 from ._executor import Executor

@@ -207,10 +207,16 @@ def claim_token(value: Any) -> str:
     return value
 
 
-def positive_seconds(value: Any, what: str, *, error: type[Exception] = InvalidInputError) -> float:
+def positive_number(value: Any, what: str, *, unit: str = "",
+                    error: type[Exception] = InvalidInputError) -> float:
+    """A finite number above zero (int or float, bool refused); `unit` names it in the error."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise error(f"{what} must be a positive number of seconds, got {value!r}")
+        raise error(f"{what} must be a positive number{unit}, got {value!r}")
     return value
+
+
+def positive_seconds(value: Any, what: str, *, error: type[Exception] = InvalidInputError) -> float:
+    return positive_number(value, what, unit=" of seconds", error=error)
 
 
 def config_positive_int(value: Any, what: str) -> int:
