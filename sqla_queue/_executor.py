@@ -238,8 +238,8 @@ class Executor:
         call deadline; None (nothing held) where the engine is not ours or this connection's
         session does not default to READ COMMITTED. Errors come out as `DatabaseError`; the
         connection goes back to the pool out of autocommit, as it came."""
-        fast = self._driver_statements
-        if not self.capabilities.autocommit_enqueue or fast is None:
+        fast = self._driver_statements if self.capabilities.autocommit_enqueue else None
+        if fast is None:
             yield None
             return
         with database_errors():
