@@ -358,7 +358,7 @@ class Queue:
         return maintenance.prune(self, **options)
 
 
-# -- row mapping -------------------------------------------------------------------------
+# -- helpers -----------------------------------------------------------------------------
 
 
 def _table_of(model: type) -> Table:
