@@ -9,8 +9,10 @@ import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc as sa_exc
 from sqlalchemy.engine import make_url
@@ -19,10 +21,46 @@ from sqlalchemy.pool import PoolProxiedConnection
 from ._deadline import driver_deadline
 from ._sanitize import error_text
 from .errors import ConfigurationError, DatabaseError
+from .sql import session as session_sql
 
 DATABASE_URL_ENV = "SQLA_QUEUE_DATABASE_URL"
 
 logger = logging.getLogger("sqla_queue.worker")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine lets the executor do beyond plain SQLAlchemy execution, recorded when the
+    engine is built or adopted (never guessed from its pool afterwards).
+
+    :param driver_fast_path: the driver is psycopg 3: hot statements may run compiled once on
+        the driver connection (`_driver.DriverStatement`).
+    :param autocommit_single_statements: every connection is in autocommit and its session
+        defaults to READ COMMITTED (`worker_engine`): a self-contained statement needs no
+        BEGIN/COMMIT.
+    :param autocommit_enqueue: we built this engine from a URL (`make_engine`) and note on
+        connect whether each session defaults to READ COMMITTED (`autocommit_reads_committed`):
+        an enqueue that is all its call writes may run in autocommit on such a connection.
+        Never true for an application's engine.
+    """
+
+    driver_fast_path: bool = False
+    autocommit_single_statements: bool = False
+    autocommit_enqueue: bool = False
+
+
+# Engines built here, with what their hooks make possible. Keyed by the engine object, which
+# `dispose()` keeps; weak, so a dropped engine is forgotten.
+_BUILT: weakref.WeakKeyDictionary[Engine, Capabilities] = weakref.WeakKeyDictionary()
+
+
+def capabilities_of(engine: Engine) -> Capabilities:
+    """What `engine` allows: recorded by `make_engine` or `worker_engine` for their own engines;
+    for any other (the application's) only the driver is looked at."""
+    built = _BUILT.get(engine)
+    if built is not None:
+        return built
+    return Capabilities(driver_fast_path=engine.dialect.driver == "psycopg")
 
 
 def library_engine(engine_or_url: Engine | str) -> Engine:
@@ -64,6 +102,7 @@ def make_engine(url: str) -> Engine:
     event.listen(engine, "connect", _note_default_isolation)
     event.listen(engine, "checkin", _note_checkin)
     event.listen(engine, "checkout", _ping_if_idle_or_signalled)
+    _BUILT[engine] = Capabilities(driver_fast_path=engine.dialect.driver == "psycopg", autocommit_enqueue=True)
     return engine
 
 
@@ -86,14 +125,20 @@ def is_url_of(url: str, engine: Engine) -> bool:
 _READS_COMMITTED = "sqla_queue_reads_committed"
 
 
+# The session statements of `sql.session`, rendered once (they carry no values).
+DEFAULT_ISOLATION = session_sql.constant_text(session_sql.default_isolation())
+READ_COMMITTED_BY_DEFAULT = session_sql.constant_text(session_sql.read_committed_by_default())
+PROBE = session_sql.constant_text(session_sql.probe())
+
+
 def _note_default_isolation(dbapi_connection, connection_record) -> None:
-    (level,) = _run_constant(dbapi_connection, "SHOW default_transaction_isolation")
+    (level,) = run_constant(dbapi_connection, DEFAULT_ISOLATION)
     connection_record.info[_READS_COMMITTED] = level == "read committed"
 
 
-def _run_constant(dbapi_connection, statement: str, *, commit: bool = False) -> tuple | None:
-    """One of our constant statements (no values) on a raw DBAPI connection, outside
-    SQLAlchemy (connect and checkout events), ended by a commit or a rollback."""
+def run_constant(dbapi_connection, statement: str, *, commit: bool = False) -> tuple | None:
+    """One of the constant statements above on a raw DBAPI connection, outside SQLAlchemy
+    (connect and checkout events), ended by a commit or a rollback."""
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(statement)
@@ -102,16 +147,6 @@ def _run_constant(dbapi_connection, statement: str, *, commit: bool = False) -> 
         cursor.close()
     (dbapi_connection.commit if commit else dbapi_connection.rollback)()
     return row
-
-
-def built_by_make_engine(engine: Engine) -> bool:
-    """True for an engine from `make_engine` (or a view of one): ours to run statements on in
-    autocommit where `autocommit_reads_committed` says the session allows it. Never true for
-    an engine the application built."""
-    # Pool listeners live on the pool's dispatch, which a view (`Engine.execution_options`)
-    # shares and `dispose()` hands to the new pool; `event.contains` only knows the engine
-    # they were registered on.
-    return any(listener is _note_default_isolation for listener in engine.pool.dispatch.connect)
 
 
 def autocommit_reads_committed(conn: Connection | PoolProxiedConnection) -> bool:
@@ -136,7 +171,7 @@ def _ping_if_idle_or_signalled(dbapi_connection, connection_record, connection_p
     if time.monotonic() - checked_in < PING_IF_IDLE_FOR and not _has_pending_input(dbapi_connection):
         return
     try:
-        _run_constant(dbapi_connection, "SELECT 1")
+        run_constant(dbapi_connection, PROBE)
     except Exception as exc:
         raise sa_exc.DisconnectionError(error_text(exc)) from None
 
@@ -201,6 +236,7 @@ def worker_engine(
         event.listen(ours, "connect", _read_committed_by_default)
     event.listen(ours, "checkin", _note_checkin)
     event.listen(ours, "checkout", _bounded_ping(call_timeout))
+    _BUILT[ours] = Capabilities(driver_fast_path=True, autocommit_single_statements=prepared_statements)
     return ours
 
 
@@ -328,16 +364,10 @@ def keep_alive(dbapi_connection, call_timeout: float) -> None:
         logger.warning("worker connection: cannot set TCP keepalives: %s", error_text(exc))
 
 
-def runs_single_statements_in_autocommit(engine: Engine) -> bool:
-    """True for a `worker_engine` whose sessions default to READ COMMITTED in autocommit."""
-    return event.contains(engine, "connect", _read_committed_by_default)
-
-
 def _read_committed_by_default(dbapi_connection, connection_record) -> None:
     """Autocommit statements run at the session's default isolation, which a server may set
     to REPEATABLE READ or SERIALIZABLE; claims there fail with serialization errors."""
-    _run_constant(dbapi_connection, "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
-                  commit=True)
+    run_constant(dbapi_connection, READ_COMMITTED_BY_DEFAULT, commit=True)
 
 
 # A connection back in use within this many seconds is not pinged: one that broke meanwhile
@@ -369,15 +399,11 @@ def _bounded_ping(call_timeout: float):
             return
         try:
             with driver_deadline(dbapi_connection, call_timeout):
-                _run_constant(dbapi_connection, "SELECT 1")
+                run_constant(dbapi_connection, PROBE)
         except Exception as exc:
             raise sa_exc.DisconnectionError(error_text(exc)) from None
 
     return ping
-
-
-def database_url_from_env() -> str | None:
-    return os.environ.get(DATABASE_URL_ENV) or None
 
 
 @contextmanager

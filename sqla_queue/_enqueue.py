@@ -11,21 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import PoolProxiedConnection
 
 from . import _validate
-from ._deadline import driver_deadline
-from ._driver import DriverStatement
-from ._engine import autocommit_reads_committed, built_by_make_engine, database_errors
+from ._engine import database_errors
+from ._executor import ARRAY_PARAMS, Executor
 from ._plugins import emit_each, first_result_of, key_askers
-from ._tasks import Handler, Task
+from ._tasks import Handler, Task, TaskRegistry
 from .errors import EnqueueConflictError, InvalidInputError, UnknownTaskError
+from .sql import channel_name
 from .sql.enqueue import INPUT_COLUMNS
 from .types import JobEnqueued
 
@@ -35,7 +32,6 @@ _ENQUEUE_OPTIONS = frozenset(
 )
 
 _NO_DELAY = timedelta(0)
-_ARRAY_PARAMS = tuple(f"{name}s" for name in INPUT_COLUMNS)
 
 
 class _Jobs:
@@ -76,7 +72,7 @@ def _insert_params(jobs: _Jobs, todo: Sequence[int], channel: str) -> tuple[bool
         params = {name: column[0] for name, column in zip(INPUT_COLUMNS, columns)}
         params["channel"] = channel
         return True, params
-    params = dict(zip(_ARRAY_PARAMS, columns))
+    params = dict(zip(ARRAY_PARAMS, columns))
     params["channel"] = channel
     return False, params
 
@@ -95,25 +91,34 @@ def _ids_by_input(rows: Sequence[Any], params: dict[str, Any]) -> list[int | Non
     return [by_key.get(key) if key is not None else next(keyless) for key in keys]
 
 
-def _leave_autocommit(pooled: PoolProxiedConnection) -> None:
-    """Back out of autocommit before the pool gets the connection (code sharing the engine,
-    e.g. migrations on `make_engine`'s engine, expects transactions); one that cannot is
-    discarded."""
-    if pooled.dbapi_connection is None:
-        return  # invalidated on a disconnect
-    try:
-        pooled.driver_connection.autocommit = False
-    except Exception as exc:
-        pooled.invalidate(exc)
+class Enqueuer:
+    """Validates jobs for `tasks` and inserts them through `executor`, resolving idempotency
+    keys and announcing each job to `plugin_manager`. `Queue.enqueue` and
+    `Queue.enqueue_many` delegate here."""
 
+    def __init__(self, executor: Executor, tasks: TaskRegistry, plugin_manager: Any,
+                 max_payload_bytes: int) -> None:
+        self.executor = executor
+        self.tasks = tasks
+        self.plugin_manager = plugin_manager
+        self.max_payload_bytes = max_payload_bytes
+        self.statements = executor.statements
+        self.channel = channel_name(executor.table)
 
+    def enqueue(self, task: Task | Handler | str, payload: Any, options: dict[str, Any],
+                session: Session | None, connection: Connection | None) -> int:
+        jobs = self._new_batch()
+        self._prepare(jobs, task, payload, **options)
+        return self._enqueue_specs(jobs, session=session, connection=connection)[0]
 
-class Enqueuing:
-    """`Queue`'s enqueue half (a mixin: `Queue` supplies the engine, tasks, plugins and
-    statements these methods use)."""
+    def enqueue_many(self, jobs: Any, session: Session | None, connection: Connection | None) -> list[int]:
+        batch = self._new_batch()
+        for index, job in enumerate(jobs):
+            self._prepare_mapping(batch, index, job)
+        return self._enqueue_specs(batch, session=session, connection=connection) if len(batch) else []
 
     def _new_batch(self) -> _Jobs:
-        return _Jobs(key_askers(self.plugin_manager, self._tasks))
+        return _Jobs(key_askers(self.plugin_manager, self.tasks))
 
     def _prepare_mapping(self, jobs: _Jobs, index: int, job: Mapping[str, Any]) -> None:
         if not isinstance(job, Mapping):
@@ -183,7 +188,7 @@ class Enqueuing:
         hit = jobs.resolved.get(key)
         if hit is not None and (hit[0] is task or type(task) is str):
             return hit[1]
-        registered = self._tasks.resolve(task)
+        registered = self.tasks.resolve(task)
         jobs.resolved[key] = (task, registered)
         return registered
 
@@ -215,7 +220,7 @@ class Enqueuing:
             raise InvalidInputError("pass session or connection, not both")
         done = self._enqueue_in_autocommit(jobs) if session is None and connection is None else None
         if done is None:
-            with self._caller_or_own_connection(session, connection) as conn:
+            with self.executor.callers(session, connection) as conn:
                 done = self._insert_resolving_keys(
                     jobs,
                     lambda todo: self._insert(conn, jobs, todo),
@@ -285,14 +290,14 @@ class Enqueuing:
 
     def _insert(self, conn: Connection, jobs: _Jobs, todo: Sequence[int]) -> list[int | None]:
         """Ids of the jobs at `todo` (ascending indexes), None where an active job holds the key."""
-        one, params = _insert_params(jobs, todo, self.notify_channel)
+        one, params = _insert_params(jobs, todo, self.channel)
         with database_errors():
-            rows = conn.execute(self._sql.insert_one if one else self._sql.insert, params).all()
+            rows = conn.execute(self.statements.insert_one if one else self.statements.insert, params).all()
         return _ids_by_input(rows, params)
 
     def _active_holders(self, conn: Connection, keys: list[str]) -> dict[str, int]:
         with database_errors():
-            rows = conn.execute(self._sql.find_keys, {"keys": keys}).all()
+            rows = conn.execute(self.statements.find_keys, {"keys": keys}).all()
         return {row.idempotency_key: row.id for row in rows}
 
     def _enqueue_in_autocommit(self, jobs: _Jobs) -> tuple[list[int], list[bool]] | None:
@@ -300,71 +305,26 @@ class Enqueuing:
         (nothing done) otherwise, and the caller uses our own READ COMMITTED transaction.
 
         On an engine we built from a URL (`make_engine`), a pooled connection whose session
-        defaults to READ COMMITTED runs the INSERT in autocommit: that statement is atomic by
-        itself, one round trip instead of three. Only when it is all the call can write: one job
-        (a skipped insert wrote nothing, whatever the key lookup after it finds), or jobs
-        without keys (one statement, no lookup). A batch with keys, a session with another
-        default, or an application's engine keep our own transaction, so nothing is ever
-        half-written. The statements run on the driver connection, compiled once; the
-        connection goes back to the pool out of autocommit, as it came.
+        defaults to READ COMMITTED runs the INSERT in autocommit (`Executor.autocommit_enqueue`):
+        that statement is atomic by itself, one round trip instead of three. Only when it is all
+        the call can write: one job (a skipped insert wrote nothing, whatever the key lookup
+        after it finds), or jobs without keys (one statement, no lookup). A batch with keys, a
+        session with another default, or an application's engine keep our own transaction, so
+        nothing is ever half-written.
         """
         if len(jobs) != 1 and jobs.keyed:
             return None
-        statements = self._driver_statements
-        if statements is None:
-            return None
-        one_sql, many_sql, find_sql = statements
-        channel = self.notify_channel
-        with database_errors():
-            pooled = self._raw_connection()
-            try:
-                if not autocommit_reads_committed(pooled):
-                    return None
-                driver = pooled.driver_connection
-                try:
-                    driver.autocommit = True
-                except self.engine.dialect.loaded_dbapi.Error as exc:
-                    raise one_sql.error(pooled, exc) from None
-                try:
-                    with driver_deadline(driver, self.call_timeout):
+        channel = self.channel
+        with self.executor.autocommit_enqueue() as autocommit:
+            if autocommit is None:
+                return None
+            pooled, fast = autocommit
 
-                        def insert(todo: Sequence[int]) -> list[int | None]:
-                            one, params = _insert_params(jobs, todo, channel)
-                            return _ids_by_input((one_sql if one else many_sql).rows(pooled, params), params)
+            def insert(todo: Sequence[int]) -> list[int | None]:
+                one, params = _insert_params(jobs, todo, channel)
+                return _ids_by_input((fast.insert_one if one else fast.insert).rows(pooled, params), params)
 
-                        def active_holders(keys: list[str]) -> dict[str, int]:
-                            return dict(find_sql.rows(pooled, {"keys": keys}))
+            def active_holders(keys: list[str]) -> dict[str, int]:
+                return dict(fast.find_keys.rows(pooled, {"keys": keys}))
 
-                        return self._insert_resolving_keys(jobs, insert, active_holders)
-                finally:
-                    _leave_autocommit(pooled)
-            finally:
-                pooled.close()
-
-    def _raw_connection(self) -> PoolProxiedConnection:
-        """A pooled connection; failing to connect raises what a `Connection` would raise (the
-        pool hands back the driver's own error), so `database_errors` reports it."""
-        dbapi_error = self.engine.dialect.loaded_dbapi.Error
-        try:
-            return self.engine.raw_connection()
-        except dbapi_error as exc:
-            raise sa_exc.DBAPIError.instance(
-                None, None, exc, dbapi_error, hide_parameters=True, dialect=self.engine.dialect
-            ) from None
-
-    @cached_property
-    def _driver_statements(self) -> tuple[DriverStatement, DriverStatement, DriverStatement] | None:
-        """The autocommit path's statements for this engine, or None if it has none: not an
-        engine we built (never the application's), or not psycopg."""
-        dialect = self.engine.dialect
-        if not (built_by_make_engine(self.engine) and DriverStatement.usable_on(dialect)):
-            return None
-        return (
-            DriverStatement(self._sql.insert_one, dialect, {**dict.fromkeys(INPUT_COLUMNS), "channel": ""}),
-            DriverStatement(
-                self._sql.insert, dialect, {**dict.fromkeys(_ARRAY_PARAMS, []), "channel": ""},
-                binary=_ARRAY_PARAMS,
-            ),
-            DriverStatement(self._sql.find_keys, dialect, {"keys": []}),
-        )
-
+            return self._insert_resolving_keys(jobs, insert, active_holders)

@@ -13,8 +13,6 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ._deadline import deadline, driver_deadline
-from .sql import listen
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -56,11 +54,8 @@ class Listener:
                 self.done.wait(delay)
 
     def _listen_until_broken(self) -> None:
-        with self.queue.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            with deadline(conn, self.call_timeout):
-                conn.execute(listen(self.queue.table))
-            driver = conn.connection.driver_connection
+        executor = self.queue.executor
+        with executor.listening(self.call_timeout) as driver:
             self.connected.set()
             self.wake.set()  # anything enqueued while we were not listening is found now
             next_check = time.monotonic() + _CHECK_EVERY
@@ -69,6 +64,5 @@ class Listener:
                     if note.payload in self.queues:
                         self.wake.set()
                 if time.monotonic() >= next_check:
-                    with driver_deadline(driver, self.call_timeout):
-                        driver.execute("SELECT 1")  # a constant probe: is the connection alive?
+                    executor.probe(driver, self.call_timeout)  # is the connection alive?
                     next_check = time.monotonic() + _CHECK_EVERY

@@ -186,6 +186,39 @@ def positive_int(value: Any, what: str, *, error: type[Exception] = InvalidInput
     return value
 
 
+def non_negative_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def job_id(value: Any, what: str = "job_id") -> int:
+    """A job id as the API accepts it: a positive integer (ids start at 1), bool refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be an integer, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidInputError(f"{what} must be a positive integer, got {value}")
+    return value
+
+
+def claim_token(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError("claim_token must be the non-empty string a claim returned")
+    return value
+
+
+def positive_number(value: Any, what: str, *, unit: str = "",
+                    error: type[Exception] = InvalidInputError) -> float:
+    """A finite number above zero (int or float, bool refused); `unit` names it in the error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise error(f"{what} must be a positive number{unit}, got {value!r}")
+    return value
+
+
+def positive_seconds(value: Any, what: str, *, error: type[Exception] = InvalidInputError) -> float:
+    return positive_number(value, what, unit=" of seconds", error=error)
+
+
 def config_positive_int(value: Any, what: str) -> int:
     return positive_int(value, what, error=ConfigurationError)
 

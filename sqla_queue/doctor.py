@@ -15,7 +15,6 @@ answer, not a hang.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -27,7 +26,7 @@ from sqlalchemy import Connection
 
 from . import _validate, sql
 from ._sanitize import clean_text
-from .errors import ConfigurationError, DatabaseError, SqlaQueueError
+from .errors import ConfigurationError, DatabaseError
 from .sql import catalog
 from .sql import stats as stats_sql
 from .types import DEFAULT_LEASE
@@ -123,13 +122,11 @@ class DoctorConfig:
             value = _config(_validate.duration, getattr(self, name), name, positive=positive)
             object.__setattr__(self, name, value)
         for name in ("max_xmin_age", "dead_tuples_min", "small_table_rows"):
-            _non_negative_int(getattr(self, name), name)
+            _config(_validate.non_negative_int, getattr(self, name), name)
         if self.max_failed is not None:
-            _non_negative_int(self.max_failed, "max_failed")
+            _config(_validate.non_negative_int, self.max_failed, "max_failed")
         for name in ("dead_tuples_ratio", "statement_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+            _validate.positive_number(getattr(self, name), name, error=ConfigurationError)
         _config(_validate.name, self.claim_queue, "claim_queue")
 
     @property
@@ -137,16 +134,7 @@ class DoctorConfig:
         return self.lease * 2
 
 
-def _config(check, value, *args, **kwargs):
-    try:
-        return check(value, *args, **kwargs)
-    except SqlaQueueError as exc:
-        raise ConfigurationError(str(exc)) from None
-
-
-def _non_negative_int(value: Any, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(f"{name} must be a non-negative integer, got {value!r}")
+_config = _validate.as_config
 
 
 class Doctor:
@@ -196,7 +184,7 @@ class Doctor:
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        with self.queue._transaction() as conn:
+        with self.queue.executor.transaction() as conn:
             timeout = f"{int(self.config.statement_timeout * 1000)}ms"
             for setting, value in (("statement_timeout", timeout), ("lock_timeout", "2s")):
                 conn.execute(catalog.set_local(), {"setting": setting, "value": value})

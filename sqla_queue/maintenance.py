@@ -16,21 +16,13 @@ docs/how-to/operations.md, "Retention, vacuum and bloat".
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, fields
 from datetime import timedelta
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import Table
 
 from . import _validate
 from .errors import ConfigurationError, InvalidInputError
-from .models import counters_table
-from .sql import counters as counter_sql
-from .sql import prune as prune_sql
-from .types import JobStatus
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -79,9 +71,7 @@ class PruneConfig:
         if self.batch_size > MAX_BATCH_SIZE:
             raise ConfigurationError(f"batch_size must be at most {MAX_BATCH_SIZE}, got {self.batch_size}")
         _validate.as_config(_validate.positive_int, self.max_batches, "max_batches")
-        interval = self.interval
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not math.isfinite(interval) or interval <= 0:
-            raise ConfigurationError(f"interval must be a positive number of seconds, got {interval!r}")
+        _validate.positive_seconds(self.interval, "interval", error=ConfigurationError)
 
     @classmethod
     def build(cls, **options: Any) -> PruneConfig:
@@ -105,15 +95,6 @@ class PruneResult:
     @property
     def jobs(self) -> int:
         return self.completed + self.failed
-
-
-@lru_cache(maxsize=64)
-def _statements(table: Table) -> dict[str, Any]:
-    return {
-        "completed": prune_sql.prune_finished(table, JobStatus.COMPLETED),
-        "failed": prune_sql.prune_finished(table, JobStatus.FAILED),
-        "counters": counter_sql.prune_counters(counters_table(table)),
-    }
 
 
 class Pruner:
@@ -167,8 +148,9 @@ class Pruner:
         return self._delete(kind, {"age": age, "limit": self.config.batch_size})
 
     def _delete(self, kind: str, params: dict[str, Any]) -> int:
-        with self.queue._transaction() as conn:
-            return int(conn.execute(_statements(self.queue.table)[kind], params).scalar_one())
+        executor = self.queue.executor
+        with executor.transaction() as conn:
+            return int(conn.execute(executor.statements.prune[kind], params).scalar_one())
 
 
 class _NoPruning:

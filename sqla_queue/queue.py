@@ -1,61 +1,38 @@
 """The Queue facade: enqueue in the caller's transaction, claim, record outcomes, recover.
 
-Every statement comes from `sqla_queue.sql`, built once per Queue for its table; this module
-only binds values, executes, maps rows to the public dataclasses and calls hooks. The enqueue
-machinery (validation into columns, key resolution, the autocommit path) is `_enqueue`'s.
+`Queue` composes small objects and delegates every public method to one of them: `Enqueuer`
+(`_enqueue`: validation, key resolution, the INSERT), `Outcomes` (`_outcomes`: claims,
+outcomes, leases, recovery), `Operations` (`operations`: stats, listing, operator actions) and
+`Counters` (`_counters`), all running their statements through one `Executor` (`_executor`).
 """
 
 from __future__ import annotations
 
 import copy
-import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from functools import cached_property
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.orm import Session
 
-from . import _validate, maintenance, operations, sql
-from ._deadline import deadline
-from ._driver import DriverStatement
-from ._enqueue import Enqueuing
-from ._engine import (
-    database_errors,
-    library_engine,
-    runs_single_statements_in_autocommit,
-)
-from ._plugins import (
-    build_plugin_manager,
-    configure,
-    emit,
-    emit_each,
-    failure_decision,
-)
-from ._sanitize import error_text, traceback_text
+from . import _validate, maintenance, sql
+from ._counters import Counters, EmptyClaimThrottle
+from ._enqueue import Enqueuer
+from ._executor import Executor
+from ._outcomes import Outcomes
+from ._plugins import build_plugin_manager, configure
 from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
-from .errors import (
-    ConfigurationError,
-    InvalidInputError,
-)
+from .errors import ConfigurationError
 from .models import Job
+from .operations import Operations
 from .types import (
     DEFAULT_LEASE,
     DEFAULT_STATS_WINDOW,
     ClaimedJob,
-    EmptyClaim,
-    JobClaimed,
-    JobCompleted,
-    JobFailed,
-    JobRecovered,
-    JobRetried,
-    JobStatus,
     JobPage,
+    JobStatus,
     JobView,
-    LostClaim,
     Outcome,
     QueueStats,
 )
@@ -70,7 +47,7 @@ if TYPE_CHECKING:
 H = TypeVar("H", bound=Handler)
 
 
-class Queue(Enqueuing):
+class Queue:
     """A job queue on one PostgreSQL table.
 
     :param engine: a SQLAlchemy `Engine` or a ``postgresql://`` URL (psycopg 3 is used).
@@ -99,61 +76,65 @@ class Queue(Enqueuing):
         blocked_plugins: Iterable[str] = (),
         max_payload_bytes: int = _validate.DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
-        self.max_payload_bytes = _validate.config_positive_int(max_payload_bytes, "max_payload_bytes")
-        self.engine = library_engine(engine)
+        max_payload_bytes = _validate.config_positive_int(max_payload_bytes, "max_payload_bytes")
         self.model = model
         self.table = _table_of(model)
+        executor = Executor.adopt(engine, self.table)
         self._tasks = TaskRegistry()
         self.plugin_manager = build_plugin_manager(
             plugins, load_entrypoints=load_entrypoints, blocked=blocked_plugins, tasks=self._tasks
         )
-        self.call_timeout: float | None = None
-        self._autocommit_engine: Engine | None = None
+        self._compose(executor, EmptyClaimThrottle(), max_payload_bytes)
         configure(self.plugin_manager, self)
 
-    def _bound_to(self, engine: Engine, *, call_timeout: float | None) -> Queue:
-        """This queue (same tasks and plugins) on another engine, with a client-side deadline
-        on every call: what a worker uses for its own connections."""
-        view = copy.copy(self)
-        view.engine = library_engine(engine)
-        view.call_timeout = call_timeout
-        view._autocommit_engine = engine if runs_single_statements_in_autocommit(engine) else None
-        for compiled_for_the_other_engine in ("_round_statement", "_driver_statements"):
-            view.__dict__.pop(compiled_for_the_other_engine, None)
-        return view
+    def _compose(self, executor: Executor, throttle: EmptyClaimThrottle, max_payload_bytes: int) -> None:
+        """The parts every public method delegates to, all on `executor`."""
+        self._executor = executor
+        self._enqueuer = Enqueuer(executor, self._tasks, self.plugin_manager, max_payload_bytes)
+        self._counters = Counters(executor.statements, throttle)
+        self._outcomes = Outcomes(executor, self.plugin_manager, self._counters)
+        self._operations = Operations(executor)
+
+    def on_engine(self, engine: Engine, *, call_timeout: float | None = None) -> Queue:
+        """This queue (same table, tasks and plugins) running its statements on `engine`,
+        with a client-side deadline of `call_timeout` seconds on every call (None: none).
+
+        What a worker does with its own engine, and the CLI with a ``--database-url``. The
+        copy shares this queue's empty-claim tally; the original is unchanged."""
+        other = copy.copy(self)
+        other._compose(self._executor.on_engine(engine, call_timeout=call_timeout),
+                       self._counters.throttle, self.max_payload_bytes)
+        return other
+
+    @property
+    def executor(self) -> Executor:
+        """The execution seam this queue runs on: for sqla_queue's services (worker, doctor,
+        pruning, listener); not public API."""
+        return self._executor
+
+    @property
+    def engine(self) -> Engine:
+        """The engine our statements run on (a READ COMMITTED view of the one given)."""
+        return self._executor.engine
+
+    @property
+    def call_timeout(self) -> float | None:
+        """The client-side deadline on every call, in seconds; None outside a worker."""
+        return self._executor.call_timeout
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The largest payload accepted, as encoded JSON (a task's own limit wins)."""
+        return self._enqueuer.max_payload_bytes
+
+    @max_payload_bytes.setter
+    def max_payload_bytes(self, value: int) -> None:
+        self._enqueuer.max_payload_bytes = _validate.config_positive_int(value, "max_payload_bytes")
 
     @property
     def notify_channel(self) -> str:
         """The LISTEN/NOTIFY channel enqueues on this table announce themselves on."""
         return sql.channel_name(self.table)
-
-    @cached_property
-    def _sql(self) -> SimpleNamespace:
-        return SimpleNamespace(
-            insert=sql.insert_jobs(self.table),
-            insert_one=sql.insert_job(self.table),
-            find_keys=sql.find_active_keys(self.table),
-            claim=sql.claim_jobs(self.table),
-            complete_and_claim=sql.complete_and_claim_jobs(self.table),
-            complete=sql.complete_job(self.table),
-            complete_many=sql.complete_jobs(self.table),
-            retry=sql.retry_job(self.table),
-            fail=sql.fail_job(self.table),
-            requeue_expired=sql.requeue_expired(self.table),
-            fail_expired=sql.fail_exhausted_expired(self.table),
-            select_job=sql.select_job(self.table),
-            claim_state=sql.claim_state(self.table),
-            renew=sql.renew_leases(self.table),
-            release=sql.release_jobs(self.table),
-        )
-
-    @cached_property
-    def _round_statement(self) -> DriverStatement | None:
-        if not DriverStatement.usable_on(self.engine.dialect):
-            return None
-        sample = {"queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": [],
-                  "from_run_at": None, "from_id": None}
-        return DriverStatement(self._sql.complete_and_claim, self.engine.dialect, sample)
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -219,12 +200,9 @@ class Queue(Enqueuing):
         again and a new job is created. If the holder has not committed yet, this call waits for
         it, then returns its id (it committed) or inserts (it rolled back).
         """
-        jobs = self._new_batch()
-        self._prepare(
-            jobs, task, payload, queue=queue, run_at=run_at, delay=delay,
-            max_attempts=max_attempts, idempotency_key=idempotency_key,
-        )
-        return self._enqueue_specs(jobs, session=session, connection=connection)[0]
+        options = {"queue": queue, "run_at": run_at, "delay": delay, "max_attempts": max_attempts,
+                   "idempotency_key": idempotency_key}
+        return self._enqueuer.enqueue(task, payload, options, session, connection)
 
     def enqueue_many(
         self,
@@ -238,44 +216,7 @@ class Queue(Enqueuing):
         Each job is a mapping with ``task`` and ``payload`` and any per-job option of
         `enqueue`. Every job is validated before anything is written.
         """
-        batch = self._new_batch()
-        for index, job in enumerate(jobs):
-            self._prepare_mapping(batch, index, job)
-        return self._enqueue_specs(batch, session=session, connection=connection) if len(batch) else []
-
-    @contextmanager
-    def _caller_or_own_connection(
-        self, session: Session | None, connection: Connection | None
-    ) -> Iterator[Connection]:
-        if session is not None:
-            yield session.connection()
-        elif connection is not None:
-            yield connection
-        else:
-            with self._transaction() as conn:
-                yield conn
-
-    @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
-        """Our own short transaction, committed on exit, inside the call deadline if any."""
-        with self._connection() as conn, conn.begin():
-            yield conn
-
-    @contextmanager
-    def _connection(self, engine: Engine | None = None) -> Iterator[Connection]:
-        with database_errors(), (engine or self.engine).connect() as conn, deadline(conn, self.call_timeout):
-            yield conn
-
-    @contextmanager
-    def _single_statement(self) -> Iterator[Connection]:
-        """For one self-contained statement: autocommit on a worker's engine (one round trip,
-        see `worker_engine`), our own transaction anywhere else."""
-        if self._autocommit_engine is None:
-            with self._transaction() as conn:
-                yield conn
-        else:
-            with self._connection(self._autocommit_engine) as conn:
-                yield conn
+        return self._enqueuer.enqueue_many(jobs, session, connection)
 
     # -- claim and outcomes --------------------------------------------------------------
 
@@ -285,24 +226,7 @@ class Queue(Enqueuing):
         All jobs of one claim share one fresh claim token; each outcome is fenced by
         ``(job id, token)``.
         """
-        queue = _validate.name(queue, "queue")
-        worker_id = _validate.name(worker_id, "worker_id")
-        limit = _validate.positive_int(limit, "limit")
-        params = {
-            "queue": queue, "worker_id": worker_id, "limit": limit,
-            "token": secrets.token_urlsafe(24),
-        }
-        with self._transaction() as conn:
-            rows, empty_reason = self._claim_in(conn, params)
-        jobs = sorted((_claimed_job(row) for row in rows), key=lambda j: j.id)
-        self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
-        return jobs
-
-    def _claim_in(self, conn: Connection, params: dict[str, Any]) -> tuple[list[Any], str | None]:
-        rows = conn.execute(self._sql.claim, params).all()
-        # Idle path only: an empty claim is classified and counted in the same transaction.
-        empty_reason = None if rows else operations.count_empty_claim(self, conn, params["queue"])
-        return rows, empty_reason
+        return self._outcomes.claim(queue, worker_id, limit)
 
     def complete_and_claim(
         self,
@@ -320,56 +244,14 @@ class Queue(Enqueuing):
         ``(run_at, id)``) starts the claim there in claim order instead of at the beginning,
         skipping the dead index entries earlier claims left behind (see `claim_position`).
         """
-        finished = list(finished)
-        queue = _validate.name(queue, "queue")
-        worker_id = _validate.name(worker_id, "worker_id")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
-        from_run_at, from_id = _position_params(from_position)
-        params = {"queue": queue, "worker_id": worker_id, "limit": limit,
-                  "token": secrets.token_urlsafe(24), "from_run_at": from_run_at, "from_id": from_id,
-                  **_held_params(finished)}
-        with self._single_statement() as conn:
-            rows = (self._round_statement.rows(conn, params) if self._round_statement
-                    else conn.execute(self._sql.complete_and_claim, params).all())
-            claimed_rows = [row for row in rows if row.claimed]
-            # Idle path only: an empty claim is classified and counted.
-            empty_reason = (operations.count_empty_claim(self, conn, queue)
-                            if limit and not claimed_rows else None)
-        completed_rows = [row for row in rows if not row.claimed]
-        self._emit_completed(completed_rows)
-        completed = {row.id for row in completed_rows}
-        results = {job.id: job.id in completed or self.complete(job.id, job.claim_token) for job in finished}
-        jobs = sorted((_claimed_job(row) for row in claimed_rows), key=lambda j: j.id)
-        if limit:
-            self._emit_claimed(jobs, claimed_rows, queue, worker_id, limit, empty_reason)
-        return results, jobs
-
-    def _emit_claimed(self, jobs, rows, queue: str, worker_id: str, limit: int,
-                      empty_reason: str | None = None) -> None:
-        if not jobs:
-            emit(self.plugin_manager, "sqla_queue_empty_claim",
-                 event=EmptyClaim(queue=queue, worker_id=worker_id, limit=limit, reason=empty_reason))
-            return
-        run_at = {row.id: row.run_at for row in rows}
-        emit_each(self.plugin_manager, "sqla_queue_job_claimed", (
-            JobClaimed(job_id=job.id, queue=job.queue, task=job.task, attempt=job.attempts,
-                       worker_id=worker_id, queue_wait=_queue_wait(job, run_at[job.id]))
-            for job in jobs
-        ))
+        return self._outcomes.complete_and_claim(finished, queue, worker_id, limit, from_position)
 
     def complete(self, job_id: int, claim_token: str) -> bool:
         """Mark a claimed job completed. False means the claim was lost and nothing changed.
 
         Safe to call again with the same token after a lost reply: it reports True.
         """
-        row = self._guarded(self._sql.complete, job_id, claim_token)
-        if row is None:
-            self._lost(job_id, claim_token, "complete")
-            return False
-        if not row.replayed:
-            self._emit_completed([row])
-        return True
+        return self._outcomes.complete(job_id, claim_token)
 
     def complete_many(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
         """Complete many claimed jobs in one statement; ``{job id: completed?}``.
@@ -378,21 +260,7 @@ class Queue(Enqueuing):
         complete is settled on its own by `complete`, which recognises a replay (True) and
         reports a lost claim (False).
         """
-        jobs = list(jobs)
-        if not jobs:
-            return {}
-        with self._single_statement() as conn:
-            rows = conn.execute(self._sql.complete_many, _held_params(jobs)).all()
-        self._emit_completed(rows)
-        done = {row.id for row in rows}
-        return {job.id: job.id in done or self.complete(job.id, job.claim_token) for job in jobs}
-
-    def _emit_completed(self, rows: Sequence[Any]) -> None:
-        emit_each(self.plugin_manager, "sqla_queue_job_completed", (
-            JobCompleted(job_id=row.id, queue=row.queue_name, task=row.task,
-                         attempt=row.attempts, duration=row.duration)
-            for row in rows
-        ))
+        return self._outcomes.complete_many(jobs)
 
     def retry(
         self,
@@ -408,26 +276,11 @@ class Queue(Enqueuing):
 
         An exception also stores its bounded, sanitized traceback (`JobView.last_traceback`)
         and reaches the retried/failed event as ``exception``."""
-        when, wait = _validate.schedule(run_at, delay)
-        trace = traceback_text(error)
-        row = self._guarded(self._sql.retry, job_id, claim_token,
-                            retry_at=when, delay=wait, error=error_text(error), traceback=trace)
-        if row is None:
-            self._lost(job_id, claim_token, "retry")
-            return None
-        return self._outcome(row, error, trace)
+        return self._outcomes.retry(job_id, claim_token, error, run_at, delay)
 
     def fail(self, job_id: int, claim_token: str, *, error: BaseException | str) -> bool:
         """Move a claimed job to terminal ``failed`` now. False means the claim was lost."""
-        return self._fail(job_id, claim_token, error) is not None
-
-    def _fail(self, job_id: int, claim_token: str, error: BaseException | str) -> Outcome | None:
-        trace = traceback_text(error)
-        row = self._guarded(self._sql.fail, job_id, claim_token, error=error_text(error), traceback=trace)
-        if row is None:
-            self._lost(job_id, claim_token, "fail")
-            return None
-        return self._outcome(row, error, trace)
+        return self._outcomes.fail(job_id, claim_token, error) is not None
 
     def handle_failure(self, job: ClaimedJob, error: BaseException) -> Outcome | None:
         """Retry or fail a job whose handler raised, as the strategy hooks decide.
@@ -435,47 +288,7 @@ class Queue(Enqueuing):
         Non-retryable errors, a ``False`` delay, or exhausted attempts end in ``failed``. A
         strategy plugin that misbehaves is logged and the built-in defaults decide instead.
         """
-        delay = failure_decision(self.plugin_manager, job, error)
-        if delay is False:
-            return self._fail(job.id, job.claim_token, error)
-        return self.retry(job.id, job.claim_token, error=error, delay=delay)
-
-    def _outcome(self, row: Any, error: BaseException | str, trace: str | None) -> Outcome:
-        """The outcome of a retry or fail, and its event: the exception object (None for a
-        string error) and the traceback text as stored."""
-        outcome = Outcome(job_id=row.id, status=JobStatus(row.status), attempts=row.attempts,
-                          max_attempts=row.max_attempts, run_at=row.run_at)
-        if row.replayed:
-            return outcome  # the first call's event already fired
-        exception = None if isinstance(error, str) else error
-        if outcome.status is JobStatus.PENDING:
-            emit(self.plugin_manager, "sqla_queue_job_retried",
-                 event=JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,
-                                  attempt=row.attempts, run_at=row.run_at, error=row.last_error or "",
-                                  exception=exception, traceback=trace))
-        else:
-            emit(self.plugin_manager, "sqla_queue_job_failed",
-                 event=JobFailed(job_id=row.id, queue=row.queue_name, task=row.task,
-                                 attempt=row.attempts, error=row.last_error or "",
-                                 exception=exception, traceback=trace))
-        return outcome
-
-    def _guarded(self, statement: Any, job_id: int, claim_token: str, **values: Any) -> Any:
-        _check_claim(job_id, claim_token)
-        params = {"job_id": job_id, "token": claim_token, **values}
-        with self._transaction() as conn:
-            row = conn.execute(statement, params).first()
-            operations.count_retry(self, conn, row)  # a retry's counter commits with the retry
-            return row
-
-    def _lost(self, job_id: int, claim_token: str, operation: str, *, unless_finished: bool = False) -> None:
-        with self._connection() as conn:
-            state = conn.execute(self._sql.claim_state, {"job_id": job_id}).first()
-        if unless_finished and state is not None and state.claim_token == claim_token:
-            return  # finished under this very token: an outcome of this claim raced the caller
-        emit(self.plugin_manager, "sqla_queue_lost_claim",
-             event=LostClaim(job_id=job_id, claim_token=claim_token,
-                             reason=_lost_reason(state), operation=operation))
+        return self._outcomes.handle_failure(job, error)
 
     def heartbeat(self, jobs: Iterable[ClaimedJob]) -> set[int]:
         """Restart the lease of each job still held under its token; returns the renewed ids.
@@ -484,25 +297,11 @@ class Queue(Enqueuing):
         unless its row was already finished under this same token: a worker's heartbeat races
         its own outcomes, and a job this claim completed (or retried, or failed) was not lost.
         """
-        jobs = list(jobs)
-        if not jobs:
-            return set()
-        with self._single_statement() as conn:
-            rows = conn.execute(self._sql.renew, _held_params(jobs)).all()
-        renewed = {row.id for row in rows}
-        for job in jobs:
-            if job.id not in renewed:
-                self._lost(job.id, job.claim_token, "heartbeat", unless_finished=True)
-        return renewed
+        return self._outcomes.heartbeat(jobs)
 
     def release(self, jobs: Iterable[ClaimedJob]) -> list[int]:
         """Give unfinished jobs back (pending now, the interrupted attempt not counted)."""
-        jobs = list(jobs)
-        if not jobs:
-            return []
-        with self._single_statement() as conn:
-            rows = conn.execute(self._sql.release, _held_params(jobs)).all()
-        return sorted(row.id for row in rows)
+        return self._outcomes.release(jobs)
 
     def worker(self, **options: Any) -> Worker:
         """A worker for this queue; options are `sqla_queue.worker.WorkerConfig`'s fields."""
@@ -520,31 +319,15 @@ class Queue(Enqueuing):
         Jobs with attempts left return to pending (``last_error = 'claim lease expired'``);
         jobs that expired on their last attempt go to failed. Returns the ids of both.
         """
-        params = {"lease": _validate.duration(lease, "lease", positive=True),
-                  "limit": _validate.positive_int(limit, "limit")}
-        with self._transaction() as conn:
-            requeued = conn.execute(self._sql.requeue_expired, params).all()
-            operations.count_recovered(self, conn, requeued)
-        with self._transaction() as conn:
-            failed = conn.execute(self._sql.fail_expired, params).all()
-            operations.count_recovered(self, conn, failed)
-        for rows, status in ((requeued, JobStatus.PENDING), (failed, JobStatus.FAILED)):
-            for row in rows:
-                emit(self.plugin_manager, "sqla_queue_job_recovered",
-                     event=JobRecovered(job_id=row.id, queue=row.queue_name, task=row.task, status=status))
-        return sorted(row.id for row in (*requeued, *failed))
+        return self._outcomes.recover_expired(lease, limit)
 
     def get_job(self, job_id: int) -> JobView | None:
-        if isinstance(job_id, bool) or not isinstance(job_id, int):
-            raise InvalidInputError(f"job_id must be an integer, got {type(job_id).__name__}")
-        with self._connection() as conn:
-            row = conn.execute(self._sql.select_job, {"job_id": job_id}).first()
-        return None if row is None else _job_view(row)
+        return self._operations.get_job(job_id)
 
     def stats(self, *, window: timedelta | float = DEFAULT_STATS_WINDOW) -> QueueStats:
         """The health signals of every queue: active jobs now, finished jobs and counted events
         within `window` (default 15 minutes). See docs/how-to/operations.md."""
-        return operations.queue_stats(self, window)
+        return self._operations.stats(window)
 
     # -- operator actions (sqla_queue.operations, sqla_queue.maintenance) ------------------
 
@@ -558,16 +341,16 @@ class Queue(Enqueuing):
         before_id: int | None = None,
     ) -> JobPage:
         """A page of jobs, newest first; pass ``before_id=page.next_before`` for the next."""
-        return operations.list_jobs(self, status=status, queue_name=queue, task=task,
-                                    limit=limit, before_id=before_id)
+        return self._operations.list_jobs(status=status, queue_name=queue, task=task,
+                                          limit=limit, before_id=before_id)
 
     def retry_now(self, job_id: int) -> JobView:
         """Make a failed job pending and due now, with at least one attempt left."""
-        return operations.retry_now(self, job_id)
+        return self._operations.retry_now(job_id)
 
     def cancel(self, job_id: int) -> JobView:
         """Delete a pending job that no transaction holds; returns its last state."""
-        return operations.cancel(self, job_id)
+        return self._operations.cancel(job_id)
 
     def prune(self, **options: Any) -> maintenance.PruneResult:
         """Delete finished jobs older than ``completed_after`` / ``failed_after`` in batches
@@ -575,7 +358,7 @@ class Queue(Enqueuing):
         return maintenance.prune(self, **options)
 
 
-# -- row mapping -------------------------------------------------------------------------
+# -- helpers -----------------------------------------------------------------------------
 
 
 def _table_of(model: type) -> Table:
@@ -587,69 +370,9 @@ def _table_of(model: type) -> Table:
     return table
 
 
-def _check_claim(job_id: Any, claim_token: Any) -> None:
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise InvalidInputError(f"job_id must be an integer, got {type(job_id).__name__}")
-    if not isinstance(claim_token, str) or not claim_token:
-        raise InvalidInputError("claim_token must be the non-empty string a claim returned")
-
-
-def _held_params(jobs: Sequence[ClaimedJob]) -> dict[str, list[Any]]:
-    """Sorted by id, so that two batch statements on overlapping jobs (a heartbeat and a
-    completion from one worker) lock rows in the same order and cannot deadlock."""
-    ordered = sorted(jobs, key=lambda job: job.id)
-    return {"job_ids": [job.id for job in ordered], "tokens": [job.claim_token for job in ordered]}
-
-
-def _claimed_job(row: Any) -> ClaimedJob:
-    return ClaimedJob(
-        id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
-        max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
-        idempotency_key=row.idempotency_key, locked_at=row.locked_at, run_at=row.run_at,
-    )
-
-
-def _position_params(position: Any) -> tuple[datetime | None, int | None]:
-    if position is None:
-        return None, None
-    if (not isinstance(position, tuple) or len(position) != 2
-            or not isinstance(position[0], datetime) or position[0].tzinfo is None
-            or isinstance(position[1], bool) or not isinstance(position[1], int)):
-        raise InvalidInputError(
-            "from_position must be None or a (run_at, id) tuple of an aware datetime and an integer"
-        )
-    return position
-
-
 def claim_position(jobs: Sequence[ClaimedJob]) -> tuple[datetime, int] | None:
     """Where a claim that returned `jobs` got to in claim order: the earliest of them.
 
     Every pending job before it was claimed or skipped (locked) by some claim, so the next
     claim can start there (`Queue.complete_and_claim`'s ``from_position``)."""
     return min(((job.run_at, job.id) for job in jobs if job.run_at is not None), default=None)
-
-
-def _queue_wait(job: ClaimedJob, run_at: datetime | None) -> timedelta | None:
-    """From due to claimed: how long the job waited for a worker."""
-    return job.locked_at - run_at if job.locked_at and run_at else None
-
-
-def _job_view(row: Any) -> JobView:
-    return JobView(
-        id=row.id, task=row.task, queue=row.queue_name, status=JobStatus(row.status),
-        payload=row.payload, attempts=row.attempts, max_attempts=row.max_attempts,
-        run_at=row.run_at, created_at=row.created_at, locked_at=row.locked_at,
-        locked_by=row.locked_by, completed_at=row.completed_at, failed_at=row.failed_at,
-        last_error=row.last_error,
-        idempotency_key=row.idempotency_key, last_traceback=row.last_traceback,
-    )
-
-
-def _lost_reason(state: Any) -> str:
-    if state is None:
-        return "job no longer exists"
-    if state.status == JobStatus.RUNNING.value:
-        return "job was claimed again under another token"
-    if state.claim_token is None and state.last_error and "lease expired" in state.last_error:
-        return f"claim lease expired and the job was recovered (now {state.status})"
-    return f"job is {state.status} under another claim"

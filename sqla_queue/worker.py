@@ -97,7 +97,7 @@ class Worker:
             self.config.engine or queue.engine, pool_size=self.config.concurrency + 3, call_timeout=timeout,
             prepared_statements=self.config.prepared_statements,
         )
-        self.queue = queue._bound_to(self.engine, call_timeout=timeout)
+        self.queue = queue.on_engine(self.engine, call_timeout=timeout)
         self._pruner = worker_pruner(self.queue, self.config.pruning)
         self.summary = WorkerSummary()
         self._held: dict[int, _Held] = {}

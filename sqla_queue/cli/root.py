@@ -49,7 +49,7 @@ class CliContext:
                 # Another URL on the command line (or in the env var) overrides the app's engine;
                 # the app's own URL keeps its engine, connect_args and hooks included.
                 if self.database_url and not is_url_of(self.database_url, queue.engine):
-                    queue = queue._bound_to(make_engine(self.database_url), call_timeout=None)
+                    queue = queue.on_engine(make_engine(self.database_url))
             else:
                 queue = self._queue_from_url()
             self._queue = queue

@@ -4,7 +4,8 @@ Each function takes the job `Table` and returns an `Executable` with named bind 
 No engine, no session, no plugin, no I/O: the statements are compiled once per table and reused
 (SQLAlchemy's compiled cache keys on their structure). Every user value is a bound parameter;
 the only literals are our own status names, rendered inline so the planner can match the partial
-indexes' predicates.
+indexes' predicates. `sql.session` holds the few statements about the database session itself
+(what pool hooks and the listener run), which take no table and no values.
 """
 
 from .claim import claim_jobs, complete_and_claim_jobs

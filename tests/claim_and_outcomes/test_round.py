@@ -22,7 +22,8 @@ def round_queue(request, recorded_queue):
         yield recorded_queue
         return
     worker = recorded_queue.worker(concurrency=2)
-    assert worker.queue._autocommit_engine is not None and worker.queue._round_statement is not None
+    capabilities = worker.queue.executor.capabilities
+    assert capabilities.autocommit_single_statements and capabilities.driver_fast_path
     yield worker.queue
     worker.engine.dispose()
 
@@ -108,7 +109,7 @@ def test_worker_sessions_run_read_committed_whatever_the_database_default(create
     try:
         with queue.engine.connect() as conn:  # the host's own sessions keep the database default
             assert conn.execute(text("SHOW default_transaction_isolation")).scalar_one() == "serializable"
-        with worker.queue._single_statement() as conn:
+        with worker.queue.executor.single_statement() as conn:
             assert conn.execute(text("SHOW transaction_isolation")).scalar_one() == "read committed"
     finally:
         worker.engine.dispose()
@@ -122,14 +123,14 @@ def test_a_connection_terminated_while_pooled_is_replaced_before_the_round(recor
     bound = worker.queue
     try:
         recorded_queue.enqueue("send_email", {"secret": "hunter2"})
-        with bound._single_statement() as conn:  # the pool's only connection, reused next
+        with bound.executor.single_statement() as conn:  # the pool's only connection, reused next
             pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
 
         _, claimed = bound.complete_and_claim([], worker_id="w", limit=1)
         assert [job.payload for job in claimed] == [{"secret": "hunter2"}]
-        with bound._single_statement() as conn:
+        with bound.executor.single_statement() as conn:
             assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() != pid
     finally:
         worker.engine.dispose()
@@ -145,11 +146,11 @@ def test_a_connection_terminated_mid_call_raises_database_error_and_the_next_rou
     try:
         recorded_queue.enqueue("send_email", {"secret": "hunter2"})
         with pytest.raises(sq.DatabaseError) as failed:
-            with bound._single_statement() as conn:
+            with bound.executor.single_statement() as conn:
                 pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
                 with engine.connect() as other:
                     other.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
-                bound._round_statement.rows(conn, params)  # the round's driver path, mid-checkout
+                bound.executor.run_round(conn, params)  # the round's driver path, mid-checkout
         assert failed.value.connection_invalidated
         assert "hunter2" not in str(failed.value)
         _, claimed = bound.complete_and_claim([], worker_id="w", limit=1)
@@ -171,7 +172,7 @@ def test_the_prepared_round_settles_on_a_generic_plan(recorded_queue, run_sql):
         finished: list = []
         for _ in range(25):
             _, finished = bound.complete_and_claim(finished, worker_id="w", limit=2)
-        with bound._single_statement() as conn:  # the same pooled session, used one at a time
+        with bound.executor.single_statement() as conn:  # the same pooled session, used one at a time
             [(generic, custom)] = conn.execute(text(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
                 "WHERE statement LIKE 'WITH completed_now AS%'"

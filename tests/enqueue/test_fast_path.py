@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 import sqla_queue as sq
 from sqla_queue import _engine
-from sqla_queue._engine import make_engine, runs_single_statements_in_autocommit
+from sqla_queue._engine import capabilities_of, make_engine
 
 RECORD_INSERTS = """
 CREATE TABLE insert_seen (job_id bigint, isolation text);
@@ -172,11 +172,11 @@ def test_url_queue_enqueues_read_committed_when_the_database_defaults_to_seriali
 
 
 def test_make_engine_is_not_mistaken_for_a_worker_engine(database_url):
-    """`_bound_to` treats an engine that `runs_single_statements_in_autocommit` as autocommit by
-    default; `make_engine`'s is not (the CLI binds a queue to one)."""
+    """`Queue.on_engine` runs single statements in autocommit on an engine whose capabilities
+    say so (a worker's); `make_engine`'s does not (the CLI puts a queue on one)."""
     engine = make_engine(database_url)
     try:
-        assert not runs_single_statements_in_autocommit(engine)
+        assert not capabilities_of(engine).autocommit_single_statements
         with engine.connect() as conn:
             assert not conn.connection.driver_connection.autocommit
     finally:
@@ -431,7 +431,7 @@ def test_a_connection_idle_past_the_ping_threshold_is_pinged_before_use(url_queu
     _, idle = trace(lambda: url_queue.enqueue("send_email", {}))
 
     assert recent == ["Sync"]
-    assert "SELECT 1" in idle and idle[-1] == "Sync"  # the probe, then the INSERT
+    assert _engine.PROBE in idle and idle[-1] == "Sync"  # the probe, then the INSERT
 
 
 def test_a_connection_that_dies_during_an_enqueue_fails_that_call_only(url_queue, engine, count_jobs):

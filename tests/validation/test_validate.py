@@ -155,3 +155,43 @@ def test_positive_int_rejects(value):
 def test_config_positive_int_raises_configuration_error():
     with pytest.raises(ConfigurationError, match="concurrency"):
         _validate.config_positive_int(0, "concurrency")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [(True, "job_id must be an integer, got bool"), ("7", "job_id must be an integer, got str"),
+     (1.0, "job_id must be an integer, got float"), (0, "job_id must be a positive integer, got 0"),
+     (-2, "job_id must be a positive integer, got -2")],
+)
+def test_job_id_is_one_rule_for_every_call(value, message):
+    with pytest.raises(InvalidInputError, match=f"^{message}$"):
+        _validate.job_id(value)
+
+
+def test_job_id_accepts_positive_integers_and_names_the_argument():
+    assert _validate.job_id(1) == 1
+    with pytest.raises(InvalidInputError, match="^before_id must be a positive integer"):
+        _validate.job_id(0, "before_id")
+
+
+@pytest.mark.parametrize("value", [-1, True, 0.5, "1"])
+def test_non_negative_int_rejects(value):
+    with pytest.raises(InvalidInputError, match="limit must be a non-negative integer"):
+        _validate.non_negative_int(value, "limit")
+
+
+def test_non_negative_int_accepts_zero():
+    assert _validate.non_negative_int(0, "limit") == 0
+
+
+@pytest.mark.parametrize("value", [0, -0.5, float("nan"), float("inf"), True, "1"])
+def test_positive_number_rejects(value):
+    with pytest.raises(ConfigurationError, match="interval must be a positive number of seconds"):
+        _validate.positive_seconds(value, "interval", error=ConfigurationError)
+
+
+def test_claim_token_must_be_a_non_empty_string():
+    assert _validate.claim_token("abc") == "abc"
+    for bad in ("", None, 3):
+        with pytest.raises(InvalidInputError, match="claim_token"):
+            _validate.claim_token(bad)

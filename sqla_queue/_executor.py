@@ -1,0 +1,305 @@
+"""The one place sqla_queue runs SQL: engines, transaction modes, deadlines, statements.
+
+A private seam between what the code wants done (the facade, operations, pruning, doctor, the
+listener) and how a statement reaches PostgreSQL. Its clients use only this interface
+(internal, not public API; anything else here is private):
+
+- ``Executor.adopt(engine_or_url, table)``: the executor of a `Queue`; a URL gets an engine of
+  ours (`_engine.make_engine`), an Engine is used as the application built it.
+- ``executor.on_engine(engine, *, call_timeout=None)``: the same statements on another engine
+  (a worker's, the CLI's), its capabilities looked up once here.
+- ``executor.table``, ``.engine`` (our READ COMMITTED, parameters-hidden view), ``.dialect``,
+  ``.capabilities`` (`Capabilities`), ``.call_timeout`` (client-side deadline, seconds or
+  None), ``.statements`` (`Statements`: every Core statement of the table, built once per
+  table and shared by every executor on it).
+- Transaction modes, each a context manager yielding a SQLAlchemy ``Connection`` inside the
+  call deadline, driver errors re-raised as `DatabaseError`:
+  ``transaction()`` (our own short READ COMMITTED transaction, committed on exit),
+  ``connection()`` (no transaction of ours: reads), ``single_statement()`` (one self-contained
+  statement: autocommit where the engine allows, else our own transaction) and
+  ``callers(session, connection)`` (the caller's transaction, never committed by us; our own
+  if neither is given).
+- ``run_round(conn, params)``: the worker's complete-and-claim statement, on the driver fast
+  path where the engine allows.
+- ``autocommit_enqueue()``: a context manager yielding ``(pooled connection, DriverStatements)``
+  in autocommit for an enqueue that is all its call writes, or None where that is not safe.
+- ``listening(call_timeout)`` and ``probe(driver, call_timeout)``: the listener's connection
+  (LISTENing on the table's channel) and its liveness check.
+
+Which path runs is decided from `Capabilities` recorded when the engine was adopted, never by
+inspecting the engine afterwards. Everything above the connection (statements, capabilities,
+parameters) is free of I/O style, so an asyncio face can sit on the same pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cached_property, lru_cache
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Table, exc as sa_exc
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import PoolProxiedConnection
+
+from . import sql
+from ._deadline import deadline, driver_deadline
+from ._driver import DriverStatement
+from ._engine import (
+    PROBE,
+    Capabilities,
+    autocommit_reads_committed,
+    capabilities_of,
+    database_errors,
+    library_engine,
+    make_engine,
+)
+from .errors import InvalidInputError
+from .models import counters_table
+from .sql import counters as counter_sql
+from .sql import operator_actions as ops_sql
+from .sql import prune as prune_sql
+from .sql import stats as stats_sql
+from .sql.enqueue import INPUT_COLUMNS
+from .types import JobStatus
+
+__all__ = ["Capabilities", "DriverStatements", "Executor", "Statements", "ARRAY_PARAMS"]
+
+ARRAY_PARAMS = tuple(f"{name}s" for name in INPUT_COLUMNS)
+"""`sql.insert_jobs`' array parameters, one per input column."""
+
+
+class Statements:
+    """Every Core statement sqla_queue runs on one job table (and its counters table), built
+    once per table: `for_table`."""
+
+    def __init__(self, table: Table) -> None:
+        counters = counters_table(table)
+        self.table = table
+        # enqueue
+        self.insert = sql.insert_jobs(table)
+        self.insert_one = sql.insert_job(table)
+        self.find_keys = sql.find_active_keys(table)
+        # claim, outcomes, leases, recovery
+        self.claim = sql.claim_jobs(table)
+        self.complete_and_claim = sql.complete_and_claim_jobs(table)
+        self.complete = sql.complete_job(table)
+        self.complete_many = sql.complete_jobs(table)
+        self.retry = sql.retry_job(table)
+        self.fail = sql.fail_job(table)
+        self.requeue_expired = sql.requeue_expired(table)
+        self.fail_expired = sql.fail_exhausted_expired(table)
+        self.select_job = sql.select_job(table)
+        self.claim_state = sql.claim_state(table)
+        self.renew = sql.renew_leases(table)
+        self.release = sql.release_jobs(table)
+        self.listen = sql.listen(table)
+        # counters
+        self.count_events = counter_sql.count_events(counters)
+        self.count_empty = counter_sql.count_empty_claim(table, counters)
+        # operator reads and writes
+        self.now = stats_sql.database_now()
+        self.health = stats_sql.queue_health(table)
+        self.completed_in_window = stats_sql.completed_in_window(table)
+        self.failed_in_window = stats_sql.failed_in_window(table)
+        self.counted_in_window = stats_sql.counted_in_window(counters)
+        self.job_state = ops_sql.job_state(table)
+        self.key_holder = ops_sql.active_key_holder(table)
+        self.retry_failed = ops_sql.retry_failed_job(table)
+        self.cancel_pending = ops_sql.cancel_pending_job(table)
+        # retention
+        self.prune = {
+            "completed": prune_sql.prune_finished(table, JobStatus.COMPLETED),
+            "failed": prune_sql.prune_finished(table, JobStatus.FAILED),
+            "counters": counter_sql.prune_counters(counters),
+        }
+        self._lists: dict[tuple, Any] = {}
+
+    @staticmethod
+    @lru_cache(maxsize=64)
+    def for_table(table: Table) -> Statements:
+        return Statements(table)
+
+    def list_jobs(self, status: JobStatus | None, by_queue: bool, by_task: bool, paged: bool) -> Any:
+        """The `list_jobs` page statement for this combination of filters (16 at most)."""
+        key = (status, by_queue, by_task, paged)
+        statement = self._lists.get(key)
+        if statement is None:
+            statement = ops_sql.list_jobs(self.table, status=status, by_queue=by_queue, by_task=by_task,
+                                          paged=paged)
+            self._lists[key] = statement
+        return statement
+
+
+class DriverStatements:
+    """The hot statements compiled once for a psycopg dialect (`_driver.DriverStatement`)."""
+
+    def __init__(self, statements: Statements, dialect: Dialect) -> None:
+        self.round = DriverStatement(statements.complete_and_claim, dialect, {
+            "queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": [],
+            "from_run_at": None, "from_id": None,
+        })
+        self.insert_one = DriverStatement(statements.insert_one, dialect,
+                                          {**dict.fromkeys(INPUT_COLUMNS), "channel": ""})
+        self.insert = DriverStatement(statements.insert, dialect,
+                                      {**dict.fromkeys(ARRAY_PARAMS, []), "channel": ""},
+                                      binary=ARRAY_PARAMS)
+        self.find_keys = DriverStatement(statements.find_keys, dialect, {"keys": []})
+
+
+class Executor:
+    """Runs `statements` on one engine with the modes its `capabilities` allow (module docs)."""
+
+    def __init__(self, engine: Engine, table: Table, capabilities: Capabilities,
+                 *, call_timeout: float | None = None) -> None:
+        self.engine = library_engine(engine)
+        self.table = table
+        self.capabilities = capabilities
+        self.call_timeout = call_timeout
+        self.statements = Statements.for_table(table)
+        # Connections of a worker engine are autocommit already; the READ COMMITTED view would
+        # wrap each statement in BEGIN/COMMIT again.
+        self._autocommit_engine = engine if capabilities.autocommit_single_statements else None
+
+    @classmethod
+    def adopt(cls, engine_or_url: Engine | str, table: Table) -> Executor:
+        engine = make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
+        if not isinstance(engine, Engine):
+            library_engine(engine)  # raises the ConfigurationError naming what it got
+        return cls(engine, table, capabilities_of(engine))
+
+    def on_engine(self, engine: Engine, *, call_timeout: float | None = None) -> Executor:
+        return Executor(engine, self.table, capabilities_of(engine), call_timeout=call_timeout)
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.engine.dialect
+
+    @cached_property
+    def _driver_statements(self) -> DriverStatements | None:
+        return DriverStatements(self.statements, self.dialect) if self.capabilities.driver_fast_path else None
+
+    # -- transaction modes -----------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """Our own short transaction, committed on exit, inside the call deadline if any."""
+        with self.connection() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        with self._connected(self.engine) as conn:
+            yield conn
+
+    @contextmanager
+    def single_statement(self) -> Iterator[Connection]:
+        """For one self-contained statement: autocommit on an engine whose sessions read
+        committed in autocommit (`worker_engine`: one round trip), our own transaction anywhere
+        else."""
+        if self._autocommit_engine is None:
+            with self.transaction() as conn:
+                yield conn
+        else:
+            with self._connected(self._autocommit_engine) as conn:
+                yield conn
+
+    @contextmanager
+    def callers(self, session: Session | None, connection: Connection | None) -> Iterator[Connection]:
+        """The caller's connection (its transaction; we never commit it), or our own
+        transaction when the caller gave neither."""
+        if session is not None and connection is not None:
+            raise InvalidInputError("pass session or connection, not both")
+        if session is not None:
+            yield session.connection()
+        elif connection is not None:
+            yield connection
+        else:
+            with self.transaction() as conn:
+                yield conn
+
+    @contextmanager
+    def _connected(self, engine: Engine) -> Iterator[Connection]:
+        with database_errors(), engine.connect() as conn, deadline(conn, self.call_timeout):
+            yield conn
+
+    # -- the driver fast path --------------------------------------------------------------
+
+    def run_round(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
+        """The complete-and-claim statement's rows (attributes as the statement names them)."""
+        fast = self._driver_statements
+        if fast is not None:
+            return fast.round.rows(conn, params)
+        return conn.execute(self.statements.complete_and_claim, params).all()
+
+    @contextmanager
+    def autocommit_enqueue(self) -> Iterator[tuple[PoolProxiedConnection, DriverStatements] | None]:
+        """A pooled connection in autocommit and the compiled enqueue statements, inside the
+        call deadline; None (nothing held) where the engine is not ours or this connection's
+        session does not default to READ COMMITTED. Errors come out as `DatabaseError`; the
+        connection goes back to the pool out of autocommit, as it came."""
+        fast = self._driver_statements if self.capabilities.autocommit_enqueue else None
+        if fast is None:
+            yield None
+            return
+        with database_errors():
+            pooled = self._raw_connection()
+            try:
+                if not autocommit_reads_committed(pooled):
+                    yield None
+                    return
+                driver = pooled.driver_connection
+                try:
+                    driver.autocommit = True
+                except self.dialect.loaded_dbapi.Error as exc:
+                    raise fast.insert_one.error(pooled, exc) from None
+                try:
+                    with driver_deadline(driver, self.call_timeout):
+                        yield pooled, fast
+                finally:
+                    _leave_autocommit(pooled)
+            finally:
+                pooled.close()
+
+    def _raw_connection(self) -> PoolProxiedConnection:
+        """A pooled connection; failing to connect raises what a `Connection` would raise (the
+        pool hands back the driver's own error), so `database_errors` reports it."""
+        dbapi_error = self.dialect.loaded_dbapi.Error
+        try:
+            return self.engine.raw_connection()
+        except dbapi_error as exc:
+            raise sa_exc.DBAPIError.instance(
+                None, None, exc, dbapi_error, hide_parameters=True, dialect=self.dialect
+            ) from None
+
+    # -- the listener's connection ---------------------------------------------------------
+
+    @contextmanager
+    def listening(self, call_timeout: float | None) -> Iterator[Any]:
+        """A connection of its own in autocommit, LISTENing on the table's channel; yields its
+        driver connection (for ``notifies()``). LISTEN runs under `call_timeout`; the wait for
+        notifications does not."""
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            with deadline(conn, call_timeout):
+                conn.execute(self.statements.listen)
+            yield conn.connection.driver_connection
+
+    @staticmethod
+    def probe(driver_connection: Any, call_timeout: float | None) -> None:
+        """A constant query on a raw driver connection: raises if it no longer answers."""
+        with driver_deadline(driver_connection, call_timeout):
+            driver_connection.execute(PROBE)
+
+
+def _leave_autocommit(pooled: PoolProxiedConnection) -> None:
+    """Back out of autocommit before the pool gets the connection (code sharing the engine,
+    e.g. migrations on `make_engine`'s engine, expects transactions); one that cannot is
+    discarded."""
+    if pooled.dbapi_connection is None:
+        return  # invalidated on a disconnect
+    try:
+        pooled.driver_connection.autocommit = False
+    except Exception as exc:
+        pooled.invalidate(exc)

@@ -1,0 +1,269 @@
+"""Claims and what happens to claimed jobs: complete, retry, fail, heartbeat, release, recover.
+
+`Queue`'s methods of the same names delegate here. Every outcome is fenced by ``(job id, claim
+token)``; a call that finds the claim gone reports it through the lost-claim hook. Statements
+and transaction modes come from the executor; events go out through the plugin manager.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import _validate
+from ._counters import Counters
+from ._executor import Executor
+from ._plugins import emit, emit_each, failure_decision
+from ._sanitize import error_text, traceback_text
+from .errors import InvalidInputError
+from .types import (
+    ClaimedJob,
+    EmptyClaim,
+    JobClaimed,
+    JobCompleted,
+    JobFailed,
+    JobRecovered,
+    JobRetried,
+    JobStatus,
+    LostClaim,
+    Outcome,
+)
+
+
+class Outcomes:
+    """Claim and settle jobs on `executor`'s table, counting with `counters`, announcing to
+    `plugin_manager`."""
+
+    def __init__(self, executor: Executor, plugin_manager: Any, counters: Counters) -> None:
+        self.executor = executor
+        self.plugin_manager = plugin_manager
+        self.counters = counters
+        self.statements = executor.statements
+
+    # -- claims ----------------------------------------------------------------------------
+
+    def claim(self, queue: str, worker_id: str, limit: int) -> list[ClaimedJob]:
+        queue = _validate.name(queue, "queue")
+        worker_id = _validate.name(worker_id, "worker_id")
+        limit = _validate.positive_int(limit, "limit")
+        params = {
+            "queue": queue, "worker_id": worker_id, "limit": limit,
+            "token": secrets.token_urlsafe(24),
+        }
+        with self.executor.transaction() as conn:
+            rows = conn.execute(self.statements.claim, params).all()
+            # Idle path only: an empty claim is classified and counted in the same transaction.
+            empty_reason = None if rows else self.counters.count_empty_claim(conn, queue)
+        jobs = sorted((_claimed_job(row) for row in rows), key=lambda j: j.id)
+        self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
+        return jobs
+
+    def complete_and_claim(
+        self, finished: Iterable[ClaimedJob], queue: str, worker_id: str, limit: int,
+        from_position: tuple[datetime, int] | None,
+    ) -> tuple[dict[int, bool], list[ClaimedJob]]:
+        finished = list(finished)
+        queue = _validate.name(queue, "queue")
+        worker_id = _validate.name(worker_id, "worker_id")
+        limit = _validate.non_negative_int(limit, "limit")
+        from_run_at, from_id = _position_params(from_position)
+        params = {"queue": queue, "worker_id": worker_id, "limit": limit,
+                  "token": secrets.token_urlsafe(24), "from_run_at": from_run_at, "from_id": from_id,
+                  **_held_params(finished)}
+        with self.executor.single_statement() as conn:
+            rows = self.executor.run_round(conn, params)
+            claimed_rows = [row for row in rows if row.claimed]
+            # Idle path only: an empty claim is classified and counted.
+            empty_reason = (self.counters.count_empty_claim(conn, queue)
+                            if limit and not claimed_rows else None)
+        completed_rows = [row for row in rows if not row.claimed]
+        self._emit_completed(completed_rows)
+        completed = {row.id for row in completed_rows}
+        results = {job.id: job.id in completed or self.complete(job.id, job.claim_token) for job in finished}
+        jobs = sorted((_claimed_job(row) for row in claimed_rows), key=lambda j: j.id)
+        if limit:
+            self._emit_claimed(jobs, claimed_rows, queue, worker_id, limit, empty_reason)
+        return results, jobs
+
+    def _emit_claimed(self, jobs, rows, queue: str, worker_id: str, limit: int,
+                      empty_reason: str | None = None) -> None:
+        if not jobs:
+            emit(self.plugin_manager, "sqla_queue_empty_claim",
+                 event=EmptyClaim(queue=queue, worker_id=worker_id, limit=limit, reason=empty_reason))
+            return
+        run_at = {row.id: row.run_at for row in rows}
+        emit_each(self.plugin_manager, "sqla_queue_job_claimed", (
+            JobClaimed(job_id=job.id, queue=job.queue, task=job.task, attempt=job.attempts,
+                       worker_id=worker_id, queue_wait=_queue_wait(job, run_at[job.id]))
+            for job in jobs
+        ))
+
+    # -- outcomes --------------------------------------------------------------------------
+
+    def complete(self, job_id: int, claim_token: str) -> bool:
+        row = self._guarded(self.statements.complete, job_id, claim_token)
+        if row is None:
+            self._lost(job_id, claim_token, "complete")
+            return False
+        if not row.replayed:
+            self._emit_completed([row])
+        return True
+
+    def complete_many(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
+        jobs = list(jobs)
+        if not jobs:
+            return {}
+        with self.executor.single_statement() as conn:
+            rows = conn.execute(self.statements.complete_many, _held_params(jobs)).all()
+        self._emit_completed(rows)
+        done = {row.id for row in rows}
+        return {job.id: job.id in done or self.complete(job.id, job.claim_token) for job in jobs}
+
+    def _emit_completed(self, rows: Sequence[Any]) -> None:
+        emit_each(self.plugin_manager, "sqla_queue_job_completed", (
+            JobCompleted(job_id=row.id, queue=row.queue_name, task=row.task,
+                         attempt=row.attempts, duration=row.duration)
+            for row in rows
+        ))
+
+    def retry(self, job_id: int, claim_token: str, error: BaseException | str,
+              run_at: datetime | None, delay: timedelta | float | None) -> Outcome | None:
+        when, wait = _validate.schedule(run_at, delay)
+        trace = traceback_text(error)
+        row = self._guarded(self.statements.retry, job_id, claim_token,
+                            retry_at=when, delay=wait, error=error_text(error), traceback=trace)
+        if row is None:
+            self._lost(job_id, claim_token, "retry")
+            return None
+        return self._outcome(row, error, trace)
+
+    def fail(self, job_id: int, claim_token: str, error: BaseException | str) -> Outcome | None:
+        trace = traceback_text(error)
+        row = self._guarded(self.statements.fail, job_id, claim_token, error=error_text(error), traceback=trace)
+        if row is None:
+            self._lost(job_id, claim_token, "fail")
+            return None
+        return self._outcome(row, error, trace)
+
+    def handle_failure(self, job: ClaimedJob, error: BaseException) -> Outcome | None:
+        delay = failure_decision(self.plugin_manager, job, error)
+        if delay is False:
+            return self.fail(job.id, job.claim_token, error)
+        return self.retry(job.id, job.claim_token, error, None, delay)
+
+    def _outcome(self, row: Any, error: BaseException | str, trace: str | None) -> Outcome:
+        """The outcome of a retry or fail, and its event: the exception object (None for a
+        string error) and the traceback text as stored."""
+        outcome = Outcome(job_id=row.id, status=JobStatus(row.status), attempts=row.attempts,
+                          max_attempts=row.max_attempts, run_at=row.run_at)
+        if row.replayed:
+            return outcome  # the first call's event already fired
+        exception = None if isinstance(error, str) else error
+        if outcome.status is JobStatus.PENDING:
+            emit(self.plugin_manager, "sqla_queue_job_retried",
+                 event=JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,
+                                  attempt=row.attempts, run_at=row.run_at, error=row.last_error or "",
+                                  exception=exception, traceback=trace))
+        else:
+            emit(self.plugin_manager, "sqla_queue_job_failed",
+                 event=JobFailed(job_id=row.id, queue=row.queue_name, task=row.task,
+                                 attempt=row.attempts, error=row.last_error or "",
+                                 exception=exception, traceback=trace))
+        return outcome
+
+    def _guarded(self, statement: Any, job_id: int, claim_token: str, **values: Any) -> Any:
+        params = {"job_id": _validate.job_id(job_id), "token": _validate.claim_token(claim_token), **values}
+        with self.executor.transaction() as conn:
+            row = conn.execute(statement, params).first()
+            self.counters.count_retry(conn, row)  # a retry's counter commits with the retry
+            return row
+
+    def _lost(self, job_id: int, claim_token: str, operation: str, *, unless_finished: bool = False) -> None:
+        with self.executor.connection() as conn:
+            state = conn.execute(self.statements.claim_state, {"job_id": job_id}).first()
+        if unless_finished and state is not None and state.claim_token == claim_token:
+            return  # finished under this very token: an outcome of this claim raced the caller
+        emit(self.plugin_manager, "sqla_queue_lost_claim",
+             event=LostClaim(job_id=job_id, claim_token=claim_token,
+                             reason=_lost_reason(state), operation=operation))
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def heartbeat(self, jobs: Iterable[ClaimedJob]) -> set[int]:
+        jobs = list(jobs)
+        if not jobs:
+            return set()
+        with self.executor.single_statement() as conn:
+            rows = conn.execute(self.statements.renew, _held_params(jobs)).all()
+        renewed = {row.id for row in rows}
+        for job in jobs:
+            if job.id not in renewed:
+                self._lost(job.id, job.claim_token, "heartbeat", unless_finished=True)
+        return renewed
+
+    def release(self, jobs: Iterable[ClaimedJob]) -> list[int]:
+        jobs = list(jobs)
+        if not jobs:
+            return []
+        with self.executor.single_statement() as conn:
+            rows = conn.execute(self.statements.release, _held_params(jobs)).all()
+        return sorted(row.id for row in rows)
+
+    def recover_expired(self, lease: timedelta | float, limit: int) -> list[int]:
+        params = {"lease": _validate.duration(lease, "lease", positive=True),
+                  "limit": _validate.positive_int(limit, "limit")}
+        with self.executor.transaction() as conn:
+            requeued = conn.execute(self.statements.requeue_expired, params).all()
+            self.counters.count_recovered(conn, requeued)
+        with self.executor.transaction() as conn:
+            failed = conn.execute(self.statements.fail_expired, params).all()
+            self.counters.count_recovered(conn, failed)
+        for rows, status in ((requeued, JobStatus.PENDING), (failed, JobStatus.FAILED)):
+            for row in rows:
+                emit(self.plugin_manager, "sqla_queue_job_recovered",
+                     event=JobRecovered(job_id=row.id, queue=row.queue_name, task=row.task, status=status))
+        return sorted(row.id for row in (*requeued, *failed))
+
+
+def _held_params(jobs: Sequence[ClaimedJob]) -> dict[str, list[Any]]:
+    """Sorted by id, so that two batch statements on overlapping jobs (a heartbeat and a
+    completion from one worker) lock rows in the same order and cannot deadlock."""
+    ordered = sorted(jobs, key=lambda job: job.id)
+    return {"job_ids": [job.id for job in ordered], "tokens": [job.claim_token for job in ordered]}
+
+
+def _claimed_job(row: Any) -> ClaimedJob:
+    return ClaimedJob(
+        id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
+        max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
+        idempotency_key=row.idempotency_key, locked_at=row.locked_at, run_at=row.run_at,
+    )
+
+
+def _position_params(position: Any) -> tuple[datetime | None, int | None]:
+    if position is None:
+        return None, None
+    if (not isinstance(position, tuple) or len(position) != 2
+            or not isinstance(position[0], datetime) or position[0].tzinfo is None
+            or isinstance(position[1], bool) or not isinstance(position[1], int)):
+        raise InvalidInputError(
+            "from_position must be None or a (run_at, id) tuple of an aware datetime and an integer"
+        )
+    return position
+
+
+def _queue_wait(job: ClaimedJob, run_at: datetime | None) -> timedelta | None:
+    """From due to claimed: how long the job waited for a worker."""
+    return job.locked_at - run_at if job.locked_at and run_at else None
+
+
+def _lost_reason(state: Any) -> str:
+    if state is None:
+        return "job no longer exists"
+    if state.status == JobStatus.RUNNING.value:
+        return "job was claimed again under another token"
+    if state.claim_token is None and state.last_error and "lease expired" in state.last_error:
+        return f"claim lease expired and the job was recovered (now {state.status})"
+    return f"job is {state.status} under another claim"

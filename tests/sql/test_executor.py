@@ -1,0 +1,101 @@
+"""The execution seam (`sqla_queue._executor`, through its documented internal interface): the
+capabilities recorded when an engine is adopted decide the transaction mode, observed in
+PostgreSQL as transaction ids (two statements in one transaction share one; two autocommit
+statements get one each)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, func, select
+
+import sqla_queue as sq
+from sqla_queue._engine import Capabilities, worker_engine
+
+NEW_TRANSACTION_ID = select(func.txid_current())
+
+
+def _transaction_ids(executor) -> tuple[int, int]:
+    with executor.single_statement() as conn:
+        return conn.execute(NEW_TRANSACTION_ID).scalar_one(), conn.execute(NEW_TRANSACTION_ID).scalar_one()
+
+
+def test_a_url_built_queue_may_enqueue_in_autocommit_and_nothing_else_changes(database_url):
+    queue = sq.Queue(database_url, load_entrypoints=False)
+    try:
+        assert queue.executor.capabilities == Capabilities(driver_fast_path=True, autocommit_enqueue=True)
+        first, second = _transaction_ids(queue.executor)
+        assert first == second  # single statements still get our own transaction
+    finally:
+        queue.engine.dispose()
+
+
+def test_an_application_engine_never_gets_an_autocommit_path(engine):
+    queue = sq.Queue(engine, load_entrypoints=False)
+    assert queue.executor.capabilities == Capabilities(driver_fast_path=True)
+    with queue.executor.autocommit_enqueue() as autocommit:
+        assert autocommit is None
+    first, second = _transaction_ids(queue.executor)
+    assert first == second
+
+
+def test_a_worker_engine_runs_single_statements_in_autocommit_at_read_committed(engine):
+    queue = sq.Queue(engine, load_entrypoints=False)
+    ours = worker_engine(engine, pool_size=1, call_timeout=5.0)
+    try:
+        on_worker = queue.on_engine(ours, call_timeout=5.0)
+        assert on_worker.executor.capabilities == Capabilities(
+            driver_fast_path=True, autocommit_single_statements=True
+        )
+        first, second = _transaction_ids(on_worker.executor)
+        assert first != second  # each statement its own transaction: no BEGIN/COMMIT
+        with on_worker.executor.single_statement() as conn:
+            assert conn.execute(select(func.current_setting("transaction_isolation"))).scalar_one() == "read committed"
+        with on_worker.executor.transaction() as conn:  # multi-statement work keeps a transaction
+            assert conn.execute(NEW_TRANSACTION_ID).scalar_one() == conn.execute(NEW_TRANSACTION_ID).scalar_one()
+    finally:
+        ours.dispose()
+
+
+def test_a_worker_engine_behind_a_transaction_pooler_keeps_explicit_transactions(engine):
+    queue = sq.Queue(engine, load_entrypoints=False)
+    ours = worker_engine(engine, pool_size=1, call_timeout=5.0, prepared_statements=False)
+    try:
+        executor = queue.on_engine(ours).executor
+        assert not executor.capabilities.autocommit_single_statements
+        first, second = _transaction_ids(executor)
+        assert first == second
+    finally:
+        ours.dispose()
+
+
+def test_on_engine_shares_tasks_plugins_and_statements_and_leaves_the_original_alone(engine, database_url):
+    queue = sq.Queue(engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    other_engine = create_engine(database_url, pool_size=1)
+    try:
+        other = queue.on_engine(other_engine, call_timeout=2.5)
+        assert other.task_names == queue.task_names == ["send_email"]
+        assert other.plugin_manager is queue.plugin_manager
+        assert other.executor.statements is queue.executor.statements  # built once per table
+        assert (other.call_timeout, queue.call_timeout) == (2.5, None)
+        assert other.engine.pool is other_engine.pool and queue.engine.pool is engine.pool
+        queue.task(lambda payload, ctx: None, name="late")  # one registry: the copy sees it
+        assert "late" in other.task_names
+    finally:
+        other_engine.dispose()
+
+
+def test_the_listener_connection_listens_on_the_tables_channel_and_answers_the_probe(queue, engine):
+    with queue.executor.listening(call_timeout=5.0) as driver:
+        queue.enqueue("send_email", {})
+        [note] = list(driver.notifies(timeout=5, stop_after=1))
+        queue.executor.probe(driver, call_timeout=5.0)
+    assert (note.channel, note.payload) == (queue.notify_channel, "default")
+
+
+@pytest.mark.parametrize("job_id", [0, -3, True, "7", 1.0])
+def test_one_job_id_rule_for_every_call(queue, job_id):
+    for call in (queue.get_job, queue.cancel, queue.retry_now,
+                 lambda j: queue.complete(j, "token"), lambda j: queue.list_jobs(before_id=j)):
+        with pytest.raises(sq.InvalidInputError, match="must be"):
+            call(job_id)

@@ -1,0 +1,20 @@
+"""The session statements (`sql.session`) as the pool hooks and the listener send them: built
+with Core, rendered once with their constants inline."""
+
+from __future__ import annotations
+
+from sqla_queue.sql import session
+
+
+def test_default_isolation_reads_the_session_setting():
+    text = session.constant_text(session.default_isolation())
+    assert text == "SELECT current_setting('default_transaction_isolation') AS level"
+
+
+def test_read_committed_by_default_sets_the_session_default_not_the_transaction():
+    text = session.constant_text(session.read_committed_by_default())
+    assert text == "SELECT set_config('default_transaction_isolation', 'read committed', false) AS level"
+
+
+def test_the_probe_is_a_constant_query():
+    assert session.constant_text(session.probe()) == "SELECT 1 AS alive"
