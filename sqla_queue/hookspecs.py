@@ -62,6 +62,12 @@ LIFECYCLE_HOOKS = (
 """The lifecycle (event) hooks, in the order a job meets them: notifications after the fact,
 whose return value is ignored and whose exceptions are logged and swallowed."""
 
+OBSERVER_HOOKS = (*LIFECYCLE_HOOKS, "sqla_queue_configure")
+"""Hooks that cannot change what happens to a job: an installed plugin made only of these is
+registered by every Queue that loads entry points; any other hook makes it opt-in by name.
+``sqla_queue_configure`` is one: nothing it returns is acted on, and it is where an observer
+keeps the Queue (to read ``queue.stats()`` at scrape time)."""
+
 
 # -- strategies ---------------------------------------------------------------------------
 
