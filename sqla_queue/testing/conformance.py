@@ -311,7 +311,7 @@ class LifecycleReport:
 def check_lifecycle_plugin(plugin: object, target: Target) -> LifecycleReport:
     """Check a metrics/observability plugin: it survives every lifecycle event.
 
-    First each implemented hook is called directly with edge-case events (missing durations,
+    First each implemented hook is called alone with edge-case events (missing durations,
     zero durations, long and non-ASCII names, both recovery outcomes): none may raise. Then one
     real run with the plugin registered fires every event (enqueued, deduplicated, claimed,
     completed, retried, failed, empty claim, recovered, lost claim): the plugin must log no
