@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, select
 
 from ..errors import ConfigurationError, PluginError
-from ..hookspecs import LIFECYCLE_HOOKS, OBSERVER_HOOKS, hookimpl
+from ..hookspecs import OBSERVER_HOOKS, hookimpl
 from ..queue import Queue
 
 BUILTIN_STRATEGIES = ("sqla_queue.backoff", "sqla_queue.retryable")
