@@ -18,6 +18,7 @@ plugin's answer or swallow its exception, and then no answer could be blamed on 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -512,28 +513,35 @@ def _call_order(caller: Any) -> list[Any]:
 def _raised_by(order: list[Any], exc: BaseException) -> Any:
     """The implementation pluggy called that `exc` came out of: the outermost traceback frame
     running one of their functions (an implementation calling another's function is blamed
-    itself). None if no implementation's frame is there (pluggy itself raised)."""
+    itself). A decorated implementation is found by its wrapper's frame or, when several share
+    that wrapper, by the decorated function's. None if no frame tells (pluggy itself raised)."""
     by_code: dict[Any, list[Any]] = {}
     for impl in order:
-        function = getattr(impl.function, "__func__", impl.function)
-        by_code.setdefault(getattr(function, "__code__", None), []).append(impl)
+        for function in {_plain_function(impl.function), _plain_function(inspect.unwrap(impl.function))}:
+            by_code.setdefault(getattr(function, "__code__", None), []).append(impl)
     tb = exc.__traceback__
     while tb is not None:
         candidates = by_code.get(tb.tb_frame.f_code)
-        if candidates:
-            return _bound_to(tb.tb_frame, candidates)
+        found = candidates and _bound_to(tb.tb_frame, candidates)
+        if found:
+            return found
         tb = tb.tb_next
     return None
 
 
+def _plain_function(function: Any) -> Any:
+    return getattr(function, "__func__", function)
+
+
 def _bound_to(frame: Any, candidates: list[Any]) -> Any:
     """Among implementations sharing one function (two instances of a class), the one whose
-    instance the frame runs on."""
+    instance the frame runs on; None if the frame does not tell."""
     if len(candidates) == 1:
         return candidates[0]
     code = frame.f_code
     instance = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
-    return next((impl for impl in candidates if getattr(impl.function, "__self__", None) is instance), None)
+    matches = [impl for impl in candidates if getattr(impl.function, "__self__", None) is instance]
+    return matches[0] if instance is not None and len(matches) == 1 else None
 
 
 def _who(impl: Any) -> str:

@@ -3,6 +3,7 @@ naming, and what a misbehaving plugin can and cannot do to a job."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from datetime import timedelta
@@ -552,3 +553,37 @@ def test_a_key_the_database_would_refuse_is_a_plugin_error_naming_the_plugin(eng
     with pytest.raises(sq.PluginError, match=r"'test_plugin_manager\.FixedKey' returned 'xxx"):
         mine.enqueue("send_email", {})
     assert count_jobs() == 0
+
+
+def counted(method):
+    """A decorator shared by several plugins: their implementations share its wrapper's code."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        return method(*args, **kwargs)
+
+    return wrapper
+
+
+class DecoratedQuiet:
+    @sq.hookimpl
+    @counted
+    def sqla_queue_job_enqueued(self, event):
+        pass
+
+
+class DecoratedBroken:
+    @sq.hookimpl
+    @counted
+    def sqla_queue_job_enqueued(self, event):
+        raise RuntimeError("broken behind a decorator")
+
+
+def test_a_raising_plugin_behind_a_shared_decorator_is_still_named(engine, clean_jobs, caplog):
+    counting = Counting()
+    mine = sq.Queue(engine, plugins=[counting, DecoratedQuiet(), DecoratedBroken()], load_entrypoints=False)
+    mine.task(name="ok")(lambda p, c: None)
+    with caplog.at_level(logging.ERROR, logger="sqla_queue.plugins"):
+        mine.enqueue("ok", {})
+    assert "'test_plugin_manager.DecoratedBroken' raised in sqla_queue_job_enqueued; ignored" in caplog.text
+    assert counting.seen == ["enqueued"]
