@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from . import _validate
 from ._engine import database_errors
 from ._executor import ARRAY_PARAMS, Executor
-from ._plugins import emit_each, first_result_of, key_askers
+from ._plugins import emit_each, idempotency_key_asker
 from ._tasks import Handler, Task, TaskRegistry
 from .errors import EnqueueConflictError, InvalidInputError, UnknownTaskError
 from .sql import channel_name
@@ -38,14 +38,12 @@ class _Jobs:
     """Validated jobs as the INSERT's parallel columns (`sql.enqueue.INPUT_COLUMNS` order), and
     what validating them looks up once per call instead of once per job."""
 
-    __slots__ = ("columns", "keyed", "key_askers", "key_askers_without_task", "resolved")
+    __slots__ = ("columns", "keyed", "ask_key", "resolved")
 
-    def __init__(self, key_askers: tuple[list[Any], Any]) -> None:
+    def __init__(self, ask_key: Callable[..., str | None]) -> None:
         self.columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
         self.keyed = 0  # jobs with an idempotency key
-        impls, per_task = key_askers
-        self.key_askers = impls
-        self.key_askers_without_task = [impl for impl in impls if impl is not per_task]
+        self.ask_key = ask_key  # _plugins.idempotency_key_asker: task option, then the hook
         self.resolved: dict[Any, tuple[Any, Task]] = {}
 
     def __len__(self) -> int:
@@ -118,7 +116,7 @@ class Enqueuer:
         return self._enqueue_specs(batch, session=session, connection=connection) if len(batch) else []
 
     def _new_batch(self) -> _Jobs:
-        return _Jobs(key_askers(self.plugin_manager, self.tasks))
+        return _Jobs(idempotency_key_asker(self.plugin_manager))
 
     def _prepare_mapping(self, jobs: _Jobs, index: int, job: Mapping[str, Any]) -> None:
         if not isinstance(job, Mapping):
@@ -172,7 +170,7 @@ class Enqueuer:
         else:
             when, wait = _validate.schedule(run_at, delay)
         if idempotency_key is None:
-            idempotency_key = self._plugin_key(jobs, registered, payload, queue_name, attempts, run_at, delay)
+            idempotency_key = jobs.ask_key(registered, payload, queue_name, attempts, run_at, delay)
         if idempotency_key is not None:
             idempotency_key = _validate.idempotency_key(idempotency_key)
             jobs.keyed += 1
@@ -191,23 +189,6 @@ class Enqueuer:
         registered = self.tasks.resolve(task)
         jobs.resolved[key] = (task, registered)
         return registered
-
-    def _plugin_key(self, jobs: _Jobs, registered: Task, payload, queue, max_attempts, run_at, delay) -> str | None:
-        """The plugins' key for a job without an explicit one. Only implementations that can
-        answer are asked (see `key_askers`); with none, nothing is called."""
-        askers = jobs.key_askers if registered.idempotency_key is not None else jobs.key_askers_without_task
-        if not askers:
-            return None
-        options = {"queue": queue, "max_attempts": max_attempts, "run_at": run_at, "delay": delay}
-        return first_result_of(
-            askers,
-            "sqla_queue_idempotency_key",
-            lambda key: isinstance(key, str) and bool(key),
-            "a non-empty str or None",
-            task=registered.name,
-            payload=payload,
-            options=options,
-        )
 
     def _enqueue_specs(
         self,

@@ -33,15 +33,13 @@ ENABLED_PLUGINS_ENV = "SQLA_QUEUE_PLUGINS"
 
 LIFECYCLE_HOOKS = frozenset(hookspecs.LIFECYCLE_HOOKS)
 
-OBSERVER_HOOKS = LIFECYCLE_HOOKS | {"sqla_queue_configure"}
+OBSERVER_HOOKS = frozenset(hookspecs.OBSERVER_HOOKS)
 """Hooks that cannot change what happens to a job, so a plugin made only of them may load on
-install. ``sqla_queue_configure`` is one of them: it returns nothing the queue acts on, and it is
-where an observer keeps the Queue to read ``queue.stats()`` at scrape time. What it could do
-through the protocol beyond that, register more plugins on ``queue.plugin_manager``, is
+install (see `hookspecs.OBSERVER_HOOKS`). What ``sqla_queue_configure`` could do through the
+protocol beyond keeping the Queue, register more plugins on ``queue.plugin_manager``, is
 checked after it runs (`refuse_strategies_registered_by`). Anything else a plugin's code does
 to a Queue object is arbitrary code, which importing an installed module could run anyway.
 """
-
 
 
 def enable_hint(name: str = "NAME") -> str:
@@ -64,10 +62,11 @@ class EntryPointState:
 
 def implemented_hooks(pm: pluggy.PluginManager, plugin: object) -> tuple[str, ...]:
     """The ``sqla_queue_*`` hooks `plugin` implements, found the way pluggy's ``register`` does."""
-    return tuple(sorted(_hook_options(pm, plugin)))
+    return tuple(sorted(hook_options(pm, plugin)))
 
 
-def _hook_options(pm: pluggy.PluginManager, plugin: object) -> dict[str, Any]:
+def hook_options(pm: pluggy.PluginManager, plugin: object) -> dict[str, Any]:
+    """``{hook name: hookimpl options}`` of `plugin`, as pluggy's ``register`` parses them."""
     found = {}
     for attribute in dir(plugin):
         options = pm.parse_hookimpl_opts(plugin, attribute)
@@ -80,7 +79,7 @@ def _misspelt_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
     """Implementations of no hook (and not marked ``optionalhook``): left unregistered as
     "available", a typo would never be reported; ``check_pending`` would have."""
     return [
-        hook for hook, options in _hook_options(pm, plugin).items()
+        hook for hook, options in hook_options(pm, plugin).items()
         if not options.get("optionalhook") and not _has_spec(pm, hook)
     ]
 
@@ -186,19 +185,23 @@ def _load(entry_point: importlib.metadata.EntryPoint, label: str) -> object:
         ) from exc
 
 
-def refuse_strategies_registered_by(pm: Any, impl: Any, before: set[object]) -> None:
+def loaded_on_install(pm: Any, name: str) -> bool:
+    """Whether the plugin registered as `name` is an observer this Queue took on install
+    (enabled by no one)."""
+    state = pm.entry_point_states.get(name)
+    return state is not None and state.enabled_by == "installed"
+
+
+def refuse_strategies_registered_by(pm: Any, observer: str, before: set[object]) -> None:
     """After an on-install observer's ``sqla_queue_configure``: a plugin it registered that
     implements a strategy hook is unregistered and refused (it was enabled by no one)."""
-    state = pm.entry_point_states.get(impl.plugin_name)
-    if state is None or state.enabled_by != "installed":
-        return
     for plugin in [p for p in pm.get_plugins() if p not in before]:
         strategies = strategy_hooks(implemented_hooks(pm, plugin))
         if strategies:
             name = pm.get_name(plugin)
             pm.unregister(plugin)
             raise ConfigurationError(
-                f"plugin {impl.plugin_name!r}, loaded on install as an observer, registered "
+                f"plugin {observer!r}, loaded on install as an observer, registered "
                 f"{name!r} implementing {', '.join(strategies)} from sqla_queue_configure; a "
                 f"plugin that changes behaviour takes part only when enabled by name "
                 f"({enable_hint(name).removeprefix('enable with ')})"

@@ -1,5 +1,5 @@
 """The task registry behind ``@queue.task``: handler names, default queue and attempts, and
-the per-task strategy options (asked before any plugin, see builtins/task_overrides.py)."""
+the per-task strategy options, which `_plugins` asks before calling any plugin."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any, Literal, Union
 
 from . import _validate
-from .errors import ConfigurationError, DuplicateTaskError, UnknownTaskError
+from .errors import ConfigurationError, DuplicateTaskError, PluginError, UnknownTaskError
 
 Handler = Callable[..., Any]
 RetryDelay = Union[timedelta, Callable[[int, BaseException], "timedelta | Literal[False] | None"]]
@@ -36,6 +36,41 @@ class Task:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)
+
+    def own_retry_delay(self, attempt: int, error: BaseException) -> timedelta | Literal[False] | None:
+        """This task's ``retry_delay=`` for a failed attempt; None defers to the plugins.
+
+        A callable that raises or answers outside the hook's contract is a `PluginError`
+        naming the task: the same contract as ``sqla_queue_retry_delay``.
+        """
+        rule = self.retry_delay
+        if rule is None or isinstance(rule, timedelta):
+            return rule
+        try:
+            answer = rule(attempt, error)
+        except Exception as exc:
+            raise PluginError(f"retry_delay of task {self.name!r} raised {exc!r}") from exc
+        if answer is None or answer is False or (isinstance(answer, timedelta) and answer >= timedelta(0)):
+            return answer
+        raise PluginError(
+            f"retry_delay of task {self.name!r} returned {type(answer).__name__} "
+            f"{answer!r:.60}; expected a non-negative timedelta, False or None"
+        )
+
+    def own_idempotency_key(self, payload: Mapping[str, Any]) -> str | None:
+        """This task's ``idempotency_key=`` for a payload; None defers to the plugins."""
+        if self.idempotency_key is None:
+            return None
+        try:
+            key = self.idempotency_key(payload)
+        except Exception as exc:
+            raise PluginError(f"idempotency_key of task {self.name!r} raised {exc!r}") from exc
+        if key is not None and not (isinstance(key, str) and key):
+            raise PluginError(
+                f"idempotency_key of task {self.name!r} returned {type(key).__name__}; "
+                "expected a non-empty str or None"
+            )
+        return key
 
 
 class TaskRegistry:

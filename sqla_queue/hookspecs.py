@@ -6,15 +6,21 @@ arguments), so new ones never break existing plugins.
 
 Three kinds of hooks:
 
-* **Strategy hooks** are ``firstresult``: plugins are asked in order (per-task options given to
-  ``@queue.task`` first, then explicit ``plugins=`` in reverse order of registration, then entry
-  points, finally the built-in defaults, which are registered ``trylast``) and the first answer
-  that is not ``None`` wins. Returning ``None`` means "no opinion". An answer outside the
-  contract, or an exception, becomes a `sqla_queue.PluginError` naming the plugin.
+* **Strategy hooks** are ``firstresult``, called through pluggy: plugins are asked in order
+  (after the per-task options given to ``@queue.task``, which are asked before the hook is
+  called: ``tryfirst`` implementations, then explicit ``plugins=`` in reverse order of
+  registration, then entry points, finally the built-in defaults, which are registered
+  ``trylast``) and the first answer that is not ``None`` wins. Returning ``None`` means "no
+  opinion"; what no answer at all means is said per hook. An answer outside the contract, or
+  an exception, becomes a `sqla_queue.PluginError` naming the plugin. Implementations must be
+  pure: to name the plugin behind an answer outside the contract, they are asked again alone.
 * **Lifecycle events** are fire-and-forget notifications, one per event, each with a frozen
   dataclass payload (docs/reference/events.md). They run on the hot path: implementations must
-  return quickly and must not block. An exception raised by one is logged and swallowed; it
-  never changes what happens to the job.
+  return quickly and must not block. An exception raised by one is logged with its name and
+  swallowed, the other implementations are still called; it never changes what happens to the
+  job.
+* Hook wrappers (``hookwrapper=True``, ``wrapper=True``) are refused at registration with a
+  `sqla_queue.ConfigurationError`: they could replace any other plugin's answer or exception.
 * **Setup**: `sqla_queue_configure` runs once per Queue, when it is built.
 
 docs/reference/hooks.md documents each hook with this exact signature; a test keeps the two in
@@ -62,6 +68,12 @@ LIFECYCLE_HOOKS = (
 """The lifecycle (event) hooks, in the order a job meets them: notifications after the fact,
 whose return value is ignored and whose exceptions are logged and swallowed."""
 
+OBSERVER_HOOKS = (*LIFECYCLE_HOOKS, "sqla_queue_configure")
+"""Hooks that cannot change what happens to a job: an installed plugin made only of these is
+registered by every Queue that loads entry points; any other hook makes it opt-in by name.
+``sqla_queue_configure`` is one: nothing it returns is acted on, and it is where an observer
+keeps the Queue (to read ``queue.stats()`` at scrape time)."""
+
 
 # -- strategies ---------------------------------------------------------------------------
 
@@ -83,9 +95,10 @@ def sqla_queue_retry_delay(
     :param attempt: the attempt that just failed, starting at 1.
     :return: a non-negative ``timedelta`` to wait, measured on the database's clock from the
         moment the retry is recorded; ``False`` to give up now (the job goes to ``failed``);
-        ``None`` for no opinion. Anything else (a number, a negative delay, ``True``) or an
-        exception is logged as a `PluginError` naming the plugin, and the built-in defaults
-        decide that failure instead: a broken plugin never strands a job.
+        ``None`` for no opinion (no answer at all: retry at once). Anything else (a number, a
+        negative delay, ``True``) or an exception is logged as a `PluginError` naming the
+        plugin, which is left out, and the remaining registered plugins decide that failure: a
+        broken plugin never strands a job.
 
     The built-in default (``sqla_queue.backoff``) is exponential backoff with full jitter,
     capped at one hour. A per-task ``@queue.task(retry_delay=...)`` is asked before any plugin.
@@ -102,9 +115,10 @@ def sqla_queue_is_retryable(job: ClaimedJob, error: BaseException) -> bool | Non
     :param job: the claimed job whose handler raised.
     :param error: the exception the handler raised.
     :return: ``True`` to retry (if attempts remain), ``False`` to fail the job now, ``None``
-        for no opinion. Anything else, or an exception, is logged as a `PluginError` naming
-        the plugin, and the built-in defaults decide that failure instead. The built-in default (``sqla_queue.retryable``) retries everything except
-        `sqla_queue.NonRetryableError` and unknown tasks.
+        for no opinion (no answer at all: retryable). Anything else, or an exception, is logged
+        as a `PluginError` naming the plugin, which is left out, and the remaining registered
+        plugins decide that failure. The built-in default (``sqla_queue.retryable``) retries
+        everything except `sqla_queue.NonRetryableError` and unknown tasks.
     """
 
 
@@ -124,9 +138,10 @@ def sqla_queue_idempotency_key(
     :param payload: the payload, a JSON-serializable dict (do not mutate it).
     :param options: the other enqueue options, resolved: ``queue`` (str), ``max_attempts``
         (int), ``run_at`` (aware datetime or None), ``delay`` (timedelta, float or None).
-    :return: a non-empty string of at most 512 printable characters, or ``None`` for no key
-        (the built-in default, ``sqla_queue.idempotency``). Anything else, or an exception, is
-        a `PluginError` naming the plugin, raised from ``enqueue`` before anything is written.
+    :return: a non-empty string of at most 512 printable characters, or ``None`` for no key.
+        No built-in plugin implements it: without one, enqueue calls no hook. Anything else,
+        or an exception, is a `PluginError` naming the plugin, raised from ``enqueue`` before
+        anything is written.
 
     A per-task ``@queue.task(idempotency_key=...)`` is asked before any plugin.
     """

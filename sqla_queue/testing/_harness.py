@@ -1,5 +1,6 @@
-"""Plumbing shared by the conformance checks: a throwaway Queue, direct calls to one plugin's
-hook implementations, the database clock, and cleanup of the jobs a check wrote."""
+"""Plumbing shared by the conformance checks: a throwaway Queue, calls that ask one plugin
+alone through that Queue's pluggy manager, the database clock, and cleanup of the jobs a
+check wrote. Public API of sqla_queue only, as a plugin's own tests would use it."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, select
 
-from .._entry_points import implemented_hooks, strategy_hooks
-from .._plugins import build_plugin_manager, plugin_name
-from ..errors import ConfigurationError
-from ..hookspecs import LIFECYCLE_HOOKS, hookimpl
+from ..errors import ConfigurationError, PluginError
+from ..hookspecs import OBSERVER_HOOKS, hookimpl
 from ..queue import Queue
 
+BUILTIN_STRATEGIES = ("sqla_queue.backoff", "sqla_queue.retryable")
+"""The built-in strategy plugins (docs/reference/hooks.md), blocked where a check must see
+the plugin's own answer and nothing a built-in would say in its place."""
+
+Target = Engine | str | Queue
 
 
 class ConformanceError(AssertionError):
@@ -28,46 +32,52 @@ class ConformanceError(AssertionError):
     """
 
 
-def hook_impls(plugin: object, hook_name: str) -> list[Any]:
-    """The plugin's own implementations of `hook_name`, validated by a fresh plugin manager
-    (a misspelt argument or hook name fails here, as it would in a Queue)."""
+def conformance_queue(target: Target, plugins: Iterable[object], blocked: Iterable[str] = ()) -> Queue:
+    """A Queue on the target's database with only the given plugins (and the built-ins not
+    `blocked`)."""
+    if isinstance(target, Queue):
+        return Queue(target.engine, model=target.model, plugins=plugins, load_entrypoints=False,
+                     blocked_plugins=list(blocked))
+    return Queue(target, plugins=plugins, load_entrypoints=False, blocked_plugins=list(blocked))
+
+
+def plugin_queue(target: Target, plugin: object) -> Queue:
+    """A Queue holding `plugin` and no built-in strategy, registered as any Queue would (a
+    misspelt hook or argument, or a hook wrapper, fails here)."""
     try:
-        pm = build_plugin_manager([plugin], load_entrypoints=False, blocked=_all_builtins())
-    except ConfigurationError as exc:
-        raise ConformanceError(f"plugin {plugin_name(plugin)!r} cannot be registered: {exc}") from None
-    return [impl for impl in getattr(pm.hook, hook_name).get_hookimpls() if impl.plugin is plugin]
+        return conformance_queue(target, [plugin], blocked=BUILTIN_STRATEGIES)
+    except (ConfigurationError, PluginError) as exc:
+        raise ConformanceError(f"the plugin cannot be registered: {exc}") from None
 
 
-def loads_on_install(plugin: object) -> bool:
+def registered_name(queue: Queue, plugin: object) -> str:
+    """The name `queue` registered `plugin` under: the one its messages and listings use."""
+    return queue.plugin_manager.get_name(plugin) or repr(plugin)
+
+
+def implemented(queue: Queue, plugin: object) -> set[str]:
+    """The hooks `plugin` implements, as `queue`'s plugin manager registered them."""
+    return {caller.name for caller in queue.plugin_manager.get_hookcallers(plugin) or []}
+
+
+def loads_on_install(queue: Queue, plugin: object) -> bool:
     """Whether an installed entry point holding `plugin` is registered by every Queue (it only
     observes) or only where it is enabled by name (it implements a strategy hook)."""
-    pm = build_plugin_manager([], load_entrypoints=False)
-    return not strategy_hooks(implemented_hooks(pm, plugin))
+    return not implemented(queue, plugin) - set(OBSERVER_HOOKS)
 
 
-def _all_builtins() -> list[str]:
-    from ..builtins import DEFAULT_PLUGINS
-
-    return [name for name, _ in DEFAULT_PLUGINS]
-
-
-def call_impl(impl: Any, **kwargs: Any) -> Any:
-    """Call one implementation with the arguments it asked for, as pluggy would."""
-    return impl.function(**{name: kwargs[name] for name in impl.argnames})
+def alone(queue: Queue, plugin: object, hook_name: str) -> Any:
+    """`hook_name` of `queue`'s plugin manager with every other plugin left out: calling it asks
+    `plugin` alone, through pluggy, with the arguments its implementation takes."""
+    manager = queue.plugin_manager
+    return manager.subset_hook_caller(hook_name, [p for p in manager.get_plugins() if p is not plugin])
 
 
-def require_impl(plugin: object, hook_name: str) -> Any:
-    impls = hook_impls(plugin, hook_name)
-    if not impls:
-        raise ConformanceError(f"plugin {plugin_name(plugin)!r} does not implement {hook_name}")
-    return impls[0]
-
-
-def conformance_queue(target: Engine | str | Queue, plugins: Iterable[object]) -> Queue:
-    """A Queue on the target's database with only the given plugins (and the built-ins)."""
-    if isinstance(target, Queue):
-        return Queue(target.engine, model=target.model, plugins=plugins, load_entrypoints=False)
-    return Queue(target, plugins=plugins, load_entrypoints=False)
+def require_hook(queue: Queue, plugin: object, hook_name: str) -> Any:
+    """The caller asking `plugin` alone; a ConformanceError if it does not implement the hook."""
+    if hook_name not in implemented(queue, plugin):
+        raise ConformanceError(f"plugin {registered_name(queue, plugin)!r} does not implement {hook_name}")
+    return alone(queue, plugin, hook_name)
 
 
 def unique_queue_name(kind: str) -> str:

@@ -2,8 +2,9 @@
 
 Each check takes the plugin (a module or an object with ``@sqla_queue.hookimpl`` methods) and
 a real database (an Engine, a URL or a Queue whose table to use; see
-`sqla_queue.testing.migrated_database`), asks the plugin's own implementation directly for
-its answers, then drives real jobs through a Queue with the plugin registered. A broken
+`sqla_queue.testing.migrated_database`), registers the plugin in a Queue as any application
+would, asks it alone for its answers through that Queue's pluggy manager, then drives real jobs
+through a Queue with the plugin registered. A broken
 contract raises `ConformanceError` (an AssertionError) naming the plugin, the hook and the
 input; success returns a small report to assert on further.
 
@@ -20,31 +21,31 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Mapping
 
-from sqlalchemy import Engine
-
-from .. import _validate
-from .._plugins import is_delay_or_false, plugin_name
-from ..errors import InvalidInputError, NonRetryableError
-from ..hookspecs import hookimpl
+from ..errors import NonRetryableError
+from ..hookspecs import LIFECYCLE_HOOKS
 from ..queue import Queue
 from ..types import ClaimedJob, JobStatus
 from ._harness import (
-    LIFECYCLE_HOOKS,
+    BUILTIN_STRATEGIES,
     ConformanceError,
     EventRecorder,
-    call_impl,
+    Target,
+    alone,
     conformance_queue,
     database_now,
     delete_queue_jobs,
-    hook_impls,
+    implemented,
     loads_on_install,
     plugin_errors,
-    require_impl,
+    plugin_queue,
+    registered_name,
+    require_hook,
     unique_queue_name,
 )
 from ._samples import edge_events, reordered, sample_errors, sample_payloads
 
-Target = Engine | str | Queue
+MAX_KEY_LENGTH = 512
+"""The documented limit of an idempotency key (docs/reference/hooks.md)."""
 
 
 # -- backoff ------------------------------------------------------------------------------
@@ -79,26 +80,27 @@ def check_backoff_plugin(
     raise. Then, for the first, a middle and the last attempt, a real job is failed through
     ``Queue.handle_failure`` and its ``run_at`` must be the database's clock plus the answer.
     """
-    impl = require_impl(plugin, "sqla_queue_retry_delay")
-    name = plugin_name(plugin)
-    answers = {n: _sample_delays(impl, name, n, samples, max_delay, allow_give_up, task)
+    queue = plugin_queue(target, plugin)
+    ask = require_hook(queue, plugin, "sqla_queue_retry_delay")
+    name = registered_name(queue, plugin)
+    answers = {n: _sample_delays(ask, name, n, samples, max_delay, allow_give_up, task)
                for n in range(1, attempts + 1)}
     if all(answer is None for values in answers.values() for answer in values):
         raise ConformanceError(f"plugin {name!r} never answered sqla_queue_retry_delay for task {task!r}")
-    report = BackoffReport(plugin=name, answers=answers, loads_on_install=loads_on_install(plugin))
+    report = BackoffReport(plugin=name, answers=answers, loads_on_install=loads_on_install(queue, plugin))
     for attempt in sorted({1, (attempts + 1) // 2, attempts}):
-        report.applied.append(_apply_delay(plugin, impl, name, target, task, attempt, attempts))
+        report.applied.append(_apply_delay(plugin, name, target, task, attempt, attempts))
     return report
 
 
-def _sample_delays(impl, name, attempt, samples, max_delay, allow_give_up, task) -> list[Any]:
+def _sample_delays(ask, name, attempt, samples, max_delay, allow_give_up, task) -> list[Any]:
     answers = []
     for index in range(samples):
         error = sample_errors()[index % len(sample_errors())]
         job = _synthetic_job(task, job_id=attempt * 1000 + index, attempt=attempt)
         where = f"attempt {attempt} ({type(error).__name__}, job {job.id})"
         try:
-            answer = call_impl(impl, job=job, error=error, attempt=attempt)
+            answer = ask(job=job, error=error, attempt=attempt)
         except Exception as exc:
             raise ConformanceError(f"plugin {name!r} raised {exc!r} in sqla_queue_retry_delay for {where}") from exc
         _check_delay(answer, name, where, max_delay, allow_give_up)
@@ -109,7 +111,7 @@ def _sample_delays(impl, name, attempt, samples, max_delay, allow_give_up, task)
 def _check_delay(answer: Any, name: str, where: str, max_delay: timedelta, allow_give_up: bool) -> None:
     if answer is None:
         return
-    if not is_delay_or_false(answer):
+    if not (answer is False or (isinstance(answer, timedelta) and answer >= timedelta(0))):
         raise ConformanceError(
             f"plugin {name!r} returned {answer!r} from sqla_queue_retry_delay for {where}; "
             "expected a non-negative timedelta, False or None"
@@ -122,10 +124,12 @@ def _check_delay(answer: Any, name: str, where: str, max_delay: timedelta, allow
         raise ConformanceError(f"plugin {name!r} asked for {answer} at {where}, more than max_delay {max_delay}")
 
 
-def _apply_delay(plugin, impl, name, target, task, attempt, attempts) -> tuple[int, Any, Any]:
-    """Fail a real job at `attempt` and compare its new ``run_at`` with the plugin's answer."""
-    recorder = _RecordingDelay(impl)
-    queue = conformance_queue(target, [plugin, recorder])
+def _apply_delay(plugin, name, target, task, attempt, attempts) -> tuple[int, Any, Any]:
+    """Fail a real job at `attempt` and compare its new ``run_at`` with the plugin's answer,
+    as recorded when the Queue asked (no built-in strategy is registered to answer instead)."""
+    queue = conformance_queue(target, [plugin], blocked=BUILTIN_STRATEGIES)
+    recorder = _RecordedAnswers("sqla_queue_retry_delay")
+    queue.plugin_manager.add_hookcall_monitoring(recorder.before, recorder.after)
     queue_name = unique_queue_name("backoff")
     queue.task(name=task, queue=queue_name, max_attempts=attempts + 1)(_never_called)
     try:
@@ -159,20 +163,19 @@ def _check_applied(name, attempt, answer, outcome, before, after) -> None:
         )
 
 
-class _RecordingDelay:
-    """Asks the plugin's implementation and remembers the answer the Queue then applies."""
+class _RecordedAnswers:
+    """pluggy hook-call monitoring that remembers every answer one hook call gave the Queue."""
 
-    plugin_name = "sqla_queue.testing.recording_delay"
-
-    def __init__(self, impl: Any) -> None:
-        self._impl = impl
+    def __init__(self, hook_name: str) -> None:
+        self.hook_name = hook_name
         self.answers: list[Any] = []
 
-    @hookimpl(tryfirst=True)
-    def sqla_queue_retry_delay(self, job: ClaimedJob, error: BaseException, attempt: int) -> Any:
-        answer = call_impl(self._impl, job=job, error=error, attempt=attempt)
-        self.answers.append(answer)
-        return answer
+    def before(self, hook_name: str, impls: Any, kwargs: Any) -> None:
+        pass
+
+    def after(self, outcome: Any, hook_name: str, impls: Any, kwargs: Any) -> None:
+        if hook_name == self.hook_name and outcome.exception is None:
+            self.answers.append(outcome.get_result())
 
 
 # -- dedupe -------------------------------------------------------------------------------
@@ -205,20 +208,21 @@ def check_dedupe_plugin(
     that is rolled back), enqueueing a payload and its reordered twin must give one job, and a
     different payload another.
     """
-    impl = require_impl(plugin, "sqla_queue_idempotency_key")
-    name = plugin_name(plugin)
+    queue = plugin_queue(target, plugin)
+    ask = require_hook(queue, plugin, "sqla_queue_idempotency_key")
+    name = registered_name(queue, plugin)
     samples = payloads if payloads is not None else sample_payloads()
-    keys = [_stable_key(impl, name, task, payload) for payload in samples]
+    keys = [_stable_key(ask, name, task, payload) for payload in samples]
     if all(key is None for key in keys):
         raise ConformanceError(f"plugin {name!r} returned no key for any sample payload of task {task!r}")
     if distinct:
         _check_distinct(name, samples, keys)
     keyed = [(payload, key) for payload, key in zip(samples, keys) if key is not None]
     _check_collapses(plugin, name, target, task, keyed)
-    return DedupeReport(plugin=name, keys=keys, loads_on_install=loads_on_install(plugin))
+    return DedupeReport(plugin=name, keys=keys, loads_on_install=loads_on_install(queue, plugin))
 
 
-def _stable_key(impl, name: str, task: str, payload: dict[str, Any]) -> str | None:
+def _stable_key(ask, name: str, task: str, payload: dict[str, Any]) -> str | None:
     before = json.dumps(payload, sort_keys=True)
     options = {"queue": "default", "max_attempts": 5, "run_at": None, "delay": None}
     variants = {"the payload": payload, "a deep copy": copy.deepcopy(payload),
@@ -226,7 +230,7 @@ def _stable_key(impl, name: str, task: str, payload: dict[str, Any]) -> str | No
     found: dict[str, Any] = {}
     for label, variant in variants.items():
         try:
-            found[label] = call_impl(impl, task=task, payload=variant, options=dict(options))
+            found[label] = ask(task=task, payload=variant, options=dict(options))
         except Exception as exc:
             raise ConformanceError(f"plugin {name!r} raised {exc!r} for {label} {_brief(payload)}") from exc
     if json.dumps(payload, sort_keys=True) != before:
@@ -243,12 +247,21 @@ def _stable_key(impl, name: str, task: str, payload: dict[str, Any]) -> str | No
 
 
 def _check_key(name: str, key: Any, payload: Mapping[str, Any]) -> None:
+    """The key contract as documented: None, or a non-empty printable str of at most 512
+    characters."""
     if key is None:
         return
-    try:
-        _validate.idempotency_key(key)
-    except InvalidInputError as exc:
-        raise ConformanceError(f"plugin {name!r} returned an unusable key for {_brief(payload)}: {exc}") from None
+    if not isinstance(key, str):
+        problem = f"idempotency_key must be a string, got {type(key).__name__}"
+    elif not key:
+        problem = "idempotency_key must not be empty"
+    elif len(key) > MAX_KEY_LENGTH:
+        problem = f"idempotency_key is {len(key)} characters long; the limit is {MAX_KEY_LENGTH}"
+    elif not key.isprintable():
+        problem = "idempotency_key contains control or non-printable characters"
+    else:
+        return
+    raise ConformanceError(f"plugin {name!r} returned an unusable key for {_brief(payload)}: {problem}")
 
 
 def _check_distinct(name: str, samples: list[dict[str, Any]], keys: list[str | None]) -> None:
@@ -298,18 +311,19 @@ class LifecycleReport:
 def check_lifecycle_plugin(plugin: object, target: Target) -> LifecycleReport:
     """Check a metrics/observability plugin: it survives every lifecycle event.
 
-    First each implemented hook is called directly with edge-case events (missing durations,
+    First each implemented hook is called alone with edge-case events (missing durations,
     zero durations, long and non-ASCII names, both recovery outcomes): none may raise. Then one
     real run with the plugin registered fires every event (enqueued, deduplicated, claimed,
     completed, retried, failed, empty claim, recovered, lost claim): the plugin must log no
     error and every job must end where the queue alone would put it.
     """
-    name = plugin_name(plugin)
-    hooks = tuple(hook for hook in LIFECYCLE_HOOKS if hook_impls(plugin, hook))
+    alone_queue = plugin_queue(target, plugin)
+    name = registered_name(alone_queue, plugin)
+    hooks = tuple(hook for hook in LIFECYCLE_HOOKS if hook in implemented(alone_queue, plugin))
     if not hooks:
         raise ConformanceError(f"plugin {name!r} implements no lifecycle hook")
     for hook in hooks:
-        _survives_edge_events(plugin, name, hook)
+        _survives_edge_events(alone(alone_queue, plugin, hook), name, hook)
     recorder = EventRecorder()
     queue = conformance_queue(target, [plugin, recorder])
     with plugin_errors() as errors:
@@ -322,16 +336,15 @@ def check_lifecycle_plugin(plugin: object, target: Target) -> LifecycleReport:
     if missing:
         raise ConformanceError(f"the lifecycle run did not fire {', '.join(missing)}")
     return LifecycleReport(plugin=name, hooks=hooks, events=dict(recorder.counts),
-                           loads_on_install=loads_on_install(plugin))
+                           loads_on_install=loads_on_install(alone_queue, plugin))
 
 
-def _survives_edge_events(plugin: object, name: str, hook: str) -> None:
-    for impl in hook_impls(plugin, hook):
-        for event in edge_events(hook):
-            try:
-                call_impl(impl, event=event)
-            except Exception as exc:
-                raise ConformanceError(f"plugin {name!r} raised {exc!r} in {hook} for {event!r}") from exc
+def _survives_edge_events(ask: Any, name: str, hook: str) -> None:
+    for event in edge_events(hook):
+        try:
+            ask(event=event)
+        except Exception as exc:
+            raise ConformanceError(f"plugin {name!r} raised {exc!r} in {hook} for {event!r}") from exc
 
 
 def _lifecycle_run(queue: Queue) -> dict[str, JobStatus | None]:

@@ -508,12 +508,12 @@ def test_per_task_keys_plugin_keys_and_explicit_keys_in_one_batch(engine, clean_
     assert plugin.calls == 4  # never asked when an explicit key was given
 
 
-def test_a_tryfirst_plugin_is_still_asked_before_the_per_task_option(engine, clean_jobs, job_row):
+def test_the_per_task_option_is_asked_before_even_a_tryfirst_plugin(engine, clean_jobs, job_row):
     queue = sq.Queue(engine, load_entrypoints=False, plugins=[KeyFromPayloadFirst()])
-    queue.task(lambda payload, ctx: None, name="keyed", idempotency_key=lambda p: "task-key")
+    queue.task(lambda payload, ctx: None, name="keyed", idempotency_key=lambda p: "task-key" if "n" in p else None)
     ids = queue.enqueue_many([
         {"task": "keyed", "payload": {"order": 1}},
-        {"task": "keyed", "payload": {}},
+        {"task": "keyed", "payload": {"n": 1, "order": 2}},
     ])
     assert _keys(job_row, ids) == ["plugin:keyed:1:default", "task-key"]
 
@@ -545,12 +545,5 @@ def test_a_bad_key_from_a_plugin_or_task_names_it_and_writes_nothing(engine, cle
 
 
 def test_with_built_in_plugins_only_no_key_hook_is_called_for_a_task_without_a_key(engine):
-    from sqla_queue._plugins import key_askers
-
     queue = sq.Queue(engine, load_entrypoints=False)
-    impls, per_task = key_askers(queue.plugin_manager, queue._tasks)
-    assert [impl.plugin_name for impl in impls] == ["sqla_queue.task_overrides"]  # default left out
-    assert per_task is impls[0]  # skipped for tasks without idempotency_key=
-
-    blocked = sq.Queue(engine, load_entrypoints=False, blocked_plugins=["sqla_queue.task_overrides"])
-    assert key_askers(blocked.plugin_manager, blocked._tasks) == ([], None)
+    assert queue.plugin_manager.hook.sqla_queue_idempotency_key.get_hookimpls() == []

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 import sqla_queue as sq
-from sqla_queue.builtins import backoff, idempotency, logging as logging_plugin
+from sqla_queue.builtins import backoff, logging as logging_plugin
 from sqla_queue.testing import (
     ConformanceError,
     check_backoff_plugin,
@@ -120,9 +120,19 @@ def test_a_stable_content_key_conforms_and_leaves_no_job_behind(engine, count_jo
     assert count_jobs() == before
 
 
-def test_the_builtin_dedupe_says_no_key_and_so_fails_the_check(engine):
+def test_a_dedupe_plugin_that_never_keys_fails_the_check(engine):
     with pytest.raises(ConformanceError, match="returned no key for any sample payload"):
-        check_dedupe_plugin(idempotency, engine)
+        check_dedupe_plugin(Key(lambda task, payload: None), engine)
+
+
+def test_a_hook_wrapper_cannot_even_register(engine):
+    class Wrapping:
+        @sq.hookimpl(wrapper=True)
+        def sqla_queue_idempotency_key(self):
+            return (yield)
+
+    with pytest.raises(ConformanceError, match="cannot be registered: .*as a hook wrapper"):
+        check_dedupe_plugin(Wrapping(), engine)
 
 
 def mutating(task, payload):
@@ -199,3 +209,37 @@ def test_a_plugin_that_raises_in_the_real_run_fails_the_check(engine):
 def test_a_plugin_without_lifecycle_hooks_fails_the_lifecycle_check(engine):
     with pytest.raises(ConformanceError, match="implements no lifecycle hook"):
         check_lifecycle_plugin(backoff, engine)
+
+
+# -- the harness is a client of the public API ------------------------------------------------
+
+
+@pytest.mark.parametrize("module", ["conformance.py", "_harness.py", "_samples.py"])
+def test_the_harness_imports_no_private_module_of_sqla_queue(module):
+    """It checks plugins the way their own tests would use sqla_queue: a private name it needed
+    would be one a plugin author cannot rely on."""
+    import ast
+    from pathlib import Path
+
+    import sqla_queue.testing
+
+    tree = ast.parse((Path(sqla_queue.testing.__file__).parent / module).read_text())
+    private = [
+        f"{'.' * node.level}{node.module or ''}" for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module
+        and any(part.startswith("_") for part in node.module.split("."))
+    ]
+    private += [
+        f"{'.' * node.level}{node.module or ''}:{alias.name}" for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level >= 2
+        for alias in node.names if alias.name.startswith("_")
+    ]
+    private += [
+        alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names if alias.name.startswith("sqla_queue._")
+    ]
+    private += [
+        node.module for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("sqla_queue._")
+    ]
+    assert private == []

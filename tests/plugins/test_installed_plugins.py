@@ -287,7 +287,8 @@ def test_sqla_queue_plugins_with_an_app_shows_its_explicit_plugins_and_blocks(tm
     listed = {entry["name"]: entry for entry in run_cli("--app", "plugin_app:queue", cwd=tmp_path)}
     assert listed["plugin_app.AuditTrail"]["source"] == "explicit"
     assert listed["plugin_app.AuditTrail"]["hooks"] == ["sqla_queue_job_failed"]
-    assert listed["sqla_queue.task_overrides"]["source"] == "builtin"
+    assert listed["sqla_queue.backoff"]["source"] == "builtin"
+    assert "sqla_queue.task_overrides" not in listed and "sqla_queue.idempotency" not in listed
     assert listed["prometheus"]["blocked"] is True and listed["prometheus"]["status"] == "blocked"
     assert (listed["content_hash"]["status"], listed["content_hash"]["enabled_by"]) == ("enabled", "plugins=")
     assert listed["decorrelated_jitter"]["status"] == "available"

@@ -90,3 +90,32 @@ def test_no_strategy_hook_counts_as_an_observer():
             firstresult = getattr(hookspecs, name).sqla_queue_spec["firstresult"]
             assert not (firstresult and name in OBSERVER_HOOKS), name
     assert LIFECYCLE_HOOKS < OBSERVER_HOOKS
+
+
+def test_the_hook_reference_lists_exactly_the_builtins_a_queue_registers():
+    """The built-in table of hooks.md is what ``sqla-queue plugins`` shows as builtin."""
+    from sqla_queue._plugins import build_plugin_manager, describe_plugins
+
+    page = (ROOT / "docs/reference/hooks.md").read_text()
+    table = page.split("**Built-in plugins**", 1)[1].split("\n\n", 2)[1]
+    documented = dict(re.findall(r"^\| `(sqla_queue\.\w+)` \| ([^|]*) \|", table, flags=re.M))
+    registered = {info.name: info.hooks for info in describe_plugins(build_plugin_manager(load_entrypoints=False))
+                  if info.source == "builtin"}
+    assert set(documented) == set(registered)
+    for name, hooks in registered.items():
+        if "every lifecycle event" not in documented[name]:
+            assert set(re.findall(r"`(sqla_queue_\w+)`", documented[name])) == set(hooks), name
+
+
+def test_the_hook_wrapper_refusal_points_at_a_paragraph_that_exists():
+    import sqla_queue as sq
+
+    class Wrapping:
+        @sq.hookimpl(hookwrapper=True)
+        def sqla_queue_job_failed(self):
+            yield
+
+    with pytest.raises(sq.ConfigurationError) as refused:
+        sq.Queue("postgresql://unused", plugins=[Wrapping()], load_entrypoints=False)
+    section = re.search(r"hooks\.md, '([^']+)'", str(refused.value)).group(1)
+    assert f"**{section}**" in (ROOT / "docs/reference/hooks.md").read_text()

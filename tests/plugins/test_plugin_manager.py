@@ -3,6 +3,7 @@ naming, and what a misbehaving plugin can and cannot do to a job."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from datetime import timedelta
@@ -15,10 +16,11 @@ from sqla_queue._plugins import (
     DISABLE_AUTOLOAD_ENV,
     build_plugin_manager,
     describe_plugins,
+    idempotency_key_asker,
 )
 from sqla_queue.builtins import backoff
 
-BUILTINS = ["sqla_queue.backoff", "sqla_queue.retryable", "sqla_queue.idempotency", "sqla_queue.logging"]
+BUILTINS = ["sqla_queue.backoff", "sqla_queue.retryable", "sqla_queue.logging"]
 
 
 class FixedDelay:
@@ -151,12 +153,25 @@ def test_a_task_idempotency_key_must_be_a_callable(queue):
         queue.task(name="keyed", idempotency_key="fixed")(lambda p, c: None)
 
 
-def test_blocking_task_overrides_turns_per_task_options_off(engine, clean_jobs):
-    mine = sq.Queue(engine, plugins=[FixedDelay(timedelta(hours=3))], load_entrypoints=False,
-                    blocked_plugins=["sqla_queue.task_overrides"])
+def test_a_task_retry_delay_beats_even_a_tryfirst_plugin(engine, clean_jobs):
+    class First(FixedDelay):
+        @sq.hookimpl(tryfirst=True)
+        def sqla_queue_retry_delay(self):
+            return self.delay
+
+    mine = sq.Queue(engine, plugins=[First(timedelta(hours=3))], load_entrypoints=False)
     mine.task(name="send_email", retry_delay=timedelta(0))(lambda p, c: None)
     job, outcome = fail_once(mine)
+    assert outcome.run_at - job.locked_at < timedelta(seconds=5)
+
+
+def test_a_broken_task_retry_delay_is_logged_and_the_plugins_decide(engine, clean_jobs, caplog):
+    mine = sq.Queue(engine, plugins=[FixedDelay(timedelta(hours=3))], load_entrypoints=False)
+    mine.task(name="send_email", retry_delay=lambda attempt, error: 1 / 0)(lambda p, c: None)
+    with caplog.at_level(logging.ERROR, logger="sqla_queue.plugins"):
+        job, outcome = fail_once(mine)
     assert outcome.run_at - job.locked_at > timedelta(hours=2, minutes=59)
+    assert "retry_delay of task 'send_email' raised ZeroDivisionError" in caplog.text
 
 
 # -- the idempotency hook -----------------------------------------------------------------
@@ -207,7 +222,7 @@ def test_a_key_plugin_that_raises_is_an_error_naming_it(engine, clean_jobs, coun
 
 
 @pytest.mark.parametrize("garbage", [5, -timedelta(seconds=1), True, "1h"])
-def test_a_garbage_delay_is_logged_by_name_and_the_defaults_retry_the_job(engine, clean_jobs, caplog, db_now, garbage):
+def test_a_garbage_delay_is_logged_by_name_and_the_other_plugins_retry_the_job(engine, clean_jobs, caplog, db_now, garbage):
     mine = sq.Queue(engine, plugins=[FixedDelay(garbage)], load_entrypoints=False)
     mine.task(name="send_email")(lambda p, c: None)
     before = db_now()
@@ -216,7 +231,37 @@ def test_a_garbage_delay_is_logged_by_name_and_the_defaults_retry_the_job(engine
     assert outcome.status is sq.JobStatus.PENDING
     assert before <= outcome.run_at <= db_now() + backoff.ceiling(1)
     assert "'test_plugin_manager.FixedDelay' returned" in caplog.text
-    assert "defaults decide for job" in caplog.text
+    assert "the other plugins decide for job" in caplog.text
+
+
+def test_the_plugin_after_a_broken_one_decides_not_the_builtin(engine, clean_jobs, caplog):
+    mine = sq.Queue(engine, plugins=[FixedDelay(timedelta(hours=3)), FixedDelay(5)], load_entrypoints=False)
+    mine.task(name="send_email")(lambda p, c: None)
+    with caplog.at_level(logging.ERROR, logger="sqla_queue.plugins"):
+        job, outcome = fail_once(mine)
+    assert outcome.run_at - job.locked_at > timedelta(hours=2, minutes=59)
+    assert "'test_plugin_manager.FixedDelay#2' returned 5" in caplog.text
+
+
+def test_a_broken_plugin_with_the_builtin_backoff_blocked_means_retry_at_once(engine, clean_jobs, caplog, monkeypatch):
+    def forbidden(**kwargs):
+        raise AssertionError("a blocked built-in was called")
+
+    monkeypatch.setattr(backoff, "ceiling", forbidden)
+    mine = sq.Queue(engine, plugins=[FixedDelay(5)], load_entrypoints=False, blocked_plugins=["sqla_queue.backoff"])
+    mine.task(name="send_email")(lambda p, c: None)
+    with caplog.at_level(logging.ERROR, logger="sqla_queue.plugins"):
+        job, outcome = fail_once(mine)
+    assert outcome.status is sq.JobStatus.PENDING
+    assert outcome.run_at - job.locked_at < timedelta(seconds=5)
+    assert "'test_plugin_manager.FixedDelay' returned 5" in caplog.text
+    assert "sqla_queue.backoff" not in caplog.text  # never called, so it never raised
+
+
+def test_blocking_the_builtin_retryable_means_every_error_is_retried(engine, clean_jobs):
+    mine = sq.Queue(engine, load_entrypoints=False, blocked_plugins=["sqla_queue.retryable"])
+    mine.task(name="send_email", retry_delay=0)(lambda p, c: None)
+    assert fail_once(mine, sq.NonRetryableError("would fail with the built-in"))[1].status is sq.JobStatus.PENDING
 
 
 def test_a_retryable_plugin_that_raises_is_logged_and_the_job_still_gets_an_outcome(engine, clean_jobs, caplog):
@@ -296,6 +341,17 @@ def test_a_lifecycle_plugin_that_raises_loses_no_job_and_starves_no_other_plugin
     assert "'test_plugin_manager.Exploding' raised in sqla_queue_job_retried; ignored" in caplog.text
 
 
+def test_two_raising_instances_are_each_named_and_the_plugins_between_them_still_called(engine, clean_jobs, caplog):
+    before, after = Counting(), Counting()
+    mine = sq.Queue(engine, plugins=[after, Exploding(), before, Exploding()], load_entrypoints=False)
+    mine.task(name="ok")(lambda p, c: None)
+    with caplog.at_level(logging.ERROR, logger="sqla_queue.plugins"):
+        mine.enqueue("ok", {})
+    assert before.seen == after.seen == ["enqueued"]
+    assert "'test_plugin_manager.Exploding#2' raised in sqla_queue_job_enqueued; ignored" in caplog.text
+    assert "'test_plugin_manager.Exploding' raised in sqla_queue_job_enqueued; ignored" in caplog.text
+
+
 # -- configure ----------------------------------------------------------------------------
 
 
@@ -331,7 +387,7 @@ def test_builtins_are_ordinary_plugins_and_each_queue_has_its_own_manager(engine
     second = sq.Queue(engine, load_entrypoints=False)
     assert first.plugin_manager is not second.plugin_manager
     names = [info.name for info in describe_plugins(second.plugin_manager) if info.status == "enabled"]
-    assert names == ["sqla_queue.task_overrides", *reversed(BUILTINS)]
+    assert names == list(reversed(BUILTINS))
     assert "test_plugin_manager.FixedDelay" not in names
 
 
@@ -429,3 +485,105 @@ def test_an_entry_point_module_is_loaded_when_the_queue_is_built_not_at_import(e
     infos = {info.name: info for info in describe_plugins(build_plugin_manager(load_entrypoints=True))}
     assert infos["demo"].status == "available" and "not loaded" in infos["demo"].note
     assert "sqlaq_demo_plugin" not in sys.modules
+
+
+# -- hook wrappers are refused ---------------------------------------------------------------
+
+
+class OldStyleWrapper:
+    @sq.hookimpl(hookwrapper=True)
+    def sqla_queue_retry_delay(self):
+        yield
+
+
+class NewStyleWrapper:
+    @sq.hookimpl(wrapper=True)
+    def sqla_queue_job_completed(self, event):
+        return (yield)
+
+
+@pytest.mark.parametrize(("plugin", "hook"), [
+    (OldStyleWrapper(), "sqla_queue_retry_delay"), (NewStyleWrapper(), "sqla_queue_job_completed")])
+def test_a_hook_wrapper_is_refused_at_registration_naming_plugin_and_hook(engine, plugin, hook):
+    name = f"test_plugin_manager.{type(plugin).__name__}"
+    with pytest.raises(sq.ConfigurationError, match=rf"plugin '{name}' implements {hook} as a hook wrapper"):
+        sq.Queue(engine, plugins=[plugin], load_entrypoints=False)
+
+
+def test_a_hook_wrapper_registered_later_is_refused_too(engine):
+    mine = sq.Queue(engine, load_entrypoints=False)
+    with pytest.raises(sq.ConfigurationError, match="plugin 'late' implements sqla_queue_job_completed as a hook wrapper"):
+        mine.plugin_manager.register(NewStyleWrapper(), name="late")
+    assert not mine.plugin_manager.has_plugin("late")
+
+
+# -- no hook call per job when nothing implements it ---------------------------------------
+
+
+def test_with_no_key_plugin_enqueue_calls_no_hook(engine, clean_jobs):
+    mine = sq.Queue(engine, load_entrypoints=False)
+    assert mine.plugin_manager.hook.sqla_queue_idempotency_key.get_hookimpls() == []
+    asker = idempotency_key_asker(mine.plugin_manager)
+    plain = mine.task(name="plain")(lambda p, c: None)
+    keyed = mine.task(name="keyed", idempotency_key=lambda payload: f"k:{payload['n']}")(lambda p, c: None)
+    assert asker(plain, {"n": 1}, "default", 5, None, None) is None
+    assert asker(keyed, {"n": 1}, "default", 5, None, None) == "k:1"
+    [job_id] = mine.enqueue_many([{"task": "keyed", "payload": {"n": 2}}])
+    assert mine.get_job(job_id).idempotency_key == "k:2"
+
+
+def test_a_task_key_function_beats_even_a_tryfirst_key_plugin(engine, clean_jobs):
+    class First(FixedKey):
+        @sq.hookimpl(tryfirst=True)
+        def sqla_queue_idempotency_key(self, task, payload, options):
+            return super().sqla_queue_idempotency_key(task, payload, options)
+
+    plugin = First("from-plugin")
+    mine = sq.Queue(engine, plugins=[plugin], load_entrypoints=False)
+    mine.task(name="keyed", idempotency_key=lambda payload: "task-key" if payload else None)(lambda p, c: None)
+    keyed, deferred = mine.enqueue("keyed", {"n": 1}), mine.enqueue("keyed", {})
+    assert mine.get_job(keyed).idempotency_key == "task-key"
+    assert mine.get_job(deferred).idempotency_key == "from-plugin"
+    assert [call[1] for call in plugin.calls] == [{}]
+
+
+def test_a_key_the_database_would_refuse_is_a_plugin_error_naming_the_plugin(engine, clean_jobs, count_jobs):
+    mine = sq.Queue(engine, plugins=[FixedKey("x" * 513)], load_entrypoints=False)
+    mine.task(name="send_email")(lambda p, c: None)
+    with pytest.raises(sq.PluginError, match=r"'test_plugin_manager\.FixedKey' returned 'xxx"):
+        mine.enqueue("send_email", {})
+    assert count_jobs() == 0
+
+
+def counted(method):
+    """A decorator shared by several plugins: their implementations share its wrapper's code."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        return method(*args, **kwargs)
+
+    return wrapper
+
+
+class DecoratedQuiet:
+    @sq.hookimpl
+    @counted
+    def sqla_queue_job_enqueued(self, event):
+        pass
+
+
+class DecoratedBroken:
+    @sq.hookimpl
+    @counted
+    def sqla_queue_job_enqueued(self, event):
+        raise RuntimeError("broken behind a decorator")
+
+
+def test_a_raising_plugin_behind_a_shared_decorator_is_still_named(engine, clean_jobs, caplog):
+    counting = Counting()
+    mine = sq.Queue(engine, plugins=[counting, DecoratedQuiet(), DecoratedBroken()], load_entrypoints=False)
+    mine.task(name="ok")(lambda p, c: None)
+    with caplog.at_level(logging.ERROR, logger="sqla_queue.plugins"):
+        mine.enqueue("ok", {})
+    assert "'test_plugin_manager.DecoratedBroken' raised in sqla_queue_job_enqueued; ignored" in caplog.text
+    assert counting.seen == ["enqueued"]
