@@ -286,7 +286,7 @@ class Queue:
         """Retry or fail a job whose handler raised, as the strategy hooks decide.
 
         Non-retryable errors, a ``False`` delay, or exhausted attempts end in ``failed``. A
-        strategy plugin that misbehaves is logged and the built-in defaults decide instead.
+        strategy plugin that misbehaves is logged and the other registered plugins decide instead.
         """
         return self._outcomes.handle_failure(job, error)
 
