@@ -3,7 +3,9 @@ results say what was recovered, and the periodic pass a worker's claim loop make
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -122,3 +124,13 @@ def test_a_live_lease_is_left_alone(queue, engine):
 
     assert result == RecoveryResult(recovered=(), batches=1, caught_up=True)
     assert queue.get_job(job.id).status is sq.JobStatus.RUNNING
+
+
+def test_the_run_workers_example_runs(queue, expired, capsys):
+    doc = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "run-workers.md"
+    [example] = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S) if "Recoverer" in b]
+    expired(3)
+
+    exec(compile(example, "run-workers.md (recovery example)", "exec"), {"queue": queue})
+
+    assert capsys.readouterr().out == "3 jobs taken back in 1 batches\n"
