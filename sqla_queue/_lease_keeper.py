@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from . import _validate
 from ._held_job import HeldJob
-from .errors import DatabaseError
+from .errors import ConfigurationError, DatabaseError
 from .types import DEFAULT_LEASE
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class LeaseKeeper:
     def __init__(self, queue: Queue, config: LeaseKeeperConfig, held: Callable[[], Iterable[HeldJob]],
                  *, owner: str = "worker") -> None:
         if not isinstance(config, LeaseKeeperConfig):
-            raise TypeError(f"config must be a LeaseKeeperConfig, got {type(config).__name__}")
+            raise ConfigurationError(f"config must be a LeaseKeeperConfig, got {type(config).__name__}")
         self.queue = queue
         self.config = config
         self._held = held
