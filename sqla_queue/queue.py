@@ -582,6 +582,9 @@ class Queue(Enqueuing):
         stops treating the job as its own, since recovery may hand it to someone else. The
         lost-claim event (operation ``"fence"``) is built here like every other one, so
         plugins see one shape whoever noticed the loss."""
+        from ._plugins import emit
+        from .types import LostClaim
+
         emit(self.plugin_manager, "sqla_queue_lost_claim",
              event=LostClaim(job_id=job.id, claim_token=job.claim_token, reason=reason, operation="fence"))
 
