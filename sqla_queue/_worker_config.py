@@ -30,7 +30,8 @@ class WorkerConfig:
         SIGTERM/SIGINT before their jobs are released. Default 30.
     :param call_timeout: client-side deadline for every database call, in seconds. Default
         ``min(lease / 4, 10)``.
-    :param recovery_interval: seconds between lease-recovery passes. Default ``lease / 2``.
+    :param recovery_interval: seconds between lease-recovery passes
+        (`sqla_queue.recovery.Recoverer`). Default ``lease / 2``, at least 1 s.
     :param listen: wake on LISTEN/NOTIFY (needs a direct connection, not PgBouncer in
         transaction mode). Default True.
     :param prepared_statements: let psycopg prepare repeated statements server-side (faster).

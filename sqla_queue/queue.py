@@ -357,6 +357,20 @@ class Queue:
         until caught up; options are `sqla_queue.maintenance.PruneConfig`'s fields."""
         return maintenance.prune(self, **options)
 
+    # -- self-fencing ----------------------------------------------------------------------
+
+    def report_fenced(self, job: ClaimedJob, reason: str) -> None:
+        """Report a claim its worker gave up without the database saying so (its lease could
+        not be renewed, or its outcome not recorded, before the lease expired): the worker
+        stops treating the job as its own, since recovery may hand it to someone else. The
+        lost-claim event (operation ``"fence"``) is built here like every other one, so
+        plugins see one shape whoever noticed the loss."""
+        from ._plugins import emit
+        from .types import LostClaim
+
+        emit(self.plugin_manager, "sqla_queue_lost_claim",
+             event=LostClaim(job_id=job.id, claim_token=job.claim_token, reason=reason, operation="fence"))
+
 
 # -- helpers -----------------------------------------------------------------------------
 

@@ -4,14 +4,18 @@ each outcome under its claim token, keep leases alive, and shut down gracefully.
 Threads, each with one job:
 
 * the **claim loop** (the thread that calls `run`): claims at most as many jobs as there are
-  free slots, hands them to the handler threads, runs lease recovery now and then, and sleeps
-  until a notification, a freed slot or the poll interval wakes it;
+  free slots, hands them to the handler threads, makes the periodic passes of lease recovery
+  (`recovery.Recoverer`) and pruning (`maintenance.Pruner`), and sleeps until a notification,
+  a freed slot or the poll interval wakes it;
 * **handler threads** (``concurrency`` of them): run a handler, then record its outcome;
-* the **lease keeper**: renews the leases of running jobs every ``lease / 3``, fences jobs whose
-  lease could not be renewed in time (self-fencing: their outcome is never recorded), and
-  enforces per-task timeouts;
-* the **listener**: LISTENs for enqueue notifications on a connection of its own; when it is
-  down, polling still finds the work.
+* the **lease keeper** (`_lease_keeper.LeaseKeeper`): renews the leases of running jobs every
+  ``lease / 3``, fences jobs whose lease could not be renewed in time (self-fencing: their
+  outcome is never recorded), and enforces per-task timeouts;
+* the **listener** (`_listener.Listener`): LISTENs for enqueue notifications on a connection
+  of its own; when it is down, polling still finds the work.
+
+The services decide; this module acts on what they report, and records outcomes and reports
+lost claims only through `Queue`'s public methods.
 
 Every database call has a client-side deadline (``call_timeout``), so a silent connection
 never hangs a worker. Python cannot stop a running thread: a handler that outlives its timeout
@@ -30,15 +34,17 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ._engine import worker_engine
+from ._held_job import HeldJob
+from ._lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
 from ._listener import Listener
 from ._worker_config import WorkerConfig, WorkerSummary
 from .errors import AwaitableReturnedError, DatabaseError, UnknownTaskError
 from .maintenance import worker_pruner
-from .queue import claim_position
+from .recovery import Recoverer, RecoveryConfig
 from .types import ClaimedJob, JobStatus
 
 if TYPE_CHECKING:
@@ -48,40 +54,7 @@ logger = logging.getLogger("sqla_queue.worker")
 
 _OUTCOME_BACKOFF = (0.05, 0.2, 0.5, 1.0, 2.0)
 _ERROR_BACKOFF_MAX = 5.0
-_RECOVERY_ROUNDS = 10
 _RESTART_CLAIM_ORDER_EVERY = 1.0  # seconds between claims from the start of the claim order
-
-
-class _Held:
-    """A job this worker holds, and its state here.
-
-    ``running`` (claimed; the handler has not finished) -> ``completing`` (the handler
-    succeeded; the completion waits for the claim loop's next transaction) -> ``settled`` (the
-    outcome is recorded, or the job was given up: timed out, fenced, lost or released).
-    Transitions are compare-and-set, so exactly one party decides each job's fate.
-    """
-
-    RUNNING, COMPLETING, SETTLED = "running", "completing", "settled"
-
-    def __init__(self, job: ClaimedJob, timeout: timedelta | None) -> None:
-        now = time.monotonic()
-        self.job = job
-        self.lease_confirmed = now  # monotonic time at which the lease was last known renewed
-        self.handler_deadline = None if timeout is None else now + timeout.total_seconds()
-        self.started = False
-        self.state = self.RUNNING
-        self._lock = threading.Lock()
-
-    def move(self, to: str, *, allowed: tuple[str, ...] = (RUNNING,)) -> bool:
-        with self._lock:
-            if self.state not in allowed:
-                return False
-            self.state = to
-            return True
-
-    @property
-    def settled(self) -> bool:
-        return self.state == self.SETTLED
 
 
 class Worker:
@@ -99,11 +72,15 @@ class Worker:
         )
         self.queue = queue.on_engine(self.engine, call_timeout=timeout)
         self._pruner = worker_pruner(self.queue, self.config.pruning)
+        self._recoverer = Recoverer(self.queue, RecoveryConfig(
+            lease=self.config.lease, interval=self.config.recovery_interval))
+        self._lease_keeper = LeaseKeeper(self.queue, LeaseKeeperConfig(lease=self.config.lease),
+                                         self._snapshot, owner=f"worker {self.worker_id}")
         self.summary = WorkerSummary()
-        self._held: dict[int, _Held] = {}
+        self._held: dict[int, HeldJob] = {}
         self._held_lock = threading.Lock()
-        self._work: deque[_Held] = deque()
-        self._to_complete: list[_Held] = []
+        self._work: deque[HeldJob] = deque()
+        self._to_complete: list[HeldJob] = []
         self._completion_lock = threading.Lock()
         self._work_ready = threading.Condition()
         # Per queue: where the last claim got to in claim order, and when to start over.
@@ -138,13 +115,10 @@ class Worker:
     # -- claim loop -------------------------------------------------------------------
 
     def _claim_loop(self, until_empty: bool) -> None:
-        next_recovery = 0.0
         failures = 0
         while not self._stopping.is_set():
             try:
-                if time.monotonic() >= next_recovery:
-                    self._recover()
-                    next_recovery = time.monotonic() + self._recovery_interval
+                self._recoverer.run_if_due()
                 self._pruner.run_if_due()
                 # Sampled before the claim: a job that finishes during it may retry at once, so
                 # "empty" only counts when nothing was held while the queue was looked at.
@@ -219,12 +193,12 @@ class Worker:
             if position is not None:
                 self._positions[queue_name] = position
 
-    def _take_finished(self) -> list[_Held]:
+    def _take_finished(self) -> list[HeldJob]:
         with self._completion_lock:
             finished, self._to_complete = self._to_complete, []
-        return [h for h in finished if h.state == _Held.COMPLETING]
+        return [h for h in finished if h.state == HeldJob.COMPLETING]
 
-    def _return_finished(self, finished: list[_Held]) -> None:
+    def _return_finished(self, finished: list[HeldJob]) -> None:
         """A failed transaction completed nothing: try again next round (leases are renewed
         meanwhile; past the lease, fencing gives them up)."""
         with self._completion_lock:
@@ -234,8 +208,8 @@ class Worker:
         with self._completion_lock:
             return bool(self._to_complete)
 
-    def _settle_completed(self, finished: list[_Held], results: dict[int, bool]) -> None:
-        settled = [h for h in finished if h.move(_Held.SETTLED, allowed=(_Held.COMPLETING,))]
+    def _settle_completed(self, finished: list[HeldJob], results: dict[int, bool]) -> None:
+        settled = [h for h in finished if h.move(HeldJob.SETTLED, allowed=(HeldJob.COMPLETING,))]
         completed = sum(1 for h in settled if results.get(h.job.id))
         with self._held_lock:
             self.summary.completed += completed
@@ -252,7 +226,7 @@ class Worker:
         if not jobs:
             return
         timeouts = {name: self._timeout_of(name) for name in {job.task for job in jobs}}
-        held = [_Held(job, timeouts[job.task]) for job in jobs]
+        held = [HeldJob(job, timeouts[job.task]) for job in jobs]
         with self._held_lock:
             self._held.update((h.job.id, h) for h in held)
         with self._work_ready:
@@ -260,17 +234,10 @@ class Worker:
             self._work_ready.notify(len(held))
 
     def _timeout_of(self, task_name: str) -> timedelta | None:
-        return self.queue.get_task(task_name).timeout if task_name in self.queue._tasks else None
-
-    def _recover(self) -> None:
-        for _ in range(_RECOVERY_ROUNDS):
-            ids = self.queue.recover_expired(lease=self.config.lease, limit=100)
-            if len(ids) < 100:
-                return
-
-    @property
-    def _recovery_interval(self) -> float:
-        return self.config.recovery_interval or max(1.0, self.config.lease_seconds / 2)
+        try:
+            return self.queue.get_task(task_name).timeout
+        except UnknownTaskError:  # its handler thread records that as the job's failure
+            return None
 
     # -- handler threads --------------------------------------------------------------
 
@@ -282,7 +249,7 @@ class Worker:
                 if not self._work:
                     return
                 held = self._work.popleft()
-            if self._stopping.is_set() or held.state != _Held.RUNNING:
+            if self._stopping.is_set() or held.state != HeldJob.RUNNING:
                 continue  # shutting down: not started, so it is released, not run
             held.started = True
             completing = False
@@ -292,7 +259,7 @@ class Worker:
                 if not completing:
                     self._forget(held)
 
-    def _forget(self, *held: _Held) -> None:
+    def _forget(self, *held: HeldJob) -> None:
         """The jobs' outcomes are recorded (or given up): free their slots, and wake the claim
         loop if a slot was freed. Only then: a round that settled nothing must not wake it, or
         an idle worker claims in a tight loop instead of resting for the poll interval."""
@@ -301,7 +268,7 @@ class Worker:
         if freed:
             self._wake.set()
 
-    def _execute(self, held: _Held) -> bool:
+    def _execute(self, held: HeldJob) -> bool:
         """Run the handler and settle the job; True when its completion was handed to the
         claim loop (the job keeps its slot until that commits)."""
         job = held.job
@@ -314,17 +281,17 @@ class Worker:
         except Exception as exc:  # a handler's failure is data: it decides retry or fail
             error = _from_the_handler_on(exc)
         if error is not None:
-            if held.move(_Held.SETTLED):
+            if held.move(HeldJob.SETTLED):
                 self._record(held, error)
             return False
-        if not held.move(_Held.COMPLETING):
+        if not held.move(HeldJob.COMPLETING):
             return False  # timed out or fenced meanwhile: that path decided the outcome
         with self._completion_lock:
             self._to_complete.append(held)
         self._wake.set()
         return True
 
-    def _record(self, held: _Held, error: BaseException | None) -> None:
+    def _record(self, held: HeldJob, error: BaseException | None) -> None:
         """Record the outcome, retrying through database errors while the lease still holds.
 
         Outcomes are safe to replay (a lost reply followed by a retry reports the same result),
@@ -360,61 +327,25 @@ class Worker:
         with self._held_lock:
             setattr(self.summary, name, getattr(self.summary, name) + 1)
 
-    # -- lease keeper -----------------------------------------------------------------
+    # -- lease keeper ---------------------------------------------------------------
 
-    def _lease_keeper(self) -> None:
-        interval = self.config.lease_seconds / 3
-        tick = min(1.0, interval / 4)
-        next_renewal = time.monotonic() + interval
-        while not self._done.wait(tick):
-            self._enforce_timeouts()
-            if time.monotonic() >= next_renewal:
-                next_renewal = time.monotonic() + interval
-                self._renew()
+    def _keep_leases(self) -> None:
+        self._lease_keeper.run(self._done, self._act_on_leases)
 
-    def _renew(self) -> None:
-        # Only running jobs: a finished one is completed within the claim loop's next
-        # transaction, which reports it lost if its claim was taken meanwhile.
-        held = [h for h in self._snapshot() if h.state == _Held.RUNNING]
-        if not held:
-            return
-        started = time.monotonic()
-        try:
-            renewed = self.queue.heartbeat(h.job for h in held)
-        except DatabaseError as exc:
-            logger.warning("worker %s: lease renewal failed: %s", self.worker_id, exc)
-            self._fence_expired(held)
-            return
-        for h in held:
-            if h.job.id in renewed:
-                h.lease_confirmed = started
-            elif h.move(_Held.SETTLED):  # not renewed, still running: lost (already reported)
-                self._count("lost")
+    def _act_on_leases(self, result: LeaseKeeperResult) -> None:
+        """Record what the lease keeper gave up: timed-out handlers fail their attempt, fenced
+        jobs are reported, lost ones (already reported by the heartbeat) counted."""
+        for held in result.timed_out:
+            timeout = held.timeout.total_seconds() if held.timeout is not None else 0.0
+            self._record(held, TimeoutError(f"handler exceeded its timeout of {timeout:g}s"))
+        for held in result.fenced:
+            self._report_fenced(held, "lease could not be renewed before it expired")
+        for _ in result.lost:
+            self._count("lost")
 
-    def _fence_expired(self, held: list[_Held]) -> None:
-        """Self-fencing: past the lease without a renewal, recovery may hand the job to someone
-        else, so this worker must stop treating it as its own."""
-        now = time.monotonic()
-        for h in held:
-            if now - h.lease_confirmed >= self.config.lease_seconds and h.move(_Held.SETTLED):
-                self._report_fenced(h, "lease could not be renewed before it expired")
-
-    def _report_fenced(self, held: _Held, reason: str) -> None:
-        from ._plugins import emit
-        from .types import LostClaim
-
+    def _report_fenced(self, held: HeldJob, reason: str) -> None:
         self._count("lost")
-        emit(self.queue.plugin_manager, "sqla_queue_lost_claim",
-             event=LostClaim(job_id=held.job.id, claim_token=held.job.claim_token,
-                             reason=reason, operation="fence"))
-
-    def _enforce_timeouts(self) -> None:
-        now = time.monotonic()
-        for h in self._snapshot():
-            if h.handler_deadline is not None and now >= h.handler_deadline and h.move(_Held.SETTLED):
-                task = self.queue.get_task(h.job.task)
-                error = TimeoutError(f"handler exceeded its timeout of {task.timeout.total_seconds():g}s")
-                self._record(h, error)
+        self.queue.report_fenced(held.job, reason)
 
     # -- shutdown ---------------------------------------------------------------------
 
@@ -428,7 +359,7 @@ class Worker:
                 break
             self._wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             self._wake.clear()
-        leftover = [h for h in self._snapshot() if h.move(_Held.SETTLED)]
+        leftover = [h for h in self._snapshot() if h.move(HeldJob.SETTLED)]
         self._release(leftover)
         self._complete_finished()
 
@@ -444,7 +375,7 @@ class Worker:
             results = {}
         self._settle_completed(finished, results)
 
-    def _release(self, leftover: list[_Held]) -> None:
+    def _release(self, leftover: list[HeldJob]) -> None:
         if not leftover:
             return
         try:
@@ -489,7 +420,7 @@ class Worker:
     def _threads(self) -> Iterator[None]:
         threads = [threading.Thread(target=self._handler_thread, name=f"sqla-queue-handler-{i}", daemon=True)
                    for i in range(self.config.concurrency)]
-        threads.append(threading.Thread(target=self._lease_keeper, name="sqla-queue-lease", daemon=True))
+        threads.append(threading.Thread(target=self._keep_leases, name="sqla-queue-lease", daemon=True))
         self._listener = Listener(self.queue, self.config.queues, self._wake, self._done,
                                   call_timeout=self.config.effective_call_timeout) if self.config.listen else None
         if self._listener is not None:
@@ -514,12 +445,12 @@ class Worker:
         listener = getattr(self, "_listener", None)
         return listener is not None and listener.connected.is_set()
 
-    def _snapshot(self) -> list[_Held]:
+    def _snapshot(self) -> list[HeldJob]:
         with self._held_lock:
             return list(self._held.values())
 
     def _running_count(self) -> int:
-        return sum(1 for h in self._snapshot() if h.started and h.state == _Held.RUNNING)
+        return sum(1 for h in self._snapshot() if h.started and h.state == HeldJob.RUNNING)
 
     def _held_count(self) -> int:
         with self._held_lock:
@@ -552,3 +483,11 @@ def _refuse_awaitable(task_name: str, result: Any) -> None:
 
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+
+
+def claim_position(jobs: Sequence[ClaimedJob]) -> tuple[datetime, int] | None:
+    """Where a claim that returned `jobs` got to in claim order: the earliest of them.
+
+    Every pending job before it was claimed or skipped (locked) by some claim, so the next
+    claim can start there (`Queue.complete_and_claim`'s ``from_position``)."""
+    return min(((job.run_at, job.id) for job in jobs if job.run_at is not None), default=None)

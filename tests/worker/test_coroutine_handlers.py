@@ -47,7 +47,7 @@ async def stream_rows(payload, ctx):  # pragma: no cover
 def test_registering_an_async_handler_is_refused_naming_the_task(queue, handler, name, shown):
     with pytest.raises(TypeError, match=rf"task '{shown}'.*async handlers are not supported yet"):
         queue.task(name=name)(handler) if name else queue.task(handler)
-    assert shown not in queue._tasks
+    assert shown not in queue.task_names
     with pytest.raises(UnknownTaskError):
         queue.get_task(shown)
 

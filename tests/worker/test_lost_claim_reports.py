@@ -69,3 +69,15 @@ def test_heartbeat_after_another_worker_reclaimed_is_a_lost_claim(setup):
     assert queue.heartbeat([job]) == set()
     assert [(e.job_id, e.claim_token) for e in lost.events] == [(job.id, job.claim_token)]
     assert "claimed again" in lost.events[0].reason
+
+
+def test_a_fenced_claim_is_reported_as_a_fence_and_the_job_is_left_as_it_is(setup):
+    queue, lost, _ = setup
+    queue.enqueue("work", {})
+    [job] = queue.claim(worker_id="w1")
+
+    queue.report_fenced(job, "lease could not be renewed before it expired")
+
+    assert [(e.job_id, e.claim_token, e.operation, e.reason) for e in lost.events] == [
+        (job.id, job.claim_token, "fence", "lease could not be renewed before it expired")]
+    assert queue.get_job(job.id).status is sq.JobStatus.RUNNING  # recovery decides its fate

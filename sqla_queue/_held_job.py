@@ -1,0 +1,43 @@
+"""A job a worker holds, and the state it is in there: shared by the worker's handler threads,
+its claim loop and its lease keeper, each of which may decide the job's fate."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+from .types import ClaimedJob
+
+
+class HeldJob:
+    """A claimed job and its state in this worker.
+
+    ``running`` (claimed; the handler has not finished) -> ``completing`` (the handler
+    succeeded; the completion waits for the claim loop's next transaction) -> ``settled`` (the
+    outcome is recorded, or the job was given up: timed out, fenced, lost or released).
+    Transitions are compare-and-set, so exactly one party decides each job's fate.
+    """
+
+    RUNNING, COMPLETING, SETTLED = "running", "completing", "settled"
+
+    def __init__(self, job: ClaimedJob, timeout: timedelta | None) -> None:
+        now = time.monotonic()
+        self.job = job
+        self.timeout = timeout
+        self.lease_confirmed = now  # monotonic time at which the lease was last known renewed
+        self.handler_deadline = None if timeout is None else now + timeout.total_seconds()
+        self.started = False
+        self.state = self.RUNNING
+        self._lock = threading.Lock()
+
+    def move(self, to: str, *, allowed: tuple[str, ...] = (RUNNING,)) -> bool:
+        with self._lock:
+            if self.state not in allowed:
+                return False
+            self.state = to
+            return True
+
+    @property
+    def settled(self) -> bool:
+        return self.state == self.SETTLED

@@ -1,0 +1,140 @@
+"""The lease keeper: keeps the leases of a worker's running jobs alive, gives up the ones it
+cannot keep, and notices handlers that outlive their task's timeout.
+
+The shape of the other services (`maintenance.Pruner`, `recovery.Recoverer`): a
+`LeaseKeeperConfig` validated when it is built; `LeaseKeeper.run_once()`, one pass that returns
+a `LeaseKeeperResult`; `run_if_due()`, the pass a thread makes every tick (timeouts every tick,
+renewal every ``lease / 3``); and `run()`, that thread's loop. The keeper only decides: it moves
+each job it gives up to settled and says so in the result; the worker that holds the jobs
+records their outcomes and reports them.
+
+Why ``lease / 3``: two renewals can fail in a row (each under the worker's call deadline) and
+the lease still holds. Why fence: once a lease may have expired, recovery may hand the job to
+another worker, so this one must stop treating it as its own (self-fencing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from . import _validate
+from ._held_job import HeldJob
+from .errors import ConfigurationError, DatabaseError
+from .types import DEFAULT_LEASE
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+logger = logging.getLogger("sqla_queue.worker")
+
+
+@dataclass(frozen=True)
+class LeaseKeeperConfig:
+    """:param lease: how long a claim stays valid without renewal (the worker's ``lease``)."""
+
+    lease: timedelta = DEFAULT_LEASE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lease", _validate.as_config(_validate.duration, self.lease, "lease", positive=True))
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.lease.total_seconds()
+
+    @property
+    def renew_every(self) -> float:
+        return self.lease_seconds / 3
+
+    @property
+    def tick(self) -> float:
+        """How often timeouts are checked: often enough to stop a handler close to its timeout
+        and to renew close to schedule, at most once a second."""
+        return min(1.0, self.renew_every / 4)
+
+
+@dataclass(frozen=True)
+class LeaseKeeperResult:
+    """What one pass did to the jobs it looked at.
+
+    ``renewed``: leases restarted. ``lost``: not renewed because the claim is no longer this
+    worker's (the heartbeat already reported it). ``fenced``: the renewal failed and the lease
+    may have expired, so the job was given up. ``timed_out``: the handler outlived its task's
+    timeout; the job is settled here and its outcome is the worker's to record.
+    """
+
+    renewed: tuple[HeldJob, ...] = ()
+    lost: tuple[HeldJob, ...] = ()
+    fenced: tuple[HeldJob, ...] = ()
+    timed_out: tuple[HeldJob, ...] = ()
+
+
+class LeaseKeeper:
+    """Keeps the leases of the jobs `held` returns (a snapshot, called once per pass); `owner`
+    names the holder in log lines."""
+
+    def __init__(self, queue: Queue, config: LeaseKeeperConfig, held: Callable[[], Iterable[HeldJob]],
+                 *, owner: str = "worker") -> None:
+        if not isinstance(config, LeaseKeeperConfig):
+            raise ConfigurationError(f"config must be a LeaseKeeperConfig, got {type(config).__name__}")
+        self.queue = queue
+        self.config = config
+        self._held = held
+        self.owner = owner
+        self._next_renewal = time.monotonic() + config.renew_every
+
+    def run_once(self) -> LeaseKeeperResult:
+        """Enforce timeouts, then renew every running job's lease now."""
+        timed_out = self._enforce_timeouts()
+        return self._renew(timed_out)
+
+    def run_if_due(self) -> LeaseKeeperResult:
+        """Enforce timeouts; renew only when ``lease / 3`` has passed since the last renewal."""
+        timed_out = self._enforce_timeouts()
+        now = time.monotonic()
+        if now < self._next_renewal:
+            return LeaseKeeperResult(timed_out=timed_out)
+        self._next_renewal = now + self.config.renew_every
+        return self._renew(timed_out)
+
+    def run(self, stop: threading.Event, act: Callable[[LeaseKeeperResult], None]) -> None:
+        """A thread's loop: a pass every tick until `stop` is set, each result handed to `act`."""
+        self._next_renewal = time.monotonic() + self.config.renew_every
+        while not stop.wait(self.config.tick):
+            act(self.run_if_due())
+
+    def _enforce_timeouts(self) -> tuple[HeldJob, ...]:
+        now = time.monotonic()
+        return tuple(h for h in self._held()
+                     if h.handler_deadline is not None and now >= h.handler_deadline and h.move(HeldJob.SETTLED))
+
+    def _renew(self, timed_out: tuple[HeldJob, ...]) -> LeaseKeeperResult:
+        # Only running jobs: a finished one is completed within the claim loop's next
+        # transaction, which reports it lost if its claim was taken meanwhile.
+        held = [h for h in self._held() if h.state == HeldJob.RUNNING]
+        if not held:
+            return LeaseKeeperResult(timed_out=timed_out)
+        started = time.monotonic()
+        try:
+            renewed_ids = self.queue.heartbeat(h.job for h in held)
+        except DatabaseError as exc:
+            logger.warning("%s: lease renewal failed: %s", self.owner, exc)
+            return LeaseKeeperResult(fenced=self._fence_expired(held), timed_out=timed_out)
+        renewed, lost = [], []
+        for h in held:
+            if h.job.id in renewed_ids:
+                h.lease_confirmed = started
+                renewed.append(h)
+            elif h.move(HeldJob.SETTLED):  # not renewed, still running: lost (already reported)
+                lost.append(h)
+        return LeaseKeeperResult(renewed=tuple(renewed), lost=tuple(lost), timed_out=timed_out)
+
+    def _fence_expired(self, held: list[HeldJob]) -> tuple[HeldJob, ...]:
+        now = time.monotonic()
+        return tuple(h for h in held
+                     if now - h.lease_confirmed >= self.config.lease_seconds and h.move(HeldJob.SETTLED))
