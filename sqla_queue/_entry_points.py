@@ -29,6 +29,7 @@ from .errors import ConfigurationError
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 ENABLED_PLUGINS_ENV = "SQLA_QUEUE_PLUGINS"
+BLOCKED_PLUGINS_ENV = "SQLA_QUEUE_BLOCKED_PLUGINS"
 """Comma-separated entry-point names to enable, added to the strings in ``Queue(plugins=)``."""
 
 LIFECYCLE_HOOKS = frozenset(hookspecs.LIFECYCLE_HOOKS)
@@ -173,8 +174,6 @@ def _take(pm: Any, state: EntryPointState, entry_point: importlib.metadata.Entry
 
 
 def _load(entry_point: importlib.metadata.EntryPoint, label: str) -> object:
-    from ._plugins import BLOCKED_PLUGINS_ENV
-
     try:
         return entry_point.load()
     except Exception as exc:

@@ -180,6 +180,10 @@ class Outcomes:
             self.counters.count_retry(conn, row)  # a retry's counter commits with the retry
             return row
 
+    def report_fenced(self, job: ClaimedJob, reason: str) -> None:
+        emit(self.plugin_manager, "sqla_queue_lost_claim",
+             event=LostClaim(job_id=job.id, claim_token=job.claim_token, reason=reason, operation="fence"))
+
     def _lost(self, job_id: int, claim_token: str, operation: str, *, unless_finished: bool = False) -> None:
         with self.executor.connection() as conn:
             state = conn.execute(self.statements.claim_state, {"job_id": job_id}).first()

@@ -30,6 +30,7 @@ import pluggy
 
 from . import _validate, hookspecs
 from ._entry_points import (
+    BLOCKED_PLUGINS_ENV,
     ENABLED_PLUGINS_ENV,
     ENTRY_POINT_GROUP,  # noqa: F401  (kept importable from here)
     EntryPointState,
@@ -48,7 +49,6 @@ from .errors import ConfigurationError, InvalidInputError, PluginError
 from .types import ClaimedJob
 
 DISABLE_AUTOLOAD_ENV = "SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD"
-BLOCKED_PLUGINS_ENV = "SQLA_QUEUE_BLOCKED_PLUGINS"
 """Comma-separated plugin names never to register, added to ``Queue(blocked_plugins=)``: lets an
 operator switch off an installed plugin without touching the application's code."""
 

@@ -9,7 +9,7 @@ outcomes, leases, recovery), `Operations` (`operations`: stats, listing, operato
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -242,7 +242,7 @@ class Queue:
         The worker's steady state: one round trip and one commit per round. Completion results
         are as for `complete_many`; ``limit=0`` only completes. `from_position` (a claimed job's
         ``(run_at, id)``) starts the claim there in claim order instead of at the beginning,
-        skipping the dead index entries earlier claims left behind (see `claim_position`).
+        skipping the dead index entries earlier claims left behind (see `sqla_queue.worker.claim_position`).
         """
         return self._outcomes.complete_and_claim(finished, queue, worker_id, limit, from_position)
 
@@ -365,11 +365,7 @@ class Queue:
         stops treating the job as its own, since recovery may hand it to someone else. The
         lost-claim event (operation ``"fence"``) is built here like every other one, so
         plugins see one shape whoever noticed the loss."""
-        from ._plugins import emit
-        from .types import LostClaim
-
-        emit(self.plugin_manager, "sqla_queue_lost_claim",
-             event=LostClaim(job_id=job.id, claim_token=job.claim_token, reason=reason, operation="fence"))
+        self._outcomes.report_fenced(job, reason)
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -383,10 +379,3 @@ def _table_of(model: type) -> Table:
         )
     return table
 
-
-def claim_position(jobs: Sequence[ClaimedJob]) -> tuple[datetime, int] | None:
-    """Where a claim that returned `jobs` got to in claim order: the earliest of them.
-
-    Every pending job before it was claimed or skipped (locked) by some claim, so the next
-    claim can start there (`Queue.complete_and_claim`'s ``from_position``)."""
-    return min(((job.run_at, job.id) for job in jobs if job.run_at is not None), default=None)

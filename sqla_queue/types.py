@@ -196,18 +196,6 @@ class JobPage:
     next_before: int | None = None
 
 
-@dataclass(frozen=True)
-class RecoveryResult:
-    """One recovery pass: jobs returned to pending, and jobs failed on their last attempt."""
-
-    requeued: list[int] = field(default_factory=list)
-    failed: list[int] = field(default_factory=list)
-
-    @property
-    def ids(self) -> list[int]:
-        return [*self.requeued, *self.failed]
-
-
 # Lifecycle event payloads, one per hook (see docs/reference/events.md).
 #
 # `exception` (on JobRetried and JobFailed) is the live exception object, for in-process

@@ -185,7 +185,7 @@ def test_the_prepared_round_settles_on_a_generic_plan(recorded_queue, run_sql):
 def test_a_claim_from_a_position_skips_what_lies_before_it_in_claim_order(round_queue):
     ids = round_queue.enqueue_many([{"task": "send_email", "payload": {"n": n}} for n in range(6)])
     first = round_queue.claim(worker_id="w", limit=2)
-    position = sq.queue.claim_position(first)
+    position = sq.worker.claim_position(first)
     assert position == (first[0].run_at, ids[0])
 
     _, later = round_queue.complete_and_claim([], worker_id="w", limit=2,
