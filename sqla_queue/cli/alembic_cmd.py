@@ -8,13 +8,13 @@ from contextlib import contextmanager
 
 import click
 from alembic.util import CommandError
-from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from .root import CliContext, main
 from .. import migrations
 from .._engine import make_engine
 from ..migrations import host
+from ..sql.databases import relation_exists
 from .db import MigrationError
 
 _CONFIG = click.option(
@@ -139,7 +139,7 @@ def _refuse_stamped_database(obj: CliContext) -> None:
     try:
         with engine.connect() as conn:
             stamped = migrations.current(conn)
-            table = conn.execute(text("SELECT to_regclass('sqla_queue_jobs')")).scalar()
+            has_table = conn.execute(relation_exists(), {"name": "sqla_queue_jobs"}).scalar()
     except OperationalError:
         click.echo("note: the database could not be reached; it was not checked", err=True)
         return
@@ -151,7 +151,7 @@ def _refuse_stamped_database(obj: CliContext) -> None:
             f"keep that way, or bring the queue's branch into your history "
             f"({migrations.VERSION_RESOURCE} in version_locations, then `alembic upgrade heads`)"
         )
-    if table is not None:
+    if has_table:
         raise MigrationError("the database already has a sqla_queue_jobs table that no revision recorded")
 
 

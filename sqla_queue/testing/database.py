@@ -34,6 +34,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from .. import migrations
+from ..sql.databases import CreateDatabase, DropDatabase
 from ._embedded import EmbeddedServer, bin_dir, start, tcp_server
 
 TEST_DATABASE_URL_ENV = "SQLA_QUEUE_TEST_DATABASE_URL"
@@ -63,15 +64,14 @@ def migrated_database(data_dir: str | Path | None = None, *, server: str | None 
     admin = create_engine(server, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
-            # Identifiers cannot be bound parameters; `name` is ours, built just above.
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+            conn.execute(CreateDatabase(name))
         url = make_url(server).set(database=name).render_as_string(hide_password=False)
         if migrate:
             _migrate(url)
         yield url
     finally:
         with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(DropDatabase(name))
         admin.dispose()
 
 
