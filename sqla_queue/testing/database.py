@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
 from sqlalchemy.engine import make_url
 
 from .. import migrations
@@ -61,7 +62,8 @@ def migrated_database(data_dir: str | Path | None = None, *, server: str | None 
             else server_url()
     server = _psycopg(server)
     name = f"sqlaq_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    # No pool: a database held for a whole test session must not hold a server connection too.
+    admin = create_engine(server, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     try:
         with admin.connect() as conn:
             conn.execute(CreateDatabase(name))
