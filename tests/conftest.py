@@ -51,7 +51,8 @@ pytest_plugins = ["job_fixtures", "race_fixtures"]
 SERVER_INDEPENDENT = (
     "benchmarks/", "cli/", "docs/", "examples/",
     "sql/test_queue_statements.py", "sql/test_single_job_insert.py",
-    "sql/test_operations_statements.py", "enqueue/test_payload_encoding.py",
+    "sql/test_operations_statements.py", "sql/test_session_statements.py", "test_architecture.py",
+    "enqueue/test_payload_encoding.py",
     "validation/test_validate.py", "claim_and_outcomes/test_backoff.py",
     "claim_and_outcomes/test_last_error_text.py", "operations/test_operations_doc.py",
     "plugins/test_plugin_docs.py", "plugins/test_howto_examples.py",
