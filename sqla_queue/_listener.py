@@ -1,8 +1,14 @@
 """LISTEN/NOTIFY wake-ups for a worker, on a connection of its own.
 
+The shape of the other services (`maintenance.Pruner`, `recovery.Recoverer`,
+`_lease_keeper.LeaseKeeper`): a `ListenerConfig` validated when it is built;
+`Listener.run_once()`, one LISTEN session (connect, listen, wake the claim loop on every
+notification for its queues, probe the connection now and then) that returns a `ListenResult`
+when it ends; and `run()`, the thread's loop of sessions with a growing pause after a failed one.
+
 Notifications are a latency optimisation only: a missed one, or a listener that is down,
 costs at most one poll interval, because the claim loop polls anyway. The connection is
-checked every few seconds under the worker's call deadline, so a silently dead one is noticed
+probed every few seconds under the worker's call deadline, so a silently dead one is noticed
 and replaced.
 """
 
@@ -11,58 +17,95 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import _validate
+from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .queue import Queue
 
 logger = logging.getLogger("sqla_queue.worker")
 
-_CHECK_EVERY = 5.0
-_RECONNECT_MAX = 5.0
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """:param queues: the queue names whose notifications wake the worker.
+    :param call_timeout: the deadline (seconds) of LISTEN and of each probe.
+    :param probe_every: seconds between two probes of an otherwise silent connection.
+    :param reconnect_max: the longest pause (seconds) between failed sessions."""
+
+    queues: tuple[str, ...]
+    call_timeout: float
+    probe_every: float = 5.0
+    reconnect_max: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.queues, tuple) or not self.queues:
+            raise ConfigurationError(f"queues must be a non-empty tuple of queue names, got {self.queues!r}")
+        names = tuple(_validate.as_config(_validate.name, queue, f"queues[{index}]")
+                      for index, queue in enumerate(self.queues))
+        object.__setattr__(self, "queues", names)
+        for field in ("call_timeout", "probe_every", "reconnect_max"):
+            value = _validate.as_config(_validate.positive_seconds, getattr(self, field), field)
+            object.__setattr__(self, field, value)
+
+
+@dataclass(frozen=True)
+class ListenResult:
+    """How one session ended: ``wakeups``, the notifications for our queues it passed on;
+    ``error``, what broke the connection (None when the worker asked it to stop)."""
+
+    wakeups: int = 0
+    error: Exception | None = None
 
 
 class Listener:
-    def __init__(
-        self,
-        queue: Queue,
-        queues: tuple[str, ...],
-        wake: threading.Event,
-        done: threading.Event,
-        *,
-        call_timeout: float,
-    ) -> None:
+    """Wakes `wake` when a job is enqueued on one of `config.queues`, until `done` is set."""
+
+    def __init__(self, queue: Queue, config: ListenerConfig, wake: threading.Event,
+                 done: threading.Event) -> None:
         self.queue = queue
-        self.queues = frozenset(queues)
+        self.config = config
         self.wake = wake
         self.done = done
-        self.call_timeout = call_timeout
         self.connected = threading.Event()
 
     def run(self) -> None:
+        """Sessions until `done`; after a failed one, a pause that doubles up to
+        ``reconnect_max`` (polling covers the gap)."""
         failures = 0
         while not self.done.is_set():
-            try:
-                self._listen_until_broken()
+            result = self.run_once()
+            if result.error is None:
                 failures = 0
-            except Exception as exc:  # any failure: log, wait, reconnect; polling covers the gap
-                self.connected.clear()
-                failures += 1
-                delay = min(_RECONNECT_MAX, 0.1 * 2**failures)
-                logger.warning("listener: %s; reconnecting in %.1fs", type(exc).__name__, delay)
-                self.done.wait(delay)
+                continue
+            failures += 1
+            delay = min(self.config.reconnect_max, 0.1 * 2**failures)
+            logger.warning("listener: %s; reconnecting in %.1fs", type(result.error).__name__, delay)
+            self.done.wait(delay)
 
-    def _listen_until_broken(self) -> None:
+    def run_once(self) -> ListenResult:
+        """One LISTEN session, until `done` is set or the connection breaks; never raises."""
+        wakeups = 0
+        queues = frozenset(self.config.queues)
         executor = self.queue.executor
-        with executor.listening(self.call_timeout) as driver:
-            self.connected.set()
-            self.wake.set()  # anything enqueued while we were not listening is found now
-            next_check = time.monotonic() + _CHECK_EVERY
-            while not self.done.is_set():
-                for note in driver.notifies(timeout=0.5):
-                    if note.payload in self.queues:
-                        self.wake.set()
-                if time.monotonic() >= next_check:
-                    executor.probe(driver, self.call_timeout)  # is the connection alive?
-                    next_check = time.monotonic() + _CHECK_EVERY
+        try:
+            with executor.listening(self.config.call_timeout) as driver:
+                self.connected.set()
+                self.wake.set()  # anything enqueued while we were not listening is found now
+                next_probe = time.monotonic() + self.config.probe_every
+                while not self.done.is_set():
+                    for note in driver.notifies(timeout=0.5):
+                        if note.payload in queues:
+                            wakeups += 1
+                            self.wake.set()
+                    if time.monotonic() >= next_probe:
+                        executor.probe(driver, self.config.call_timeout)  # is the connection alive?
+                        next_probe = time.monotonic() + self.config.probe_every
+        except Exception as exc:  # any failure ends the session; `run` decides when to retry
+            return ListenResult(wakeups=wakeups, error=exc)
+        finally:
+            self.connected.clear()
+        return ListenResult(wakeups=wakeups)

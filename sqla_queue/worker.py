@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from ._engine import worker_engine
 from ._held_job import HeldJob
 from ._lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
-from ._listener import Listener
+from ._listener import Listener, ListenerConfig
 from ._worker_config import WorkerConfig, WorkerSummary
 from .errors import AwaitableReturnedError, DatabaseError, UnknownTaskError
 from .maintenance import worker_pruner
@@ -421,8 +421,11 @@ class Worker:
         threads = [threading.Thread(target=self._handler_thread, name=f"sqla-queue-handler-{i}", daemon=True)
                    for i in range(self.config.concurrency)]
         threads.append(threading.Thread(target=self._keep_leases, name="sqla-queue-lease", daemon=True))
-        self._listener = Listener(self.queue, self.config.queues, self._wake, self._done,
-                                  call_timeout=self.config.effective_call_timeout) if self.config.listen else None
+        self._listener = Listener(
+            self.queue,
+            ListenerConfig(queues=tuple(self.config.queues), call_timeout=self.config.effective_call_timeout),
+            self._wake, self._done,
+        ) if self.config.listen else None
         if self._listener is not None:
             threads.append(threading.Thread(target=self._listener.run, name="sqla-queue-listen", daemon=True))
         for thread in threads:
