@@ -1,0 +1,104 @@
+"""Section 8, asyncio: async enqueue and async handlers, each beside its sync twin in the same run.
+
+* ``enqueue_many_async(1,000)`` from an asyncio program (``asyncio.run``; a Queue on an
+  ``AsyncEngine`` at ``postgresql+psycopg_async://``, each call its own transaction) against
+  ``enqueue_many(1,000)`` measured exactly as section 2 does it.
+* An ``async def`` no-op handler drained by one worker process at concurrency 10 and 50, against
+  the sync no-op handler at the same shape: both through `drain.drain_once` (spawned worker
+  process, ``worker.run(until_empty=True)``, which runs async handlers on a loop of its own).
+* ``await asyncio.sleep(0.1)`` in every one of `Size.asyncio_sleep_jobs` jobs, one worker at
+  concurrency 100: seconds from the start signal to the last ``completed_at``. Run one after
+  another that is 100 s per 1,000 jobs; on one event loop, about 1 s.
+
+Each sync/async pair is measured back to back within a repetition (which one goes first
+alternates), so every ratio compares two runs that shared the machine's state; the ratio quoted
+is the median of the per-repetition ratios.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from . import enqueue, tables
+from .bench_app import SLEEP_SECONDS, make_queue
+from .drain import drain_once
+from .raw_sql import TASK
+from .server import Database
+from .sizes import Size
+from .stats import summary
+
+MANY = 1000  # jobs per enqueue_many / enqueue_many_async call
+DRAIN_CONCURRENCY = (10, 50)  # one worker process at each
+SLEEP_CONCURRENCY = 100
+
+
+def run(db: Database, size: Size, log, *, drain_concurrency: tuple[int, ...] = DRAIN_CONCURRENCY) -> dict:
+    total = max(MANY, size.enqueue_many_total)
+    enq: dict = {"sync": [], "async": []}
+    drains: dict = {c: {"sync": [], "async": []} for c in drain_concurrency}
+    sleeps: list[dict] = []
+    queue = make_queue(db.sqlalchemy_url)
+    try:
+        for rep in range(size.repeat):
+            order = ("sync", "async") if rep % 2 == 0 else ("async", "sync")
+            for kind in order:
+                rate = enqueue._many(db, queue, MANY, total) if kind == "sync" else many_async(db, MANY, total)
+                enq[kind].append(rate)
+                log(f"asyncio: enqueue_many{'_async' if kind == 'async' else ''}({MANY:,}) rep {rep + 1}: "
+                    f"{rate:,.0f} jobs/s")
+            for concurrency in drain_concurrency:
+                for kind in order:
+                    out = drain_once(db, size.drain_jobs, 1, concurrency, log=log, handler=kind)
+                    drains[concurrency][kind].append(out)
+                    log(f"asyncio: {kind} no-op drain 1 proc x concurrency {concurrency} rep {rep + 1}: "
+                        f"{out['jobs_per_s']:,.0f} jobs/s, batch {out['batch'] or 0:.1f}")
+            out = drain_once(db, size.asyncio_sleep_jobs, 1, SLEEP_CONCURRENCY, log=log, handler="async_sleep")
+            sleeps.append(out)
+            log(f"asyncio: {out['jobs']:,} x asyncio.sleep({SLEEP_SECONDS:g}) at concurrency {SLEEP_CONCURRENCY} "
+                f"rep {rep + 1}: {out['seconds']:.2f} s")
+    finally:
+        queue.engine.dispose()
+    return {
+        "enqueue_many": {"calls_of": MANY, "jobs": MANY * (total // MANY),
+                         **{k: summary(v) for k, v in enq.items()},
+                         "ratio": summary(a / s for a, s in zip(enq["async"], enq["sync"]))},
+        "drain": {f"1x{c}": _drain_pair(c, size.drain_jobs, runs) for c, runs in drains.items()},
+        "sleep": {"jobs": size.asyncio_sleep_jobs, "concurrency": SLEEP_CONCURRENCY, "sleep_s": SLEEP_SECONDS,
+                  "completed": min(o["jobs"] for o in sleeps), "incomplete": any(o["incomplete"] for o in sleeps),
+                  **{k: summary(o[k] for o in sleeps) for k in ("seconds", "wall_seconds", "jobs_per_s")}},
+    }
+
+
+def many_async(db: Database, n: int, total: int) -> float:
+    """Jobs/s of ``enqueue_many_async`` in calls of `n`, as `enqueue._many` measures the sync
+    call: empty vacuumed table, connection and statements warmed, payloads built before the clock."""
+    tables.reset(db)
+    batches = [[{"task": TASK, "payload": {"i": b * n + i}} for i in range(n)] for b in range(total // n)]
+    return asyncio.run(_timed_many_async(db.sqlalchemy_async_url, batches))
+
+
+async def _timed_many_async(url: str, batches: list[list[dict]]) -> float:
+    from sqlalchemy.ext.asyncio import create_async_engine  # needs greenlet: only the asyncio section does
+
+    engine = create_async_engine(url)
+    try:
+        queue = make_queue(engine)
+        await queue.enqueue_async(TASK, {"warm": True})
+        await queue.enqueue_many_async([{"task": TASK, "payload": {"warm": i}} for i in range(2)])
+        t0 = time.monotonic()
+        for batch in batches:
+            await queue.enqueue_many_async(batch)
+        return sum(len(b) for b in batches) / (time.monotonic() - t0)
+    finally:
+        await engine.dispose()
+
+
+def _drain_pair(concurrency: int, jobs: int, runs: dict) -> dict:
+    fields = ("jobs_per_s", "batch", "client_cpu_us_per_job", "commits_per_job")
+    out = {"processes": 1, "concurrency": concurrency, "jobs": jobs,
+           "incomplete": any(o["incomplete"] for outs in runs.values() for o in outs)}
+    for kind, outs in runs.items():
+        out[kind] = {name: summary(o[name] for o in outs if o[name] is not None) for name in fields}
+    out["ratio"] = summary(a["jobs_per_s"] / s["jobs_per_s"] for a, s in zip(runs["async"], runs["sync"]))
+    return out
