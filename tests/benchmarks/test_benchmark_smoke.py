@@ -90,6 +90,7 @@ def test_every_size_runs_every_section_and_full_is_the_issues():
     assert full.drain_jobs == 20_000 and full.repeat >= 3 and full.latency_jobs >= 100
     assert full.idle_workers == (1, 20) and SIZES["small"].idle_workers == (1, 20)
     assert full.claim_large_backlog == 1_000_000 and full.sustained_jobs == 1_000_000
+    assert all(size.asyncio_sleep_jobs == 1_000 for size in SIZES.values())  # the issue's 1,000 x sleep(0.1)
     assert SIZES["tiny"].repeat == 1
 
 
