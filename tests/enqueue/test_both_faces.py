@@ -234,3 +234,31 @@ def test_an_uncommitted_key_makes_the_other_face_wait_then_share_or_insert(engin
     else:
         assert result[0] != holder_id[0]
     assert count_jobs() == 1
+
+
+def test_a_terminated_pooled_connection_costs_no_failed_enqueue(create_database, face):
+    """The server ends the backend of an idle pooled connection (a restart, an administrator's
+    pg_terminate_backend): the next enqueue notices at checkout and reconnects instead of failing."""
+    url = create_database()
+    admin = create_engine(url, poolclass=None)
+    queue = sq.Queue(url, load_entrypoints=False)
+    queue.task(name="send_email")(lambda payload, ctx: None)
+    try:
+        assert face.enqueue(queue, "send_email", {"n": 1}) == 1
+        with admin.connect() as conn:
+            terminated = conn.execute(text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar_one()
+        assert terminated >= 1
+        _until(lambda: _backends(admin) == 1, "the terminated backends to go")
+
+        assert face.enqueue(queue, "send_email", {"n": 2}) == 2
+    finally:
+        queue.engine.dispose()
+        admin.dispose()
+
+
+def _backends(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")).scalar_one()
