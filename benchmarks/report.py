@@ -257,14 +257,19 @@ def _asyncio_section(results: dict) -> list[str]:
              "Each async figure beside its sync twin, measured back to back in each repetition (which goes first "
              "alternates); the ratio is the median of the per-repetition ratios. Enqueue: "
              f"{enq['jobs']:,} jobs in calls of {enq['calls_of']:,}, one client, each call its own transaction; the "
-             "async client is an `asyncio.run` program with a Queue on an `AsyncEngine` "
-             "(`postgresql+psycopg_async://`). Drain: pre-enqueued jobs drained by one worker process as in section 3 "
+             "async client is an `asyncio.run` program. Both sides use the same kind of engine: a Queue built from a "
+             "URL (`postgresql+psycopg://`, `postgresql+psycopg_async://`) runs engines of its own with the driver "
+             "fast path, a Queue on the application's `Engine` or `AsyncEngine` sends its statements through "
+             "SQLAlchemy. Drain: pre-enqueued jobs drained by one worker process as in section 3 "
              "(`queue.worker(concurrency=N).run(until_empty=True)`, which runs `async def` handlers on an event loop "
              "of its own), the handler `def noop(payload, ctx)` against `async def noop(payload, ctx): pass`. "
              "Client CPU is the worker process's user+system time per job.", "",
-             "| Figure | Sync | Async | Async / sync | Client CPU µs/job, sync / async |", "|---|---|---|---|---|",
-             f"| enqueue_many({enq['calls_of']:,}) vs enqueue_many_async({enq['calls_of']:,}), jobs/s | "
-             f"{fmt_stat(enq['sync'])} | {fmt_stat(enq['async'])} | {fmt_stat(enq['ratio'], '.0%')} | – |"]
+             "| Figure | Sync | Async | Async / sync | Client CPU µs/job, sync / async |", "|---|---|---|---|---|"]
+    for key, label in targets.ENQUEUE_ENGINES.items():
+        pair = enq[key]
+        lines.append(f"| enqueue_many({enq['calls_of']:,}) vs enqueue_many_async({enq['calls_of']:,}), {label}, "
+                     f"jobs/s | {fmt_stat(pair['sync'])} | {fmt_stat(pair['async'])} | "
+                     f"{fmt_stat(pair['ratio'], '.0%')} | – |")
     for d in a["drain"].values():
         sync, asyn = d["sync"], d["async"]
         lines.append(f"| No-op drain, {d['processes']} process x concurrency {d['concurrency']} "

@@ -98,14 +98,24 @@ def evaluate(results: dict) -> list[dict]:
     return rows + asyncio_rows(results)
 
 
+# The asyncio section's enqueue pairs: each async figure against the sync one on the same kind
+# of engine (a Queue's own engines from a URL take the driver fast path; an application's don't).
+ENQUEUE_ENGINES = {"url": "Queue(URL)", "engine": "Queue(Engine) / Queue(AsyncEngine)"}
+
+
 def asyncio_rows(results: dict) -> list[dict]:
     """The asyncio section's three targets: each async figure against its sync twin measured
-    beside it (the median of the per-repetition ratios), and the sleep(0.1) drain's seconds."""
+    beside it (the median of the per-repetition ratios; for enqueue the worse of the two kinds
+    of engine), and the sleep(0.1) drain's seconds."""
     a = results.get("asyncio") or {}
     enq = a.get("enqueue_many") or {}
-    rows = [_row("enqueue_many_async(1,000) >= 80 % of enqueue_many(1,000) jobs/s, same run",
-                 _median(enq, "ratio"), _median(enq, "ratio"), lambda r: r >= 0.8, "{:.0%}",
-                 note=_pair_note(_median(enq, "async"), _median(enq, "sync")))]
+    pairs = {label: enq[key] for key, label in ENQUEUE_ENGINES.items() if _median(enq.get(key) or {}, "ratio")}
+    worst = min(pairs.items(), key=lambda kv: kv[1]["ratio"]["median"], default=None)
+    worst_ratio = worst and worst[1]["ratio"]["median"]
+    rows = [_row("enqueue_many_async(1,000) >= 80 % of enqueue_many(1,000) jobs/s, same run, same kind of engine",
+                 worst_ratio, worst_ratio, lambda r: r >= 0.8, "{:.0%} (worst)",
+                 note="; ".join(f"{label}: {_pair_note(_median(p, 'async'), _median(p, 'sync'))}"
+                                for label, p in pairs.items()) or None)]
     d = (a.get("drain") or {}).get("1x10") or {}
     d_ratio = _median(d, "ratio")
     rows.append(_row("Async no-op drain, 1 process x concurrency 10 >= 80 % of the sync drain, same run",

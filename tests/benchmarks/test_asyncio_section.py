@@ -28,7 +28,9 @@ def test_the_asyncio_section_measures_every_row(create_database):
     out = asyncio_rows.run(db, size, logged.append, drain_concurrency=(10,))
 
     enq = out["enqueue_many"]
-    assert enq["jobs"] == 2_000 and enq["sync"]["n"] == enq["async"]["n"] == enq["ratio"]["n"] == 1
+    assert enq["jobs"] == 2_000
+    for engine in ("url", "engine"):  # a Queue from a URL; on the application's Engine / AsyncEngine
+        assert enq[engine]["sync"]["n"] == enq[engine]["async"]["n"] == enq[engine]["ratio"]["n"] == 1
     drain = out["drain"]["1x10"]
     assert drain["jobs"] == 40 and drain["incomplete"] is False
     assert drain["sync"]["jobs_per_s"]["n"] == drain["async"]["jobs_per_s"]["n"] == 1
@@ -40,5 +42,5 @@ def test_the_asyncio_section_measures_every_row(create_database):
     results = json.loads(json.dumps({"asyncio": out}))  # as --render reads it back
     assert all(row["met"] is not None for row in targets.asyncio_rows(results))
     text = report._asyncio_section(results)
-    assert any(line.startswith("| enqueue_many(1,000) vs enqueue_many_async(1,000)") for line in text)
+    assert sum(line.startswith("| enqueue_many(1,000) vs enqueue_many_async(1,000)") for line in text) == 2
     assert any(line.startswith("| No-op drain, 1 process x concurrency 10 (40 jobs)") for line in text)
