@@ -273,8 +273,9 @@ def _asyncio_section(results: dict) -> list[str]:
     for d in a["drain"].values():
         sync, asyn = d["sync"], d["async"]
         lines.append(f"| No-op drain, {d['processes']} process x concurrency {d['concurrency']} "
-                     f"({d['jobs']:,} jobs), jobs/s | {fmt_stat(sync['jobs_per_s'])} | {fmt_stat(asyn['jobs_per_s'])} | "
-                     f"{fmt_stat(d['ratio'], '.0%')} | {fmt_stat(sync['client_cpu_us_per_job'])} / "
+                     f"({d['jobs']:,} jobs), jobs/s | {fmt_stat(sync['jobs_per_s'])} | "
+                     f"{fmt_stat(asyn['jobs_per_s'])} | {fmt_stat(d['ratio'], '.0%')} | "
+                     f"{fmt_stat(sync['client_cpu_us_per_job'])} / "
                      f"{fmt_stat(asyn['client_cpu_us_per_job'])} |")
     incomplete = f" (only {sleep['completed']:,} completed)" if sleep.get("incomplete") else ""
     lines += ["", f"{sleep['jobs']:,} jobs whose handler is `async def sleepy(payload, ctx): await "

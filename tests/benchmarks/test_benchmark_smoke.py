@@ -335,4 +335,4 @@ def test_without_the_asyncio_section_its_targets_are_not_measured():
     rows = targets.asyncio_rows(results)
     assert [row["met"] for row in rows] == [None, None, None]
     assert "## 8. asyncio" not in report.render_markdown(results)
-    assert "asyncio" in SECTIONS and parse_args(["--sections", "asyncio", "--out", "/tmp/x.md"]).sections == ("asyncio",)
+    assert parse_args(["--sections", "asyncio", "--out", "/tmp/x.md"]).sections == ("asyncio",)
