@@ -147,6 +147,9 @@ class Worker:
                         ",".join(self.config.queues), self.config.concurrency)
             self._claim_loop(until_empty)
             self._drain()
+        # A stopped worker holds no connection (the engine reconnects if it runs again); one a
+        # thread left behind still uses is closed when that thread gives it back.
+        self.engine.dispose()
         logger.info("worker %s stopped: %s", self.worker_id, self.summary)
         return self.summary
 
