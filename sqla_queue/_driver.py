@@ -55,7 +55,7 @@ class DriverStatement:
 
     @staticmethod
     def usable_on(dialect: Dialect) -> bool:
-        return dialect.driver == "psycopg"
+        return dialect.driver in ("psycopg", "psycopg_async")
 
     def sql(self, params: dict[str, Any]) -> str:
         """The SQL text for `params` (the same for all values but the inlined ones)."""
@@ -71,13 +71,17 @@ class DriverStatement:
         return text
 
     def rows(self, target: Connection | PoolProxiedConnection, params: dict[str, Any]) -> list[Any]:
-        """Run on `target`'s driver connection (a SQLAlchemy Connection or a pooled one)."""
-        driver = _driver_of(target)
+        """Run on `target`'s DBAPI connection (a SQLAlchemy Connection or a pooled one): psycopg's
+        own, or SQLAlchemy's adaptation of its asyncio connection (inside ``run_sync``)."""
         sql = self.sql(params)
+        cursor = _dbapi_of(target).cursor()
         try:
-            fetched = driver.execute(sql, {**self._constants, **params} if self._constants else params).fetchall()
+            cursor.execute(sql, {**self._constants, **params} if self._constants else params)
+            fetched = cursor.fetchall()
         except self._dbapi_error as exc:
             raise self.error(target, exc, sql) from None
+        finally:
+            cursor.close()
         make = self._row._make
         return [make(row) for row in fetched]
 
@@ -85,7 +89,7 @@ class DriverStatement:
               sql: str | None = None) -> sa_exc.DBAPIError:
         """`error` as SQLAlchemy would raise it (parameters hidden), with `target`'s connection
         invalidated if the error says it is gone."""
-        invalidated = self._dialect.is_disconnect(error, _driver_of(target), None)
+        invalidated = self._dialect.is_disconnect(error, _dbapi_of(target), None)
         if invalidated:
             target.invalidate(error)
         return sa_exc.DBAPIError.instance(
@@ -94,7 +98,7 @@ class DriverStatement:
         )
 
 
-def _driver_of(target: Connection | PoolProxiedConnection) -> Any:
+def _dbapi_of(target: Connection | PoolProxiedConnection) -> Any:
     if isinstance(target, Connection):
-        return target.connection.driver_connection
-    return target.driver_connection
+        return target.connection.dbapi_connection
+    return target.dbapi_connection

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
@@ -15,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc as sa_exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ._deadline import driver_deadline
@@ -52,6 +54,7 @@ class Capabilities:
 # Engines built here, with what their hooks make possible. Keyed by the engine object, which
 # `dispose()` keeps; weak, so a dropped engine is forgotten.
 _BUILT: weakref.WeakKeyDictionary[Engine, Capabilities] = weakref.WeakKeyDictionary()
+_BUILT_ASYNC: weakref.WeakKeyDictionary[Engine, Capabilities] = weakref.WeakKeyDictionary()
 
 
 def capabilities_of(engine: Engine) -> Capabilities:
@@ -83,18 +86,10 @@ def library_engine(engine_or_url: Engine | str) -> Engine:
     return ours
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for a PostgreSQL URL; ``postgresql://`` means psycopg 3."""
-    try:
-        parsed = make_url(url)
-    except (sa_exc.ArgumentError, ValueError):
-        raise ConfigurationError(f"not a database URL: {_redacted(url)!r}") from None
-    if parsed.get_backend_name() != "postgresql":
-        raise ConfigurationError(
-            f"sqla_queue needs a postgresql:// URL, got {parsed.get_backend_name()}://"
-        )
-    if parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
+def make_engine(url: str | URL) -> Engine:
+    """An engine for a PostgreSQL URL; ``postgresql://`` means psycopg 3, and an asyncio
+    driver's URL (``postgresql+psycopg_async://``) gets its synchronous twin."""
+    parsed = sync_url(url)
     try:
         engine = create_engine(parsed, hide_parameters=True)
     except (sa_exc.ArgumentError, ImportError) as exc:
@@ -106,15 +101,98 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+def make_async_engine(url: str | URL) -> AsyncEngine:
+    """An asyncio engine for a PostgreSQL URL: a synchronous driver's URL (``postgresql://``,
+    ``postgresql+psycopg://``) gets psycopg 3's asyncio twin, so one URL serves both."""
+    parsed = async_url(url)
+    require_greenlet()
+    try:
+        engine = create_async_engine(parsed, hide_parameters=True)
+    except (sa_exc.ArgumentError, ImportError) as exc:
+        raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
+    _BUILT_ASYNC[engine.sync_engine] = Capabilities(driver_fast_path=parsed.drivername == _ASYNC_PSYCOPG)
+    return engine
+
+
+def parse_url(url: str | URL) -> URL:
+    """A PostgreSQL URL, or a `ConfigurationError` that shows it with its password hidden."""
+    if isinstance(url, URL):
+        parsed = url
+    else:
+        try:
+            parsed = make_url(url)
+        except (sa_exc.ArgumentError, ValueError):
+            raise ConfigurationError(f"not a database URL: {_redacted(url)!r}") from None
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigurationError(
+            f"sqla_queue needs a postgresql:// URL, got {parsed.get_backend_name()}://"
+        )
+    return parsed
+
+
+_SYNC_PSYCOPG, _ASYNC_PSYCOPG = "postgresql+psycopg", "postgresql+psycopg_async"
+
+
+def _is_async_driver(url: URL) -> bool:
+    try:
+        return bool(url.get_dialect().is_async)
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError):
+        return False
+
+
+def sync_url(url: str | URL) -> URL:
+    """`url` for a synchronous engine: ``postgresql://`` and asyncio drivers mean psycopg 3."""
+    parsed = parse_url(url)
+    if parsed.drivername == "postgresql" or _is_async_driver(parsed):
+        return parsed.set(drivername=_SYNC_PSYCOPG)
+    return parsed
+
+
+def async_url(url: str | URL) -> URL:
+    """`url` for an asyncio engine: ``postgresql://`` and synchronous drivers mean psycopg 3's
+    asyncio driver."""
+    parsed = parse_url(url)
+    if _is_async_driver(parsed):
+        return parsed
+    return parsed.set(drivername=_ASYNC_PSYCOPG)
+
+
+def require_greenlet() -> None:
+    """SQLAlchemy runs its asyncio engines through greenlet, which it no longer installs by
+    itself: say how to get it before the first await fails deep inside SQLAlchemy."""
+    if importlib.util.find_spec("greenlet") is None:
+        raise ConfigurationError(
+            "asyncio use of sqla_queue needs greenlet, which SQLAlchemy's asyncio support runs on: "
+            "pip install 'sqla-queue[asyncio]' (or 'sqlalchemy[asyncio]')"
+        )
+
+
+def async_library_engine(engine: AsyncEngine) -> AsyncEngine:
+    """`library_engine` for an application's asyncio engine: a READ COMMITTED,
+    parameters-hidden view sharing its pool."""
+    require_greenlet()
+    if engine.dialect.name != "postgresql":
+        raise ConfigurationError(f"sqla_queue needs PostgreSQL, got a {engine.dialect.name} engine")
+    ours = engine.execution_options(isolation_level="READ COMMITTED")
+    ours.sync_engine.hide_parameters = True
+    return ours
+
+
+def async_capabilities_of(engine: AsyncEngine) -> Capabilities:
+    """What an asyncio engine allows: the driver fast path on psycopg 3 (run through
+    SQLAlchemy's adapted connection); nothing that needs a connection in autocommit."""
+    built = _BUILT_ASYNC.get(engine.sync_engine)
+    if built is not None:
+        return built
+    return Capabilities(driver_fast_path=engine.dialect.driver == "psycopg_async")
+
+
 def is_url_of(url: str, engine: Engine) -> bool:
     """True if `url`, read as `make_engine` reads it, is the URL `engine` was built from."""
     try:
-        parsed = make_url(url)
-    except (sa_exc.ArgumentError, ValueError):
+        return sync_url(url) == engine.url
+    except ConfigurationError:
         return False
-    if parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed == engine.url
 
 
 # `make_engine`'s connections record whether their session's default isolation is READ COMMITTED

@@ -14,11 +14,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import PoolProxiedConnection
 
 from . import _validate
 from ._engine import database_errors
-from ._executor import ARRAY_PARAMS, Executor
+from ._executor import ARRAY_PARAMS, DriverStatements, Executor
 from ._plugins import emit_each, idempotency_key_asker
 from ._tasks import Handler, Task, TaskRegistry
 from .errors import EnqueueConflictError, InvalidInputError, UnknownTaskError
@@ -190,6 +192,19 @@ class Enqueuer:
         jobs.resolved[key] = (task, registered)
         return registered
 
+    async def enqueue_async(self, task: Task | Handler | str, payload: Any, options: dict[str, Any],
+                            session: AsyncSession | None, connection: AsyncConnection | None) -> int:
+        jobs = self._new_batch()
+        self._prepare(jobs, task, payload, **options)
+        return (await self._enqueue_specs_async(jobs, session, connection))[0]
+
+    async def enqueue_many_async(self, jobs: Any, session: AsyncSession | None,
+                                 connection: AsyncConnection | None) -> list[int]:
+        batch = self._new_batch()
+        for index, job in enumerate(jobs):
+            self._prepare_mapping(batch, index, job)
+        return await self._enqueue_specs_async(batch, session, connection) if len(batch) else []
+
     def _enqueue_specs(
         self,
         jobs: _Jobs,
@@ -197,22 +212,47 @@ class Enqueuer:
         session: Session | None,
         connection: Connection | None,
     ) -> list[int]:
-        if session is not None and connection is not None:
-            raise InvalidInputError("pass session or connection, not both")
         done = self._enqueue_in_autocommit(jobs) if session is None and connection is None else None
         if done is None:
             with self.executor.callers(session, connection) as conn:
-                done = self._insert_resolving_keys(
-                    jobs,
-                    lambda todo: self._insert(conn, jobs, todo),
-                    lambda keys: self._active_holders(conn, keys),
-                )
+                done = self._write(jobs, conn, None)
+        return self._announced(jobs, done)
+
+    async def _enqueue_specs_async(self, jobs: _Jobs, session: AsyncSession | None,
+                                   connection: AsyncConnection | None) -> list[int]:
+        """The synchronous face's `_write`, run by the executor on an asyncio connection."""
+        done = await self.executor.run_async(lambda conn, fast: self._write(jobs, conn, fast), session, connection)
+        return self._announced(jobs, done)
+
+    def _announced(self, jobs: _Jobs, done: tuple[list[int], list[bool]]) -> list[int]:
         ids, deduplicated = done
         emit_each(self.plugin_manager, "sqla_queue_job_enqueued", (
             JobEnqueued(job_id=job_id, queue=queue, task=task, deduplicated=dup)
             for queue, task, job_id, dup in zip(jobs.queues, jobs.tasks, ids, deduplicated)
         ))
         return ids
+
+    def _write(self, jobs: _Jobs, target: Connection | PoolProxiedConnection,
+               fast: DriverStatements | None) -> tuple[list[int], list[bool]]:
+        """Insert `jobs` on `target` and resolve their keys: through SQLAlchemy on a caller's
+        connection, with the compiled statements (`fast`) on a connection of our own."""
+        channel = self.channel
+
+        if fast is None:
+            def insert(todo: Sequence[int]) -> list[int | None]:
+                return self._insert(target, jobs, todo)  # type: ignore[arg-type]
+
+            def active_holders(keys: list[str]) -> dict[str, int]:
+                return self._active_holders(target, keys)  # type: ignore[arg-type]
+        else:
+            def insert(todo: Sequence[int]) -> list[int | None]:
+                one, params = _insert_params(jobs, todo, channel)
+                return _ids_by_input((fast.insert_one if one else fast.insert).rows(target, params), params)
+
+            def active_holders(keys: list[str]) -> dict[str, int]:
+                return dict(fast.find_keys.rows(target, {"keys": keys}))
+
+        return self._insert_resolving_keys(jobs, insert, active_holders)
 
     def _insert_resolving_keys(
         self,
@@ -295,17 +335,8 @@ class Enqueuer:
         """
         if len(jobs) != 1 and jobs.keyed:
             return None
-        channel = self.channel
         with self.executor.autocommit_enqueue() as autocommit:
             if autocommit is None:
                 return None
             pooled, fast = autocommit
-
-            def insert(todo: Sequence[int]) -> list[int | None]:
-                one, params = _insert_params(jobs, todo, channel)
-                return _ids_by_input((fast.insert_one if one else fast.insert).rows(pooled, params), params)
-
-            def active_holders(keys: list[str]) -> dict[str, int]:
-                return dict(fast.find_keys.rows(pooled, {"keys": keys}))
-
-            return self._insert_resolving_keys(jobs, insert, active_holders)
+            return self._write(jobs, pooled, fast)

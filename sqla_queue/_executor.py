@@ -33,13 +33,15 @@ parameters) is free of I/O style, so an asyncio face can sit on the same pieces.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table, exc as sa_exc
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -49,13 +51,16 @@ from ._driver import DriverStatement
 from ._engine import (
     PROBE,
     Capabilities,
+    async_capabilities_of,
+    async_library_engine,
     autocommit_reads_committed,
     capabilities_of,
     database_errors,
     library_engine,
+    make_async_engine,
     make_engine,
 )
-from .errors import InvalidInputError
+from .errors import ConfigurationError, InvalidInputError
 from .models import counters_table
 from .sql import counters as counter_sql
 from .sql import operator_actions as ops_sql
@@ -152,7 +157,8 @@ class Executor:
     """Runs `statements` on one engine with the modes its `capabilities` allow (module docs)."""
 
     def __init__(self, engine: Engine, table: Table, capabilities: Capabilities,
-                 *, call_timeout: float | None = None) -> None:
+                 *, call_timeout: float | None = None, asyncio: _AsyncSide | None = None,
+                 sync_refused: str | None = None) -> None:
         self.engine = library_engine(engine)
         self.table = table
         self.capabilities = capabilities
@@ -161,20 +167,69 @@ class Executor:
         # Connections of a worker engine are autocommit already; the READ COMMITTED view would
         # wrap each statement in BEGIN/COMMIT again.
         self._autocommit_engine = engine if capabilities.autocommit_single_statements else None
+        self._asyncio = asyncio
+        self._sync_refused = sync_refused
 
     @classmethod
-    def adopt(cls, engine_or_url: Engine | str, table: Table) -> Executor:
-        engine = make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
-        if not isinstance(engine, Engine):
-            library_engine(engine)  # raises the ConfigurationError naming what it got
-        return cls(engine, table, capabilities_of(engine))
+    def adopt(cls, engine_or_url: Engine | AsyncEngine | str, table: Table) -> Executor:
+        """A URL serves both faces (an engine of ours for each, the asyncio one made on first
+        use); an Engine the synchronous one, an AsyncEngine the asyncio one."""
+        if isinstance(engine_or_url, str):
+            engine = make_engine(engine_or_url)
+            return cls(engine, table, capabilities_of(engine),
+                       asyncio=_AsyncSide(table, url=engine.url))
+        if isinstance(engine_or_url, AsyncEngine):
+            # The synchronous engine on its URL is for the worker and the command line, which
+            # connect themselves (`on_engine`); this queue's own synchronous calls are refused.
+            side = _AsyncSide(table, engine=engine_or_url)
+            twin = make_engine(engine_or_url.url)
+            return cls(twin, table, capabilities_of(twin), asyncio=side, sync_refused=_REFUSED_ON_ASYNC_ENGINE)
+        if not isinstance(engine_or_url, Engine):
+            library_engine(engine_or_url)  # raises the ConfigurationError naming what it got
+        return cls(engine_or_url, table, capabilities_of(engine_or_url))
 
     def on_engine(self, engine: Engine, *, call_timeout: float | None = None) -> Executor:
         return Executor(engine, self.table, capabilities_of(engine), call_timeout=call_timeout)
 
     @property
+    def sync_refused(self) -> bool:
+        """True for a queue built from an AsyncEngine: its synchronous calls are refused (the
+        command line runs them `on_engine(engine)`, connected like its worker)."""
+        return self._sync_refused is not None
+
+    def _sync_engine(self) -> Engine:
+        """The engine of the synchronous modes; a queue built from an AsyncEngine refuses them
+        (its ``engine`` is a psycopg engine on the same URL, which the worker and the command
+        line connect like: the AsyncEngine's ``connect_args`` and hooks do not carry over)."""
+        if self._sync_refused is not None:
+            raise ConfigurationError(self._sync_refused)
+        return self.engine
+
+    @property
     def dialect(self) -> Dialect:
         return self.engine.dialect
+
+    # -- the asyncio face ------------------------------------------------------------------
+
+    async def run_async(self, work: Callable[[Connection, DriverStatements | None], T],
+                        session: AsyncSession | None, connection: AsyncConnection | None) -> T:
+        """``work(conn, fast)``, the same synchronous code the synchronous API runs, on an
+        asyncio connection: the caller's (its transaction; we never commit it), or our own READ
+        COMMITTED transaction on the queue's asyncio engine. SQLAlchemy's ``run_sync`` runs it
+        in a greenlet, where every statement on `conn` awaits the driver: one statement per
+        operation, whichever face calls it. `fast` (the compiled hot statements) is given only
+        on our own connection, as in the synchronous face."""
+        _check_async_callers(session, connection)
+        if session is not None:
+            return await session.run_sync(lambda sync_session: work(sync_session.connection(), None))
+        if connection is not None:
+            return await connection.run_sync(work, None)
+        side = self._asyncio
+        if side is None:
+            raise ConfigurationError(_NO_ASYNC_ENGINE)
+        with database_errors():
+            async with side.engine.connect() as conn:
+                return await conn.run_sync(_in_transaction, work, side.driver_statements)
 
     @cached_property
     def _driver_statements(self) -> DriverStatements | None:
@@ -190,7 +245,7 @@ class Executor:
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:
-        with self._connected(self.engine) as conn:
+        with self._connected(self._sync_engine()) as conn:
             yield conn
 
     @contextmanager
@@ -209,8 +264,7 @@ class Executor:
     def callers(self, session: Session | None, connection: Connection | None) -> Iterator[Connection]:
         """The caller's connection (its transaction; we never commit it), or our own
         transaction when the caller gave neither."""
-        if session is not None and connection is not None:
-            raise InvalidInputError("pass session or connection, not both")
+        _check_sync_callers(session, connection)
         if session is not None:
             yield session.connection()
         elif connection is not None:
@@ -239,7 +293,7 @@ class Executor:
         call deadline; None (nothing held) where the engine is not ours or this connection's
         session does not default to READ COMMITTED. Errors come out as `DatabaseError`; the
         connection goes back to the pool out of autocommit, as it came."""
-        fast = self._driver_statements if self.capabilities.autocommit_enqueue else None
+        fast = self._driver_statements if self.capabilities.autocommit_enqueue and self._sync_refused is None else None
         if fast is None:
             yield None
             return
@@ -291,6 +345,86 @@ class Executor:
         """A constant query on a raw driver connection: raises if it no longer answers."""
         with driver_deadline(driver_connection, call_timeout):
             driver_connection.execute(PROBE)
+
+
+T = TypeVar("T")
+
+_REFUSED_ON_ASYNC_ENGINE = (
+    "this Queue was built from an AsyncEngine, so it runs only asyncio calls: use enqueue_async "
+    "or enqueue_many_async, or build the Queue from a database URL (it serves both) or a "
+    "synchronous Engine for synchronous calls"
+)
+_NO_ASYNC_ENGINE = (
+    "this Queue was built from a synchronous Engine and has no asyncio engine of its own: pass "
+    "session=AsyncSession or connection=AsyncConnection, or build the Queue from a database URL "
+    "(it serves both) or an AsyncEngine"
+)
+
+
+class _AsyncSide:
+    """A queue's asyncio engine (given, or made from its URL on first use) and its compiled hot
+    statements."""
+
+    def __init__(self, table: Table, *, engine: AsyncEngine | None = None, url: URL | None = None) -> None:
+        self._table = table
+        self._given = engine
+        self._url = url
+        self._lock = threading.Lock()
+        self._engine: AsyncEngine | None = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    made = self._given if self._given is not None else make_async_engine(self._url)  # type: ignore[arg-type]
+                    # An application's engine: its statements go through SQLAlchemy, as in the
+                    # synchronous face; ours run the compiled ones.
+                    self._fast = self._given is None and async_capabilities_of(made).driver_fast_path
+                    self._engine = async_library_engine(made)
+        return self._engine
+
+    @cached_property
+    def driver_statements(self) -> DriverStatements | None:
+        engine = self.engine
+        return DriverStatements(Statements.for_table(self._table), engine.dialect) if self._fast else None
+
+
+def _check_sync_callers(session: Any, connection: Any) -> None:
+    if session is not None and connection is not None:
+        raise InvalidInputError("pass session or connection, not both")
+    if isinstance(session, AsyncSession) or isinstance(connection, AsyncConnection):
+        given = "session=AsyncSession" if isinstance(session, AsyncSession) else "connection=AsyncConnection"
+        raise InvalidInputError(
+            f"{given} needs the asyncio method: await queue.enqueue_async(...) or "
+            "enqueue_many_async(...)"
+        )
+    if session is not None and not isinstance(session, Session):
+        raise InvalidInputError(f"session= must be a sqlalchemy Session, got {type(session).__name__}")
+    if connection is not None and not isinstance(connection, Connection):
+        raise InvalidInputError(f"connection= must be a sqlalchemy Connection, got {type(connection).__name__}")
+
+
+def _check_async_callers(session: Any, connection: Any) -> None:
+    if session is not None and connection is not None:
+        raise InvalidInputError("pass session or connection, not both")
+    if session is not None and not isinstance(session, AsyncSession):
+        raise InvalidInputError(
+            f"session= of an asyncio call must be an AsyncSession, got {type(session).__name__}"
+            + ("; with a Session, call the synchronous method (enqueue, enqueue_many)"
+               if isinstance(session, Session) else "")
+        )
+    if connection is not None and not isinstance(connection, AsyncConnection):
+        raise InvalidInputError(
+            f"connection= of an asyncio call must be an AsyncConnection, got {type(connection).__name__}"
+            + ("; with a Connection, call the synchronous method (enqueue, enqueue_many)"
+               if isinstance(connection, Connection) else "")
+        )
+
+
+def _in_transaction(conn: Connection, work: Callable[[Connection, Any], T], fast: Any) -> T:
+    with conn.begin():
+        return work(conn, fast)
 
 
 def _leave_autocommit(pooled: PoolProxiedConnection) -> None:

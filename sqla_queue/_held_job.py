@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from .types import ClaimedJob
@@ -29,6 +30,7 @@ class HeldJob:
         self.handler_deadline = None if timeout is None else now + timeout.total_seconds()
         self.started = False
         self.state = self.RUNNING
+        self.cancel: Callable[[], None] | None = None  # an async handler's: cancels its coroutine
         self._lock = threading.Lock()
 
     def move(self, to: str, *, allowed: tuple[str, ...] = (RUNNING,)) -> bool:

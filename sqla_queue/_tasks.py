@@ -33,6 +33,8 @@ class Task:
     idempotency_key: KeyFunction | None = None
     max_payload_bytes: int | None = None
     """This task's payload limit (encoded JSON bytes); None: the queue's."""
+    is_async: bool = False
+    """The handler is a coroutine function: the worker runs it on its event loop."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)
@@ -91,7 +93,7 @@ class TaskRegistry:
     ) -> Task:
         if not callable(handler):
             raise TypeError(f"@queue.task needs a callable, got {type(handler).__name__}")
-        _refuse_async(handler, name)
+        _refuse_async_generator(handler, name)
         task_name = _validate.name(
             _default_name(handler) if name is None else name, "task name"
         )
@@ -108,6 +110,7 @@ class TaskRegistry:
             max_payload_bytes=None if max_payload_bytes is None else _validate.config_positive_int(
                 max_payload_bytes, f"max_payload_bytes of task {task_name!r}"
             ),
+            is_async=is_async_handler(handler),
         )
         self._tasks[task_name] = task
         return task
@@ -138,18 +141,28 @@ class TaskRegistry:
         return name in self._tasks
 
 
-def _refuse_async(handler: Handler, name: str | None) -> None:
-    """Until the worker runs an event loop, an async handler would hand it a coroutine it
-    cannot run: refuse it here rather than fail every job it gets."""
+def is_async_handler(handler: Handler) -> bool:
+    """True for a handler the worker must await: an ``async def`` function or method, a
+    `functools.partial` of one, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(_function_of(handler)[1])
+
+
+def _function_of(handler: Handler) -> tuple[Any, Any]:
+    """``(what was wrapped, the function a call runs)``, through partials and ``__call__``."""
     target = handler
     while isinstance(target, functools.partial):
         target = target.func
-    call = target if inspect.isroutine(target) or inspect.isclass(target) else type(target).__call__
-    if inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call):
+    return target, target if inspect.isroutine(target) or inspect.isclass(target) else type(target).__call__
+
+
+def _refuse_async_generator(handler: Handler, name: str | None) -> None:
+    """An async generator has nothing to await to completion: its job could never finish."""
+    target, call = _function_of(handler)
+    if inspect.isasyncgenfunction(call):
         label = name if name is not None else getattr(target, "__name__", None) or type(target).__name__
         raise TypeError(
-            f"task {label!r}: {_describe(handler)} is async, and async handlers are not supported "
-            "yet; register a regular function (it may call asyncio.run itself)"
+            f"task {label!r}: {_describe(handler)} is an async generator; a handler is a function "
+            "or an async def coroutine function"
         )
 
 

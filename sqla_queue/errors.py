@@ -52,11 +52,6 @@ class NonRetryableError(SqlaQueueError):
     """Raise from a handler to fail the job now, whatever attempts remain."""
 
 
-class AwaitableReturnedError(NonRetryableError):
-    """A handler returned an awaitable (an ``async def`` reached the worker behind a sync
-    wrapper): its body never ran, so the job fails instead of being recorded completed."""
-
-
 class JobStateError(SqlaQueueError):
     """An operator action found the job in a state it does not apply to (retry a job that is not
     failed, cancel one that is not pending) or held by another transaction; nothing was changed.

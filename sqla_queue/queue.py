@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from . import _validate, maintenance, sql
@@ -50,7 +51,9 @@ H = TypeVar("H", bound=Handler)
 class Queue:
     """A job queue on one PostgreSQL table.
 
-    :param engine: a SQLAlchemy `Engine` or a ``postgresql://`` URL (psycopg 3 is used).
+    :param engine: a SQLAlchemy `Engine`, an `AsyncEngine`, or a ``postgresql://`` URL (psycopg
+        3 is used). A URL serves synchronous and asyncio calls alike; an `AsyncEngine` only
+        asyncio ones (a synchronous call says what to pass instead).
     :param model: the mapped job class (default `sqla_queue.Job`); any class built on
         `sqla_queue.JobMixin` works.
     :param plugins: plugin objects or modules to register after the entry points, and names
@@ -68,7 +71,7 @@ class Queue:
 
     def __init__(
         self,
-        engine: Engine | str,
+        engine: Engine | AsyncEngine | str,
         *,
         model: type = Job,
         plugins: Iterable[object | str] = (),
@@ -217,6 +220,36 @@ class Queue:
         `enqueue`. Every job is validated before anything is written.
         """
         return self._enqueuer.enqueue_many(jobs, session, connection)
+
+    async def enqueue_async(
+        self,
+        task: Task | Handler | str,
+        payload: Mapping[str, Any],
+        *,
+        queue: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        session: AsyncSession | None = None,
+        connection: AsyncConnection | None = None,
+    ) -> int:
+        """`enqueue` for asyncio code: the same arguments, checks, idempotency and plugins, in
+        the caller's `AsyncSession` or `AsyncConnection` transaction, or without one committed
+        in a transaction of its own on the queue's asyncio engine (docs/how-to/asyncio.md)."""
+        options = {"queue": queue, "run_at": run_at, "delay": delay, "max_attempts": max_attempts,
+                   "idempotency_key": idempotency_key}
+        return await self._enqueuer.enqueue_async(task, payload, options, session, connection)
+
+    async def enqueue_many_async(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        session: AsyncSession | None = None,
+        connection: AsyncConnection | None = None,
+    ) -> list[int]:
+        """`enqueue_many` for asyncio code (see `enqueue_async`)."""
+        return await self._enqueuer.enqueue_many_async(jobs, session, connection)
 
     # -- claim and outcomes --------------------------------------------------------------
 

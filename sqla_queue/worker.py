@@ -24,17 +24,20 @@ or its fenced lease keeps its slot until it returns, but its result is discarded
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import logging
 import os
+import queue as queue_module
 import signal
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ._engine import worker_engine
@@ -42,7 +45,9 @@ from ._held_job import HeldJob
 from ._lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
 from ._listener import Listener, ListenerConfig
 from ._worker_config import WorkerConfig, WorkerSummary
-from .errors import AwaitableReturnedError, DatabaseError, UnknownTaskError
+from ._handler_loop import HandlerLoop
+from ._tasks import Task
+from .errors import DatabaseError, UnknownTaskError
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
 from .types import ClaimedJob, JobStatus
@@ -87,6 +92,9 @@ class Worker:
         self._positions: dict[str, tuple[Any, int]] = {}
         self._restart_at: dict[str, float] = {}
         self._wake = threading.Event()
+        self._outcomes: queue_module.SimpleQueue[Callable[[], None] | None] = queue_module.SimpleQueue()
+        self._coroutines: set[asyncio.Task] = set()
+        self._handler_loop = HandlerLoop.own()
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._signals = 0
@@ -96,9 +104,44 @@ class Worker:
     def run(self, *, until_empty: bool = False) -> WorkerSummary:
         """Work until stopped (SIGTERM/SIGINT or `stop`), or with `until_empty` until nothing
         is due and nothing is running. Then let running handlers finish within the grace
-        period and release what is left."""
+        period and release what is left. ``async def`` handlers run on an event loop of the
+        worker's own."""
+        return self._run(until_empty, HandlerLoop.own())
+
+    async def run_async(self, *, until_empty: bool = False) -> WorkerSummary:
+        """`run` inside the running event loop, which ``async def`` handlers then run on (an
+        application's lifespan, say). Cancelling the task that awaits this stops the worker
+        as SIGTERM would (running handlers get the grace period, the rest are released), then
+        re-raises the cancellation; a second cancellation skips the grace period. The claim
+        loop, lease keeper and listener keep their threads; the application's signals are its
+        own."""
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[WorkerSummary] = loop.create_future()
+
+        def work() -> None:
+            try:
+                summary = self._run(until_empty, HandlerLoop.borrow(loop))
+            except BaseException as exc:
+                loop.call_soon_threadsafe(_settle_future, finished, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle_future, finished, summary, None)
+
+        threading.Thread(target=work, name="sqla-queue-claim", daemon=True).start()
+        try:
+            return await asyncio.shield(finished)
+        except asyncio.CancelledError:
+            self.stop()
+            while not finished.done():
+                try:
+                    await asyncio.shield(finished)
+                except asyncio.CancelledError:
+                    self._hurry()
+            raise
+
+    def _run(self, until_empty: bool, handler_loop: HandlerLoop) -> WorkerSummary:
         self._stopping.clear()
         self._done.clear()
+        self._handler_loop = handler_loop
         with self._signal_handlers(), self._threads():
             logger.info("worker %s serving %s with concurrency %s", self.worker_id,
                         ",".join(self.config.queues), self.config.concurrency)
@@ -111,6 +154,11 @@ class Worker:
         """Ask `run` to stop claiming and shut down gracefully (thread-safe)."""
         self._stopping.set()
         self._wake.set()
+
+    def _hurry(self) -> None:
+        """A second stop request: skip what is left of the grace period."""
+        self._signals = max(self._signals, 2)
+        self.stop()
 
     # -- claim loop -------------------------------------------------------------------
 
@@ -225,17 +273,22 @@ class Worker:
     def _hold(self, jobs: Sequence[ClaimedJob]) -> None:
         if not jobs:
             return
-        timeouts = {name: self._timeout_of(name) for name in {job.task for job in jobs}}
-        held = [HeldJob(job, timeouts[job.task]) for job in jobs]
+        tasks = {name: self._task_of(name) for name in {job.task for job in jobs}}
+        held = [HeldJob(job, None if tasks[job.task] is None else tasks[job.task].timeout) for job in jobs]
         with self._held_lock:
             self._held.update((h.job.id, h) for h in held)
-        with self._work_ready:
-            self._work.extend(held)
-            self._work_ready.notify(len(held))
+        coroutines = [h for h in held if tasks[h.job.task] is not None and tasks[h.job.task].is_async]
+        threaded = [h for h in held if h not in coroutines] if coroutines else held
+        if coroutines:
+            self._handler_loop.call_soon(self._start_coroutines, coroutines)
+        if threaded:
+            with self._work_ready:
+                self._work.extend(threaded)
+                self._work_ready.notify(len(threaded))
 
-    def _timeout_of(self, task_name: str) -> timedelta | None:
+    def _task_of(self, task_name: str) -> Task | None:
         try:
-            return self.queue.get_task(task_name).timeout
+            return self.queue.get_task(task_name)
         except UnknownTaskError:  # its handler thread records that as the job's failure
             return None
 
@@ -275,21 +328,104 @@ class Worker:
         error: BaseException | None = None
         try:
             task = self.queue.get_task(job.task)
-            _refuse_awaitable(job.task, task.handler(job.payload, job.context()))
+            result = task.handler(job.payload, job.context())
+            if inspect.isawaitable(result):  # a synchronous wrapper around async code
+                self._handler_loop.wait_for(result)
         except UnknownTaskError as exc:
             error = exc
         except Exception as exc:  # a handler's failure is data: it decides retry or fail
             error = _from_the_handler_on(exc)
+        settled = self._settle_handler(held, error)
+        if settled == "record":
+            self._record(held, error)
+        return settled == "completing"
+
+    def _settle_handler(self, held: HeldJob, error: BaseException | None) -> str:
+        """What the handler's end means for its job: ``"completing"`` (handed to the claim
+        loop's next transaction), ``"record"`` (a failure whose outcome the caller records), or
+        ``"done"`` (timed out, fenced or lost meanwhile: that path decided the outcome)."""
         if error is not None:
-            if held.move(HeldJob.SETTLED):
-                self._record(held, error)
-            return False
+            return "record" if held.move(HeldJob.SETTLED) else "done"
         if not held.move(HeldJob.COMPLETING):
-            return False  # timed out or fenced meanwhile: that path decided the outcome
+            return "done"
         with self._completion_lock:
             self._to_complete.append(held)
         self._wake.set()
-        return True
+        return "completing"
+
+    # -- async handlers (on `_handler_loop`) -------------------------------------------
+
+    def _start_coroutines(self, held: list[HeldJob]) -> None:
+        """On the loop: start each claimed job's handler as an asyncio task. A job the worker
+        stopped for, or gave up meanwhile, is not started (shutdown releases it)."""
+        loop = asyncio.get_running_loop()
+        for h in held:
+            if self._stopping.is_set() or h.state != HeldJob.RUNNING:
+                continue
+            h.started = True
+            task = loop.create_task(self._run_coroutine(h), name=f"sqla-queue-job-{h.job.id}")
+            self._coroutines.add(task)
+            task.add_done_callback(self._coroutines.discard)
+            h.cancel = functools.partial(loop.call_soon_threadsafe, task.cancel)
+
+    async def _run_coroutine(self, held: HeldJob) -> None:
+        """An async handler's run: awaited under its task's timeout (which cancels it), then
+        settled like a thread's. Failures are recorded on the outcome thread, never on the loop."""
+        job = held.job
+        error: BaseException | None = None
+        try:
+            handler = self.queue.get_task(job.task).handler
+            if held.timeout is None:
+                await handler(job.payload, job.context())
+            else:
+                async with asyncio.timeout(held.timeout.total_seconds()):
+                    await handler(job.payload, job.context())
+        except asyncio.CancelledError:
+            self._cancelled(held)
+            raise
+        except TimeoutError as exc:
+            error = exc if held.timeout is None else _timed_out(held)
+        except Exception as exc:  # a handler's failure is data: it decides retry or fail
+            error = _from_the_handler_on(exc)
+        settled = self._settle_handler(held, error)
+        if settled == "record":
+            self._outcomes.put(functools.partial(self._record_and_forget, held, error))
+        elif settled == "done":
+            self._forget(held)
+
+    def _cancelled(self, held: HeldJob) -> None:
+        """Whoever cancelled the coroutine (timeout, fence, lost claim, shutdown) settled its
+        job first; one cancelled by anything else (the application's loop shutting down) is
+        given back, its attempt not counted."""
+        if held.move(HeldJob.SETTLED):
+            self._outcomes.put(functools.partial(self._release_and_forget, held))
+        else:
+            self._forget(held)
+
+    def _record_and_forget(self, held: HeldJob, error: BaseException) -> None:
+        try:
+            self._record(held, error)
+        finally:
+            self._forget(held)
+
+    def _release_and_forget(self, held: HeldJob) -> None:
+        try:
+            self._release([held])
+        finally:
+            self._forget(held)
+
+    def _cancel(self, held: HeldJob) -> None:
+        """Cancel a given-up job's coroutine (a thread cannot be stopped: its result is ignored)."""
+        if held.cancel is not None:
+            held.cancel()
+
+    def _outcome_thread(self) -> None:
+        """Records async handlers' failures (database I/O with retries, kept off the loop)."""
+        while True:
+            work = self._outcomes.get()
+            if work is None:
+                return
+            work()
 
     def _record(self, held: HeldJob, error: BaseException | None) -> None:
         """Record the outcome, retrying through database errors while the lease still holds.
@@ -314,9 +450,6 @@ class Worker:
             ok = self.queue.complete(job.id, job.claim_token)
             self._count("completed" if ok else "lost")
             return
-        if isinstance(error, AwaitableReturnedError):  # a bug, whatever the strategy hooks say
-            self._count("failed" if self.queue.fail(job.id, job.claim_token, error=error) else "lost")
-            return
         outcome = self.queue.handle_failure(job, error)
         if outcome is None:
             self._count("lost")
@@ -336,11 +469,13 @@ class Worker:
         """Record what the lease keeper gave up: timed-out handlers fail their attempt, fenced
         jobs are reported, lost ones (already reported by the heartbeat) counted."""
         for held in result.timed_out:
-            timeout = held.timeout.total_seconds() if held.timeout is not None else 0.0
-            self._record(held, TimeoutError(f"handler exceeded its timeout of {timeout:g}s"))
+            self._cancel(held)
+            self._record(held, _timed_out(held))
         for held in result.fenced:
+            self._cancel(held)
             self._report_fenced(held, "lease could not be renewed before it expired")
-        for _ in result.lost:
+        for held in result.lost:
+            self._cancel(held)
             self._count("lost")
 
     def _report_fenced(self, held: HeldJob, reason: str) -> None:
@@ -360,6 +495,8 @@ class Worker:
             self._wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             self._wake.clear()
         leftover = [h for h in self._snapshot() if h.move(HeldJob.SETTLED)]
+        for held in leftover:
+            self._cancel(held)
         self._release(leftover)
         self._complete_finished()
 
@@ -421,6 +558,7 @@ class Worker:
         threads = [threading.Thread(target=self._handler_thread, name=f"sqla-queue-handler-{i}", daemon=True)
                    for i in range(self.config.concurrency)]
         threads.append(threading.Thread(target=self._keep_leases, name="sqla-queue-lease", daemon=True))
+        threads.append(threading.Thread(target=self._outcome_thread, name="sqla-queue-outcomes", daemon=True))
         self._listener = Listener(
             self.queue,
             ListenerConfig(queues=tuple(self.config.queues), call_timeout=self.config.effective_call_timeout),
@@ -434,6 +572,7 @@ class Worker:
             yield
         finally:
             self._done.set()
+            self._outcomes.put(None)
             with self._work_ready:
                 self._work_ready.notify_all()
             # Idle handler threads exit at once. One still running a job that was just released
@@ -442,6 +581,7 @@ class Worker:
             join_until = time.monotonic() + (0 if self._signals >= 2 else 1)
             for thread in threads:
                 thread.join(timeout=max(0.0, join_until - time.monotonic()))
+            self._handler_loop.close(timeout=max(0.0, join_until - time.monotonic()))
 
     def _listener_connected(self) -> bool:
         """True while LISTEN is active (tests wait on it before measuring wake-ups)."""
@@ -467,21 +607,26 @@ def _from_the_handler_on(error: Exception) -> Exception:
     """`error` without this module's own frame at the top of its traceback: the stored and
     logged traceback then starts in the user's handler, where the failure is."""
     tb = error.__traceback__
-    if tb is not None and tb.tb_frame.f_code is Worker._execute.__code__ and tb.tb_next is not None:
+    if tb is not None and tb.tb_frame.f_code in _HANDLER_CALLERS and tb.tb_next is not None:
         return error.with_traceback(tb.tb_next)
     return error
 
 
-def _refuse_awaitable(task_name: str, result: Any) -> None:
-    if not inspect.isawaitable(result):
+_HANDLER_CALLERS = (Worker._execute.__code__, Worker._run_coroutine.__code__)
+
+
+def _timed_out(held: HeldJob) -> TimeoutError:
+    timeout = held.timeout.total_seconds() if held.timeout is not None else 0.0
+    return TimeoutError(f"handler exceeded its timeout of {timeout:g}s")
+
+
+def _settle_future(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
         return
-    close = getattr(result, "close", None)
-    if callable(close):
-        close()  # a coroutine closed unstarted: no "never awaited" warning, nothing ran
-    raise AwaitableReturnedError(
-        f"task {task_name!r} returned an awaitable ({type(result).__name__}) that the worker "
-        "cannot run: async handlers are not supported yet"
-    )
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 def _default_worker_id() -> str:

@@ -50,6 +50,8 @@ class CliContext:
                 # the app's own URL keeps its engine, connect_args and hooks included.
                 if self.database_url and not is_url_of(self.database_url, queue.engine):
                     queue = queue.on_engine(make_engine(self.database_url))
+                elif queue.executor.sync_refused:  # built from an AsyncEngine: its URL, synchronously
+                    queue = queue.on_engine(queue.engine)
             else:
                 queue = self._queue_from_url()
             self._queue = queue
