@@ -354,6 +354,8 @@ def test_the_shops_queue_refuses_sync_enqueue_as_the_page_says(shop):
         jobs.queue.enqueue(jobs.send_receipt, {"order_id": 1})
     with pytest.raises(sq.ConfigurationError):
         jobs.queue.stats()
+    with pytest.raises(sq.ConfigurationError):
+        jobs.queue.get_job(1)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM sqla_queue_jobs")).scalar_one() == 0
 
@@ -389,3 +391,38 @@ def test_shop_worker_must_be_lifespan_or_off(shop, monkeypatch):
     _forget_shop()
     with pytest.raises(RuntimeError, match="SHOP_WORKER must be lifespan or off"):
         importlib.import_module("shop.app")
+
+
+def test_a_worker_given_an_engine_connects_its_way_and_runs_in_the_callers_loop(shop):
+    """What the page's last section says: the worker of a queue on an AsyncEngine makes its own
+    connections, the way the engine passed as ``worker(engine=...)`` makes them; its async
+    handler runs in the loop that awaits ``run_async``, on the shop's own AsyncEngine."""
+    import asyncio
+
+    from sqlalchemy import event
+
+    _, jobs, engine = shop
+    from shop.db import Session, engine as shop_engine
+    from shop.models import Order
+
+    worker_engine = create_engine(engine.url, connect_args={"application_name": "shop-worker"})
+    names: list[str] = []
+    event.listen(worker_engine, "connect", lambda conn, _: names.append(conn.info.parameter_status("application_name")))
+
+    async def place_and_drain():
+        async with Session.begin() as session:
+            order = Order(email="ada@example.com", total="19.90")
+            session.add(order)
+            await session.flush()
+            await jobs.queue.enqueue_async(jobs.send_receipt, {"order_id": order.id}, session=session)
+        try:
+            return await jobs.queue.worker(engine=worker_engine, concurrency=2).run_async(until_empty=True)
+        finally:
+            await shop_engine.dispose()
+
+    summary = asyncio.run(place_and_drain())
+    worker_engine.dispose()
+    assert (summary.claimed, summary.completed) == (1, 1)
+    assert names and set(names) == {"shop-worker"}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT receipt_sent_at IS NOT NULL FROM orders")).scalar_one() is True
