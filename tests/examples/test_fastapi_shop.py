@@ -165,7 +165,6 @@ class Journey:
         self.lifespan = False  # whether the running server runs a worker in its lifespan
         self.worker: Terminal | None = None
         self.printed: dict[str, str] = {}
-        self.server_logs: list[str] = []
         for command in ("cd examples/fastapi_shop", "source .venv/bin/activate"):  # the page's first block
             self.run_command(command, [])
 
@@ -215,7 +214,6 @@ class Journey:
         """The lifespan's shutdown cancels its worker: the worker says it stopped before uvicorn
         reports the shutdown complete, and nothing listens any more."""
         output = self.ctrl_c(self.server, "INFO:     Application shutdown complete.")
-        self.server_logs.append(output)
         if self.lifespan:
             assert missing_lines(["...sqla_queue.worker: worker ... stopped: ..."], output) == [], output
             lines = output.splitlines()
