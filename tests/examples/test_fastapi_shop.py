@@ -424,3 +424,14 @@ def test_a_worker_given_an_engine_connects_its_way_and_runs_in_the_callers_loop(
     assert names and set(names) == {"shop-worker"}
     with engine.connect() as conn:
         assert conn.execute(text("SELECT receipt_sent_at IS NOT NULL FROM orders")).scalar_one() is True
+
+
+def test_an_order_reads_back_as_it_was_answered(shop):
+    from fastapi.testclient import TestClient
+
+    app, _, _ = shop
+    with TestClient(app.app) as client:
+        placed = client.post("/orders", json={"email": "ada@example.com", "total": 19.9})
+        assert placed.status_code == 201
+        assert placed.json() == {"id": 1, "email": "ada@example.com", "total": "19.90", "receipt_sent": False}
+        assert client.get("/orders/1").json() == placed.json()

@@ -26,6 +26,6 @@ class Order(Base):
         return {
             "id": self.id,
             "email": self.email,
-            "total": str(self.total),
+            "total": f"{self.total:.2f}",  # 19.9 as posted, 19.90 as stored
             "receipt_sent": self.receipt_sent_at is not None,
         }
