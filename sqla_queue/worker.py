@@ -396,6 +396,9 @@ class Worker:
         """An async handler's run: awaited under its task's timeout (which cancels it), then
         settled like a thread's. Failures are recorded on the outcome thread, never on the loop."""
         job = held.job
+        if held.state != HeldJob.RUNNING:  # given up before `held.cancel` could reach this task
+            self._forget(held)
+            return
         error: BaseException | None = None
         try:
             handler = self.queue.get_task(job.task).handler
