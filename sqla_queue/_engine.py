@@ -110,6 +110,10 @@ def make_async_engine(url: str | URL) -> AsyncEngine:
         engine = create_async_engine(parsed, hide_parameters=True)
     except (sa_exc.ArgumentError, ImportError) as exc:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
+    # The same checkout ping as `make_engine`'s: SQLAlchemy runs pool events of an asyncio
+    # engine in its greenlet, where the adapted DBAPI connection answers like a synchronous one.
+    event.listen(engine.sync_engine, "checkin", _note_checkin)
+    event.listen(engine.sync_engine, "checkout", _ping_if_idle_or_signalled)
     _BUILT_ASYNC[engine.sync_engine] = Capabilities(driver_fast_path=parsed.drivername == _ASYNC_PSYCOPG)
     return engine
 
@@ -246,7 +250,8 @@ def _ping_if_idle_or_signalled(dbapi_connection, connection_record, connection_p
     checked_in = connection_record.info.get("checked_in")
     if checked_in is None:
         return  # brand new
-    if time.monotonic() - checked_in < PING_IF_IDLE_FOR and not _has_pending_input(dbapi_connection):
+    idle = time.monotonic() - checked_in >= PING_IF_IDLE_FOR
+    if not idle and not _has_pending_input(connection_proxy.driver_connection):
         return
     try:
         run_constant(dbapi_connection, PROBE)

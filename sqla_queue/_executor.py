@@ -4,8 +4,9 @@ A private seam between what the code wants done (the facade, operations, pruning
 listener) and how a statement reaches PostgreSQL. Its clients use only this interface
 (internal, not public API; anything else here is private):
 
-- ``Executor.adopt(engine_or_url, table)``: the executor of a `Queue`; a URL gets an engine of
-  ours (`_engine.make_engine`), an Engine is used as the application built it.
+- ``Executor.adopt(engine_or_url, table)``: the executor of a `Queue`; a URL gets engines of
+  ours (`_engine.make_engine`, and `make_async_engine` on first asyncio use), an Engine or
+  AsyncEngine is used as the application built it.
 - ``executor.on_engine(engine, *, call_timeout=None)``: the same statements on another engine
   (a worker's, the CLI's), its capabilities looked up once here.
 - ``executor.table``, ``.engine`` (our READ COMMITTED, parameters-hidden view), ``.dialect``,
@@ -26,9 +27,17 @@ listener) and how a statement reaches PostgreSQL. Its clients use only this inte
 - ``listening(call_timeout)`` and ``probe(driver, call_timeout)``: the listener's connection
   (LISTENing on the table's channel) and its liveness check.
 
+- The asyncio face: ``await run_async(work, session, connection)`` runs ``work(conn, fast)`` --
+  the same synchronous code the modes above serve -- on an asyncio connection through
+  SQLAlchemy's ``run_sync`` (a greenlet in which each statement awaits the driver): the
+  caller's `AsyncSession` or `AsyncConnection`, or our own READ COMMITTED transaction on the
+  queue's asyncio engine, with the compiled statements (`fast`) only there. ``sync_refused``:
+  the queue was built from an AsyncEngine, whose own synchronous modes are refused (``engine``
+  is then a psycopg engine on its URL, for the worker and the command line via ``on_engine``).
+
 Which path runs is decided from `Capabilities` recorded when the engine was adopted, never by
 inspecting the engine afterwards. Everything above the connection (statements, capabilities,
-parameters) is free of I/O style, so an asyncio face can sit on the same pieces.
+parameters) is free of I/O style, which is what lets both faces share it.
 """
 
 from __future__ import annotations

@@ -1,58 +1,65 @@
-"""Coroutine handlers are never recorded completed without their body running: `@queue.task`
-refuses async callables, and a handler that returns an awaitable anyway fails its job."""
+"""Which handlers are async: every shape of coroutine function is recognised at registration
+(and run by the worker on its event loop, never recorded completed unrun); an async generator,
+which cannot be awaited to completion, is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import gc
-import warnings
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import text
 
 import sqla_queue as sq
 from sqla_queue.errors import UnknownTaskError
 
 FAST = {"poll_interval": 0.05, "lease": timedelta(seconds=6)}
+RAN: list[str] = []
 
 
-async def fetch_page(payload, ctx):  # pragma: no cover - never awaited by design
-    return None
+async def fetch_page(payload, ctx):
+    await asyncio.sleep(0)
+    RAN.append(payload["shape"])
 
 
 class AsyncCallable:
-    async def __call__(self, payload, ctx):  # pragma: no cover
-        return None
+    async def __call__(self, payload, ctx):
+        await fetch_page(payload, ctx)
 
 
 class Client:
-    async def refresh(self, payload, ctx):  # pragma: no cover
-        return None
+    async def refresh(self, payload, ctx):
+        await fetch_page(payload, ctx)
 
 
-async def stream_rows(payload, ctx):  # pragma: no cover
+async def stream_rows(payload, ctx):  # pragma: no cover - refused at registration
     yield payload
 
 
-@pytest.mark.parametrize(("handler", "name", "shown"), [
+SHAPES = [
     (fetch_page, None, "fetch_page"),
-    (fetch_page, "pages", "pages"),
     (functools.partial(fetch_page), "partial_pages", "partial_pages"),
     (functools.partial(functools.partial(fetch_page)), "nested", "nested"),
     (AsyncCallable(), "callable_object", "callable_object"),
     (Client().refresh, None, "refresh"),
-    (stream_rows, None, "stream_rows"),
-], ids=["function", "named", "partial", "nested-partial", "async-__call__", "bound-method", "async-generator"])
-def test_registering_an_async_handler_is_refused_naming_the_task(queue, handler, name, shown):
-    with pytest.raises(TypeError, match=rf"task '{shown}'.*async handlers are not supported yet"):
-        queue.task(name=name)(handler) if name else queue.task(handler)
-    assert shown not in queue.task_names
-    with pytest.raises(UnknownTaskError):
-        queue.get_task(shown)
+]
 
 
-def test_sync_handlers_of_every_shape_are_still_accepted(queue):
+@pytest.mark.parametrize(("handler", "name", "shown"), SHAPES,
+                         ids=["function", "partial", "nested-partial", "async-__call__", "bound-method"])
+def test_every_shape_of_async_handler_is_registered_async_and_awaited_by_the_worker(queue, handler, name, shown):
+    RAN.clear()
+    task = queue.task(name=name)(handler) if name else queue.task(handler)
+    assert (task.name, task.is_async) == (shown, True)
+    job_id = queue.enqueue(shown, {"shape": shown})
+
+    summary = queue.worker(concurrency=1, **FAST).run(until_empty=True)
+
+    assert RAN == [shown] and summary.completed == 1
+    assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED
+
+
+def test_sync_handlers_of_every_shape_are_registered_sync(queue):
     def plain(payload, ctx):
         return None
 
@@ -60,56 +67,14 @@ def test_sync_handlers_of_every_shape_are_still_accepted(queue):
         def __call__(self, payload, ctx):
             return None
 
-    assert queue.task(plain).name == "plain"
-    assert queue.task(name="partial_plain")(functools.partial(plain)).name == "partial_plain"
-    assert queue.task(name="object")(Callable()).name == "object"
+    assert not queue.task(plain).is_async
+    assert not queue.task(name="partial_plain")(functools.partial(plain)).is_async
+    assert not queue.task(name="object")(Callable()).is_async
 
 
-class Awaitable:
-    """An awaitable that is not a coroutine (no close())."""
-
-    def __await__(self):  # pragma: no cover - never awaited
-        yield
-
-
-def test_a_handler_returning_a_coroutine_fails_its_job_without_running_it(queue, engine):
-    ran: list[int] = []
-
-    async def body(payload):
-        ran.append(payload["n"])  # pragma: no cover - must never run
-
-    @queue.task(max_attempts=5, retry_delay=0)
-    def wraps_async(payload, ctx):
-        return body(payload)  # a sync wrapper around async code: returns an unawaited coroutine
-
-    job_id = queue.enqueue("wraps_async", {"n": 1})
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        summary = queue.worker(concurrency=1, **FAST).run(until_empty=True)
-        gc.collect()
-
-    assert ran == []
-    assert not [w for w in caught if "never awaited" in str(w.message)], [str(w.message) for w in caught]
-    assert (summary.completed, summary.failed, summary.retried) == (0, 1, 0)
-    job = queue.get_job(job_id)
-    assert job.status is sq.JobStatus.FAILED  # not retried although 4 attempts were left
-    assert job.attempts == 1
-    assert "task 'wraps_async' returned an awaitable (coroutine)" in job.last_error
-    assert "async handlers are not supported yet" in job.last_error
-    with engine.connect() as conn:
-        completed = conn.execute(text("SELECT count(*) FROM sqla_queue_jobs WHERE status = 'completed'")).scalar()
-    assert completed == 0
-
-
-def test_a_handler_returning_another_awaitable_fails_its_job_too(queue):
-    @queue.task(max_attempts=3)
-    def returns_awaitable(payload, ctx):
-        return Awaitable()
-
-    job_id = queue.enqueue("returns_awaitable", {})
-    summary = queue.worker(concurrency=1, **FAST).run(until_empty=True)
-
-    assert (summary.completed, summary.failed) == (0, 1)
-    job = queue.get_job(job_id)
-    assert job.status is sq.JobStatus.FAILED and job.attempts == 1
-    assert "returned an awaitable (Awaitable)" in job.last_error
+def test_an_async_generator_is_refused_naming_the_task(queue):
+    with pytest.raises(TypeError, match=r"task 'stream_rows'.*async generator"):
+        queue.task(stream_rows)
+    assert "stream_rows" not in queue.task_names
+    with pytest.raises(UnknownTaskError):
+        queue.get_task("stream_rows")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib.metadata
 import urllib.request
@@ -100,6 +101,22 @@ def test_every_number_queue_stats_returns_becomes_a_gauge(queue, metrics):
     samples = [sample for family in metrics.health.collect() for sample in family.samples
                if sample.labels.get("queue") == name]
     assert len(samples) == len(numbers) >= 7
+
+
+def test_a_queue_built_from_an_async_engine_is_scraped_too(engine, metrics):
+    """An asyncio application's Queue refuses synchronous calls; the scrape still reads it."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    url = make_url(engine.url.render_as_string(hide_password=False)).set(drivername="postgresql+psycopg_async")
+    async_engine = create_async_engine(url)
+    queue = sq.Queue(async_engine, plugins=[metrics], load_entrypoints=False)
+    name = f"async-{uuid.uuid4().hex[:8]}"
+    queue.task(name="ok", queue=name)(lambda payload, ctx: None)
+    asyncio.run(queue.enqueue_async("ok", {}))
+    asyncio.run(async_engine.dispose())
+
+    assert metrics.registry.get_sample_value("sqla_queue_jobs", {"queue": name, "status": "pending"}) == 1
+    assert metrics.registry.get_sample_value("sqla_queue_health_up") == 1
 
 
 def test_an_unreachable_database_reports_health_down_instead_of_failing_the_scrape(engine, metrics):

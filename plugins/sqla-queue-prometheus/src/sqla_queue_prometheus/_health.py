@@ -63,7 +63,10 @@ class QueueHealthCollector:
         up = 1
         for queue in list(self._queues.values()):
             try:
-                stats = queue.stats()
+                # A scrape is synchronous code; a queue built from an AsyncEngine refuses
+                # synchronous calls, so read through its synchronous engine explicitly (for any
+                # other queue that is the engine its own calls use).
+                stats = queue.on_engine(queue.engine).stats()
             except Exception as exc:
                 up = 0
                 logger.warning("could not read queue health for %s: %s", queue.table.fullname, exc)
