@@ -3,7 +3,9 @@ recovery run by someone else with a tiny lease; or that, then another worker's c
 worker's heartbeat notices, reports the lost claim (``sqla_queue_lost_claim``, counted in
 `WorkerSummary.lost`), and cancels the handler's coroutine at its ``await``: a thread could only
 have its result ignored, a coroutine is stopped. Its outcome is never recorded over the new
-owner's.
+owner's. Likewise when the worker gives the claim up itself: its leases cannot be renewed (the
+network to the database stalls, on a server of the test's own behind `proxy.TcpProxy`), so it
+fences the job (a lost claim, operation ``"fence"``) and cancels the coroutine.
 
 Both ways of running async handlers: `Worker.run` (an event loop of the worker's own) and
 `Worker.run_async` (the application's loop, here ``asyncio.run`` on a thread of the test's).
@@ -16,6 +18,9 @@ import threading
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 import sqla_queue as sq
 from sqla_queue.worker import Worker, WorkerSummary
@@ -51,20 +56,21 @@ def wait_for(condition, timeout: float = WAIT, what: str = "the condition"):
 class Runner:
     """The worker on a thread: ``worker.run`` there, or ``asyncio.run(worker.run_async())``."""
 
-    def __init__(self, worker: Worker, how: str) -> None:
+    def __init__(self, worker: Worker, how: str, *, until_empty: bool = True) -> None:
         self.summary: WorkerSummary | None = None
         self.error: BaseException | None = None
         self.worker = worker
         self.how = how
+        self.until_empty = until_empty
         self.thread = threading.Thread(target=self._main, name=APP_THREAD, daemon=True)
         self.thread.start()
 
     def _main(self) -> None:
         try:
             if self.how == "run":
-                self.summary = self.worker.run(until_empty=True)
+                self.summary = self.worker.run(until_empty=self.until_empty)
             else:
-                self.summary = asyncio.run(self.worker.run_async(until_empty=True))
+                self.summary = asyncio.run(self.worker.run_async(until_empty=self.until_empty))
         except BaseException as exc:  # reported by join()
             self.error = exc
 
@@ -86,6 +92,10 @@ def setup(queue):
     cancelled; returns ``(queue, lost, runs, first_started)``, ``runs`` being what the handler
     saw (``started``: attempt, claim token and thread of each run; ``cancelled``, ``finished``:
     claim tokens)."""
+    return prepare(queue)
+
+
+def prepare(queue):
     lost = LostClaims()
     queue.plugin_manager.register(lost)
     runs: dict[str, list] = {"started": [], "cancelled": [], "finished": []}
@@ -185,4 +195,50 @@ def test_an_async_job_claimed_by_another_worker_is_cancelled_and_left_to_it(setu
     job = queue.get_job(job_id)
     assert job.status is sq.JobStatus.RUNNING and job.attempts == 2
     assert queue.complete(job_id, taken.claim_token)
+    check_ran_where_it_should(runs, how)
+
+
+@pytest.mark.parametrize("how", ["run", "run_async"])
+def test_a_fenced_async_job_is_cancelled_and_runs_again_once_the_network_heals(own_server, proxy_factory, how):
+    direct_url = own_server.create_database()
+    proxy = proxy_factory(own_server.host, own_server.port)
+    through_proxy = make_url(direct_url).set(host=proxy.host, port=proxy.port)
+    engine = create_engine(through_proxy, poolclass=NullPool)
+    direct = create_engine(direct_url, poolclass=NullPool)  # the test's reads, never stalled
+    runner = None
+    try:
+        queue, lost, runs, first_started = prepare(sq.Queue(engine, load_entrypoints=False))
+        observer = sq.Queue(direct, load_entrypoints=False)
+        job_id = queue.enqueue("sleepy", {})
+        # lease 2 s: call deadline 0.5 s, renewal every 0.67 s, fenced ~2 s into the stall
+        worker = queue.worker(concurrency=1, poll_interval=0.05, lease=timedelta(seconds=2), shutdown_grace=1)
+        runner = Runner(worker, how, until_empty=False)  # until_empty could end before recovery
+        assert first_started.wait(WAIT), "the handler did not start"
+        [(_, first_token, _)] = runs["started"]
+
+        proxy.stall()
+        try:
+            wait_for(lambda: runs["cancelled"], what="the fenced handler's coroutine to be cancelled")
+            assert [(e.job_id, e.claim_token, e.operation) for e in lost.events] == [(job_id, first_token, "fence")]
+            assert "lease could not be renewed" in lost.events[0].reason
+            assert observer.get_job(job_id).status is sq.JobStatus.RUNNING  # fencing writes nothing
+        finally:
+            proxy.heal()
+        # The worker's own recovery takes the expired job back; its second attempt completes.
+        wait_for(lambda: observer.get_job(job_id).status is sq.JobStatus.COMPLETED,
+                 what=f"job {job_id} to be recovered and completed")
+        worker.stop()
+        summary = runner.join()
+    finally:
+        if runner is not None:
+            runner.worker.stop()  # a failed test leaves no worker behind
+            runner.thread.join(WAIT)
+        engine.dispose()
+        direct.dispose()
+
+    assert runs["cancelled"] == [first_token] and runs["finished"] == []
+    assert [attempt for attempt, _, _ in runs["started"]] == [1, 2]
+    assert (summary.completed, summary.lost) == (1, 1)
+    assert (summary.failed, summary.retried, summary.released) == (0, 0, 0)
+    assert observer.get_job(job_id).attempts == 2
     check_ran_where_it_should(runs, how)
