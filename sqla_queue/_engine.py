@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
 import os
@@ -105,7 +104,6 @@ def make_async_engine(url: str | URL) -> AsyncEngine:
     """An asyncio engine for a PostgreSQL URL: a synchronous driver's URL (``postgresql://``,
     ``postgresql+psycopg://``) gets psycopg 3's asyncio twin, so one URL serves both."""
     parsed = async_url(url)
-    require_greenlet()
     try:
         engine = create_async_engine(parsed, hide_parameters=True)
     except (sa_exc.ArgumentError, ImportError) as exc:
@@ -161,20 +159,9 @@ def async_url(url: str | URL) -> URL:
     return parsed.set(drivername=_ASYNC_PSYCOPG)
 
 
-def require_greenlet() -> None:
-    """SQLAlchemy runs its asyncio engines through greenlet, which it no longer installs by
-    itself: say how to get it before the first await fails deep inside SQLAlchemy."""
-    if importlib.util.find_spec("greenlet") is None:
-        raise ConfigurationError(
-            "asyncio use of sqla_queue needs greenlet, which SQLAlchemy's asyncio support runs on: "
-            "pip install 'sqla-queue[asyncio]' (or 'sqlalchemy[asyncio]')"
-        )
-
-
 def async_library_engine(engine: AsyncEngine) -> AsyncEngine:
     """`library_engine` for an application's asyncio engine: a READ COMMITTED,
     parameters-hidden view sharing its pool."""
-    require_greenlet()
     if engine.dialect.name != "postgresql":
         raise ConfigurationError(f"sqla_queue needs PostgreSQL, got a {engine.dialect.name} engine")
     ours = engine.execution_options(isolation_level="READ COMMITTED")

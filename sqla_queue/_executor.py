@@ -342,12 +342,16 @@ class Executor:
     def listening(self, call_timeout: float | None) -> Iterator[Any]:
         """A connection of its own in autocommit, LISTENing on the table's channel; yields its
         driver connection (for ``notifies()``). LISTEN runs under `call_timeout`; the wait for
-        notifications does not."""
+        notifications does not. The connection is closed afterwards, not pooled: it would go on
+        LISTENing and collecting notifications for whoever checked it out next."""
         with self.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            with deadline(conn, call_timeout):
-                conn.execute(self.statements.listen)
-            yield conn.connection.driver_connection
+            try:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+                with deadline(conn, call_timeout):
+                    conn.execute(self.statements.listen)
+                yield conn.connection.driver_connection
+            finally:
+                conn.invalidate()
 
     @staticmethod
     def probe(driver_connection: Any, call_timeout: float | None) -> None:

@@ -3,11 +3,17 @@ each outcome under its claim token, keep leases alive, and shut down gracefully.
 
 Threads, each with one job:
 
-* the **claim loop** (the thread that calls `run`): claims at most as many jobs as there are
-  free slots, hands them to the handler threads, makes the periodic passes of lease recovery
-  (`recovery.Recoverer`) and pruning (`maintenance.Pruner`), and sleeps until a notification,
-  a freed slot or the poll interval wakes it;
-* **handler threads** (``concurrency`` of them): run a handler, then record its outcome;
+* the **claim loop** (the thread that calls `run`; with `run_async` a thread of its own):
+  claims at most as many jobs as there are free slots, hands them to the handler threads or
+  the event loop, makes the periodic passes of lease recovery (`recovery.Recoverer`) and
+  pruning (`maintenance.Pruner`), and sleeps until a notification, a freed slot or the poll
+  interval wakes it;
+* **handler threads** (``concurrency`` of them, started with the first synchronous job): run a
+  handler, then record its outcome;
+* the **event loop** (`_handler_loop.HandlerLoop`: the worker's own, or the application's with
+  `run_async`): runs ``async def`` handlers as asyncio tasks, as many at once as there are
+  slots, none holding a thread; their failures are recorded by the **outcome thread**, so the
+  loop never waits on the database;
 * the **lease keeper** (`_lease_keeper.LeaseKeeper`): renews the leases of running jobs every
   ``lease / 3``, fences jobs whose lease could not be renewed in time (self-fencing: their
   outcome is never recorded), and enforces per-task timeouts;
@@ -19,7 +25,8 @@ lost claims only through `Queue`'s public methods.
 
 Every database call has a client-side deadline (``call_timeout``), so a silent connection
 never hangs a worker. Python cannot stop a running thread: a handler that outlives its timeout
-or its fenced lease keeps its slot until it returns, but its result is discarded.
+or its fenced lease keeps its slot until it returns, but its result is discarded. A coroutine
+can be stopped, and is: timeouts, fencing, lost claims and the end of the grace period cancel it.
 """
 
 from __future__ import annotations
@@ -95,6 +102,7 @@ class Worker:
         self._outcomes: queue_module.SimpleQueue[Callable[[], None] | None] = queue_module.SimpleQueue()
         self._coroutines: set[asyncio.Task] = set()
         self._handler_loop = HandlerLoop.own()
+        self._handler_threads: list[threading.Thread] = []
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._signals = 0
@@ -147,6 +155,9 @@ class Worker:
                         ",".join(self.config.queues), self.config.concurrency)
             self._claim_loop(until_empty)
             self._drain()
+        # A stopped worker holds no connection (the engine reconnects if it runs again); one a
+        # thread left behind still uses is closed when that thread gives it back.
+        self.engine.dispose()
         logger.info("worker %s stopped: %s", self.worker_id, self.summary)
         return self.summary
 
@@ -282,6 +293,7 @@ class Worker:
         if coroutines:
             self._handler_loop.call_soon(self._start_coroutines, coroutines)
         if threaded:
+            self._start_handler_threads()
             with self._work_ready:
                 self._work.extend(threaded)
                 self._work_ready.notify(len(threaded))
@@ -293,6 +305,18 @@ class Worker:
             return None
 
     # -- handler threads --------------------------------------------------------------
+
+    def _start_handler_threads(self) -> None:
+        """The ``concurrency`` handler threads, started with the first synchronous job: a
+        worker whose jobs are all ``async def`` has none."""
+        if self._handler_threads:
+            return
+        self._handler_threads = [
+            threading.Thread(target=self._handler_thread, name=f"sqla-queue-handler-{i}", daemon=True)
+            for i in range(self.config.concurrency)
+        ]
+        for thread in self._handler_threads:
+            thread.start()
 
     def _handler_thread(self) -> None:
         while True:
@@ -372,6 +396,9 @@ class Worker:
         """An async handler's run: awaited under its task's timeout (which cancels it), then
         settled like a thread's. Failures are recorded on the outcome thread, never on the loop."""
         job = held.job
+        if held.state != HeldJob.RUNNING:  # given up before `held.cancel` could reach this task
+            self._forget(held)
+            return
         error: BaseException | None = None
         try:
             handler = self.queue.get_task(job.task).handler
@@ -555,9 +582,8 @@ class Worker:
 
     @contextmanager
     def _threads(self) -> Iterator[None]:
-        threads = [threading.Thread(target=self._handler_thread, name=f"sqla-queue-handler-{i}", daemon=True)
-                   for i in range(self.config.concurrency)]
-        threads.append(threading.Thread(target=self._keep_leases, name="sqla-queue-lease", daemon=True))
+        self._handler_threads = []
+        threads = [threading.Thread(target=self._keep_leases, name="sqla-queue-lease", daemon=True)]
         threads.append(threading.Thread(target=self._outcome_thread, name="sqla-queue-outcomes", daemon=True))
         self._listener = Listener(
             self.queue,
@@ -579,7 +605,7 @@ class Worker:
             # is abandoned (daemon threads die with the process): every second spent waiting
             # for it is a second in which that job may also run on another worker.
             join_until = time.monotonic() + (0 if self._signals >= 2 else 1)
-            for thread in threads:
+            for thread in threads + self._handler_threads:
                 thread.join(timeout=max(0.0, join_until - time.monotonic()))
             self._handler_loop.close(timeout=max(0.0, join_until - time.monotonic()))
 

@@ -8,7 +8,9 @@
   ``work``, whose handler records ``(job_id, attempt, pid, claim_token)`` in a side table in its
   own short transaction, then sleeps ``payload["sleep"]`` seconds; helpers to enqueue, start
   worker processes, poll the database and check the end-of-run invariants. Every process it
-  started is killed at teardown, whatever the test's outcome.
+  started is killed at teardown, whatever the test's outcome. Its async twin, ``work_async``,
+  is an ``async def`` handler doing the same through an AsyncEngine and ``asyncio.sleep``;
+  ``fault_app(url, handler_kind="async")`` makes the app's helpers enqueue that one instead.
 
 Nothing here sleeps to synchronise: waiting is `FaultApp.wait_until`, a polling loop with an
 overall timeout.
@@ -84,6 +86,51 @@ def work(payload, ctx):
     time.sleep(payload.get("sleep", 0.002))
 '''
 
+# Appended to APP_SOURCE: `work`'s async twin. The worker runs it on its own event loop; its side
+# effect goes through an AsyncEngine (same server, same application name), so the handler never
+# blocks that loop, and a restarting server hits it as it hits the sync one.
+ASYNC_APP_SOURCE = '''
+import asyncio
+
+from sqlalchemy.ext.asyncio import create_async_engine
+
+side_async = create_async_engine(
+    sa.engine.make_url(os.environ["APP_SIDE_DATABASE_URL"]).set(drivername="postgresql+psycopg_async"),
+    pool_pre_ping=True, pool_size=2, max_overflow=20,
+    connect_args={"connect_timeout": 2, "application_name": "%(side)s"},
+)
+
+
+RECORD_ASYNC = sa.text(
+    "INSERT INTO side_effects (job_id, attempt, pid, claim_token, runner) "
+    "VALUES (:job_id, :attempt, :pid, :token, :runner) ON CONFLICT (job_id, claim_token) DO NOTHING"
+)
+
+
+async def record_async(ctx):
+    """`record` on the event loop, naming the asyncio task the handler runs in."""
+    give_up = time.monotonic() + 30
+    while True:
+        try:
+            async with side_async.begin() as conn:
+                await conn.execute(RECORD_ASYNC, {"job_id": ctx.job_id, "attempt": ctx.attempt,
+                                                  "pid": os.getpid(), "token": ctx.claim_token,
+                                                  "runner": asyncio.current_task().get_name()})
+            return
+        except sa.exc.OperationalError:
+            if time.monotonic() > give_up:
+                raise
+            await asyncio.sleep(0.1)
+
+
+@queue.task(max_attempts=%(max_attempts)d, retry_delay=0.2)
+async def work_async(payload, ctx):
+    await record_async(ctx)
+    await asyncio.sleep(payload.get("sleep", 0.002))
+'''
+
+HANDLER_TASKS = {"sync": "work", "async": "work_async"}
+
 SIDE_TABLE = """
 CREATE TABLE side_effects (
     id bigserial PRIMARY KEY,
@@ -91,6 +138,7 @@ CREATE TABLE side_effects (
     attempt integer NOT NULL,
     pid integer NOT NULL,
     claim_token text NOT NULL,
+    runner text,  -- work_async: the name of the asyncio task it ran in; work: NULL
     started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     UNIQUE (job_id, claim_token)
 )
@@ -222,16 +270,19 @@ class FaultApp:
 
     worker_app_name = WORKER_APP_NAME
 
-    def __init__(self, root: Path, direct_url: str) -> None:
+    def __init__(self, root: Path, direct_url: str, handler_kind: str = "sync") -> None:
         self.root = root
         self.direct_url = direct_url
+        self.handler_kind = handler_kind
+        self.task = HANDLER_TASKS[handler_kind]  # what `enqueue` and `enqueue_one` enqueue
         self.engine = create_engine(direct_url, poolclass=NullPool)
         self.workers: list[WorkerProcess] = []
         self._started = 0
         self.producer = sq.Queue(self.engine, load_entrypoints=False)
-        self.producer.task(name="work", max_attempts=MAX_ATTEMPTS)(lambda payload, ctx: None)
+        for task in HANDLER_TASKS.values():  # the producer only names them
+            self.producer.task(name=task, max_attempts=MAX_ATTEMPTS)(lambda payload, ctx: None)
         (root / "faultapp.py").write_text(
-            APP_SOURCE % {"side": SIDE_APP_NAME, "max_attempts": MAX_ATTEMPTS}
+            (APP_SOURCE + ASYNC_APP_SOURCE) % {"side": SIDE_APP_NAME, "max_attempts": MAX_ATTEMPTS}
         )
 
     # -- jobs -----------------------------------------------------------------------
@@ -241,7 +292,7 @@ class FaultApp:
         for start in range(0, count, batch):
             size = min(batch, count - start)
             ids += self.producer.enqueue_many(
-                [{"task": "work", "payload": {"sleep": sleep}, **options}] * size
+                [{"task": self.task, "payload": {"sleep": sleep}, **options}] * size
             )
         return ids
 
@@ -251,7 +302,7 @@ class FaultApp:
                           {"id": job_id})
 
     def enqueue_one(self, *, sleep: float = 0.002) -> int:
-        return self.producer.enqueue("work", {"sleep": sleep})
+        return self.producer.enqueue(self.task, {"sleep": sleep})
 
     # -- workers --------------------------------------------------------------------
 
@@ -362,6 +413,12 @@ class FaultApp:
         figures = {"jobs": total, "handler_runs": runs, "duplicates": runs - total,
                    "duplicated_jobs": duplicated_jobs}
         assert runs - total <= max_duplicates, figures
+        if self.handler_kind == "async":
+            # Each run was the job's own asyncio task on the worker's loop (the worker names it
+            # after the job), not a handler thread awaiting a coroutine it was handed.
+            elsewhere = self.query("SELECT job_id, runner FROM side_effects "
+                                   "WHERE runner IS DISTINCT FROM 'sqla-queue-job-' || job_id LIMIT 5")
+            assert elsewhere == [], elsewhere
         return figures
 
     def logs(self, chars: int = 2000) -> str:
@@ -375,18 +432,26 @@ class FaultApp:
 
 
 @pytest.fixture
-def fault_app(tmp_path: Path) -> Iterator[Callable[[str], FaultApp]]:
-    """Factory: ``fault_app(direct_url)`` writes the app module and returns a `FaultApp`."""
+def fault_app(tmp_path: Path) -> Iterator[Callable[..., FaultApp]]:
+    """Factory: ``fault_app(direct_url, handler_kind="sync")`` writes the app module and returns
+    a `FaultApp` whose jobs run the ``work`` task (``"sync"``) or its twin ``work_async``
+    (``"async"``)."""
     apps: list[FaultApp] = []
 
-    def make(direct_url: str) -> FaultApp:
-        app = FaultApp(tmp_path, direct_url)
+    def make(direct_url: str, handler_kind: str = "sync") -> FaultApp:
+        app = FaultApp(tmp_path, direct_url, handler_kind)
         apps.append(app)
         return app
 
     yield make
     for app in apps:
         app.close()
+
+
+@pytest.fixture(params=sorted(HANDLER_TASKS))
+def handler_kind(request: pytest.FixtureRequest) -> str:
+    """``"async"`` and ``"sync"``: which of the fault app's twin tasks a test's jobs run."""
+    return request.param
 
 
 @pytest.fixture

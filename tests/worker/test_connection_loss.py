@@ -1,5 +1,9 @@
 """Connection loss on our own server: the workers' backends are terminated several times and
-the server is restarted mid-run. The same worker processes recover by themselves."""
+the server is restarted mid-run. The same worker processes recover by themselves.
+
+Both kinds of handler (``handler_kind``): ``work`` on handler threads and its ``async def`` twin
+``work_async`` on the worker's event loop, whose side effect goes through an AsyncEngine that the
+restart breaks too. Same jobs, faults and invariants: one run takes seconds, nothing to shrink."""
 
 from __future__ import annotations
 
@@ -16,10 +20,10 @@ OPTIONS = ("--concurrency", str(CONCURRENCY), "--lease", "3", "--poll-interval",
 
 
 @pytest.mark.slow
-def test_workers_survive_terminated_backends_and_a_server_restart(fault_app, own_server):
+def test_workers_survive_terminated_backends_and_a_server_restart(fault_app, own_server, handler_kind):
     url = own_server.create_database()
     database = make_url(url).database
-    app = fault_app(url)
+    app = fault_app(url, handler_kind)
     app.enqueue(JOBS, sleep=0.02)
     workers = [app.start_worker(*OPTIONS) for _ in range(WORKERS)]
     pids = [w.pid for w in workers]
@@ -51,4 +55,4 @@ def test_workers_survive_terminated_backends_and_a_server_restart(fault_app, own
     assert [w.pid for w in app.workers] == pids and all(w.alive() for w in workers), app.logs()
     faults = TERMINATIONS + 1
     figures = app.check_invariants(JOBS + len(late), max_duplicates=CONCURRENCY * WORKERS * faults)
-    print(f"\nconnection loss: {figures}; {'; '.join(progress)}")
+    print(f"\nconnection loss ({handler_kind} handlers): {figures}; {'; '.join(progress)}")

@@ -4,6 +4,11 @@ At-least-once delivery means a killed worker's jobs come back through lease reco
 again; what must never happen is a job lost, left running or failed, or completed twice. Re-runs
 are bounded by what the kills explain: each kill can re-run at most the jobs it held
 (``concurrency``).
+
+Both kinds of handler: the same storm with ``work`` (``time.sleep``, on handler threads) and with
+its twin ``work_async`` (``await asyncio.sleep``, asyncio tasks on the worker's event loop), same
+jobs, kills and invariants. A storm takes about 20 s, so the async one runs at full size rather
+than shrunk: the fewer jobs, the fewer kills land mid-run.
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ WORKER_OPTIONS = ("--concurrency", str(CONCURRENCY), "--lease", "3", "--poll-int
 
 
 @pytest.mark.slow
-def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, session_app_url):
-    app = fault_app(session_app_url)
+def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, session_app_url, handler_kind):
+    app = fault_app(session_app_url, handler_kind)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     app.enqueue(JOBS, sleep=0.05)  # >= 12.5 s of work for 12 slots: the kills land mid-run
@@ -47,7 +52,7 @@ def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, ses
     assert completed_at_kill[-1] < JOBS, f"the work ended before the last kill: {completed_at_kill}"
     app.wait_all_completed(JOBS, timeout=120)
     figures = app.check_invariants(JOBS, max_duplicates=CONCURRENCY * kills)
-    figures.update(kills=kills, seed=seed, workers=WORKERS, concurrency=CONCURRENCY)
+    figures.update(kills=kills, seed=seed, workers=WORKERS, concurrency=CONCURRENCY, handlers=handler_kind)
 
     # A worker restarted by the last kill may still be starting; SIGTERM before its handlers are
     # installed would kill it outright. The worker logs "serving" once it is up.
@@ -59,4 +64,5 @@ def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, ses
     report = ", ".join(f"{key}={value}" for key, value in figures.items())
     print(f"\ncrash test figures: {report}")
     print(f"completed jobs at each kill: {completed_at_kill}")
-    FIGURES.write_text(f"{report}\ncompleted at each kill: {completed_at_kill}\n")
+    figures_path = FIGURES if handler_kind == "sync" else FIGURES.with_stem(f"{FIGURES.stem}_{handler_kind}")
+    figures_path.write_text(f"{report}\ncompleted at each kill: {completed_at_kill}\n")

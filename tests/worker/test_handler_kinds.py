@@ -258,3 +258,17 @@ def test_run_async_returns_when_stopped(queue):
         return await task
 
     assert asyncio.run(main()).claimed == 0
+
+
+def test_a_worker_whose_jobs_are_all_async_starts_no_handler_thread(queue, run_worker):
+    names: list[str] = []
+
+    @queue.task
+    async def only_async(payload, ctx):
+        names.extend(thread.name for thread in threading.enumerate())
+
+    queue.enqueue_many([{"task": "only_async", "payload": {}} for _ in range(5)])
+    summary = run_worker(queue.worker(concurrency=50, **FAST), until_empty=True)
+
+    assert summary.completed == 5
+    assert not [name for name in names if name.startswith("sqla-queue-handler-")]
