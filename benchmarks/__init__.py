@@ -14,5 +14,6 @@ here asserts a timing (tests/benchmarks only checks the pure pieces).
 Layout: `sizes` (what tiny/small/full mean), `server` (the PostgreSQL it measures on),
 `raw_sql` (the reference statements: the only raw SQL, by name), `pgbench` and `raw` (the raw-SQL
 limit), `bench_app`/`procs` (sqla_queue worker processes), one module per section
-(`enqueue`, `drain`, `latency`, `claim_cost`, `sustained`), `stats`, `report`, `plot`.
+(`enqueue`, `drain`, `latency`, `claim_cost`, `sustained`, `idle`, `asyncio_rows`), `stats`,
+`report`, `plot`.
 """

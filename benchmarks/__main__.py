@@ -15,11 +15,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import claim_cost, drain, enqueue, idle, latency, raw, report, roundtrips, sustained
+from . import asyncio_rows, claim_cost, drain, enqueue, idle, latency, raw, report, roundtrips, sustained
 from .server import benchmark_database, load_average, server_facts
 from .sizes import SIZES
 
-SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "idle", "roundtrips")
+SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "idle", "asyncio", "roundtrips")
 
 
 def section_list(value: str) -> tuple[str, ...]:
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             "sustained": lambda: sustained.run(db, size, log,
                                                raw_batch=_sustained_batch(results.get("drain") or {})),
             "idle": lambda: idle.run(db, size, log),
+            "asyncio": lambda: asyncio_rows.run(db, size, log),
             "roundtrips": lambda: _roundtrips(db, size, log),
         }
         for name in args.sections:

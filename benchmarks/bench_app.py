@@ -1,4 +1,8 @@
-"""The sqla_queue application the benchmark drives: one no-op task on queue ``bench``.
+"""The sqla_queue application the benchmark drives: one task named ``noop`` on queue ``bench``.
+
+Its handler is the no-op function, unless `handler` names another (the asyncio section's
+``async def`` no-op and ``await asyncio.sleep(0.1)``): the pre-filled jobs carry the task name
+``noop``, so each variant is registered under that name.
 
 Entry-point plugins are not loaded (``load_entrypoints=False``): the figures are the library's
 own, not those of whatever plugins the environment happens to have installed. The built-in
@@ -7,6 +11,7 @@ plugins (default strategies, logging) stay, as in any application.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -41,12 +46,27 @@ class HandlerStarts:
         self.starts.append((payload["t0"], time.monotonic()))
 
 
-def make_queue(url: str, *, counter=None, starts: HandlerStarts | None = None) -> sq.Queue:
+HANDLERS = ("sync", "async", "async_sleep")
+SLEEP_SECONDS = 0.1  # what each "async_sleep" job awaits
+
+
+def make_queue(url, *, counter=None, starts: HandlerStarts | None = None, handler: str = "sync") -> sq.Queue:
+    """`url` is anything ``sq.Queue`` accepts (a URL, an Engine, an AsyncEngine)."""
     logging.getLogger("sqla_queue").setLevel(logging.WARNING)
     plugins = [CompletionCounter(counter)] if counter is not None else []
     queue = sq.Queue(url, load_entrypoints=False, plugins=plugins)
 
-    if starts is None:
+    if handler == "async":
+        @queue.task(name=TASK, queue=QUEUE)
+        async def noop(payload: dict, ctx: sq.JobContext) -> None:
+            pass
+    elif handler == "async_sleep":
+        @queue.task(name=TASK, queue=QUEUE)
+        async def sleepy(payload: dict, ctx: sq.JobContext) -> None:
+            await asyncio.sleep(SLEEP_SECONDS)
+    elif handler != "sync":
+        raise ValueError(f"unknown handler {handler!r}; choose from {', '.join(HANDLERS)}")
+    elif starts is None:
         @queue.task(name=TASK, queue=QUEUE)
         def noop(payload: dict, ctx: sq.JobContext) -> None:
             return None

@@ -27,19 +27,20 @@ def _cpu_seconds() -> float:
 
 # -- sqla_queue worker ---------------------------------------------------------------------------
 
-def worker_main(url: str, options: dict, mode: str, sync: dict, counter) -> None:
+def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler: str = "sync") -> None:
     """One worker process.
 
     mode ``drain``: run until the queue is empty (or `stop` is set). mode ``serve``: run until
     `stop` is set, recording handler starts (the wake-up latency). `sync` holds the shared
     ``ready`` barrier, ``go``/``stop``/``release`` events, the ``listening`` barrier (serve mode)
     and the ``results`` queue. After putting its results the process waits for ``release``, so
-    its server backends are still alive when the parent reads their CPU time.
+    its server backends are still alive when the parent reads their CPU time. `handler` picks
+    the task's handler (bench_app.HANDLERS): an ``async def`` one runs on the worker's own loop.
     """
     from .bench_app import HandlerStarts, make_queue
 
     starts = HandlerStarts() if mode == "serve" else None
-    queue = make_queue(url, counter=counter, starts=starts)
+    queue = make_queue(url, counter=counter, starts=starts, handler=handler)
     worker = queue.worker(queues=[raw_sql.QUEUE], **options)
     _warm(worker)
     threading.Thread(target=lambda: (sync["stop"].wait(), worker.stop()), daemon=True).start()
@@ -124,7 +125,7 @@ def run_raw_clients(url: str, *, clients: int, batch: int, jobs: int) -> dict:
 
 
 def run_workers(url: str, *, processes: int, options: dict, mode: str = "drain", counters=None,
-                before_go=None, while_running=None, after=None) -> dict:
+                before_go=None, while_running=None, after=None, handler: str = "sync") -> dict:
     """Start `processes` worker processes, wait until all are warm, call `before_go()`, start
     them together, call `while_running(sync)` (it may set ``sync["stop"]``), collect their
     results, call `after()` while their connections are still open, then let them exit.
@@ -136,7 +137,7 @@ def run_workers(url: str, *, processes: int, options: dict, mode: str = "drain",
         "listening": CTX.Barrier(processes + 1) if mode == "serve" else None,
     }
     counters = counters or [None] * processes
-    procs = [CTX.Process(target=worker_main, args=(url, options, mode, sync, counters[i]))
+    procs = [CTX.Process(target=worker_main, args=(url, options, mode, sync, counters[i], handler))
              for i in range(processes)]
     for p in procs:
         p.start()

@@ -250,6 +250,43 @@ def _sustained_section(results: dict) -> list[str]:
     return lines + [""]
 
 
+def _asyncio_section(results: dict) -> list[str]:
+    a = results["asyncio"]
+    enq, sleep = a["enqueue_many"], a["sleep"]
+    lines = ["## 8. asyncio", "",
+             "Each async figure beside its sync twin, measured back to back in each repetition (which goes first "
+             "alternates); the ratio is the median of the per-repetition ratios. Enqueue: "
+             f"{enq['jobs']:,} jobs in calls of {enq['calls_of']:,}, one client, each call its own transaction; the "
+             "async client is an `asyncio.run` program. Both sides use the same kind of engine: a Queue built from a "
+             "URL (`postgresql+psycopg://`, `postgresql+psycopg_async://`) runs engines of its own with the driver "
+             "fast path, a Queue on the application's `Engine` or `AsyncEngine` sends its statements through "
+             "SQLAlchemy. Drain: pre-enqueued jobs drained by one worker process as in section 3 "
+             "(`queue.worker(concurrency=N).run(until_empty=True)`, which runs `async def` handlers on an event loop "
+             "of its own), the handler `def noop(payload, ctx)` against `async def noop(payload, ctx): pass`. "
+             "Client CPU is the worker process's user+system time per job.", "",
+             "| Figure | Sync | Async | Async / sync | Client CPU µs/job, sync / async |", "|---|---|---|---|---|"]
+    for key, label in targets.ENQUEUE_ENGINES.items():
+        pair = enq[key]
+        lines.append(f"| enqueue_many({enq['calls_of']:,}) vs enqueue_many_async({enq['calls_of']:,}), {label}, "
+                     f"jobs/s | {fmt_stat(pair['sync'])} | {fmt_stat(pair['async'])} | "
+                     f"{fmt_stat(pair['ratio'], '.0%')} | – |")
+    for d in a["drain"].values():
+        sync, asyn = d["sync"], d["async"]
+        lines.append(f"| No-op drain, {d['processes']} process x concurrency {d['concurrency']} "
+                     f"({d['jobs']:,} jobs), jobs/s | {fmt_stat(sync['jobs_per_s'])} | "
+                     f"{fmt_stat(asyn['jobs_per_s'])} | {fmt_stat(d['ratio'], '.0%')} | "
+                     f"{fmt_stat(sync['client_cpu_us_per_job'])} / "
+                     f"{fmt_stat(asyn['client_cpu_us_per_job'])} |")
+    incomplete = f" (only {sleep['completed']:,} completed)" if sleep.get("incomplete") else ""
+    lines += ["", f"{sleep['jobs']:,} jobs whose handler is `async def sleepy(payload, ctx): await "
+              f"asyncio.sleep({sleep['sleep_s']:g})`, drained by one worker process at concurrency "
+              f"{sleep['concurrency']}: {fmt_stat(sleep['seconds'], '.2f', ' s')} from the start signal to the last "
+              f"`completed_at`{incomplete}; the worker's `run()` returned after "
+              f"{fmt_stat(sleep['wall_seconds'], '.2f', ' s')}. One after another they would take "
+              f"{sleep['jobs'] * sleep['sleep_s']:,.0f} s.", ""]
+    return lines
+
+
 def _roundtrip_section(results: dict) -> list[str]:
     rt = results.get("roundtrips")
     if not rt:
@@ -267,7 +304,8 @@ def _roundtrip_section(results: dict) -> list[str]:
 
 _SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _drain_section),
              ("latency", _latency_section), ("claim_cost", _claim_cost_section),
-             ("sustained", _sustained_section), ("idle", _idle_section), ("roundtrips", _roundtrip_section))
+             ("sustained", _sustained_section), ("idle", _idle_section), ("asyncio", _asyncio_section),
+             ("roundtrips", _roundtrip_section))
 
 
 def print_summary(results: dict, console: Console | None = None) -> None:

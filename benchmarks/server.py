@@ -46,6 +46,11 @@ class Database:
         return make_url(self.url).set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
     @property
+    def sqlalchemy_async_url(self) -> str:
+        """For ``create_async_engine`` (psycopg 3 in its asyncio mode)."""
+        return make_url(self.url).set(drivername="postgresql+psycopg_async").render_as_string(hide_password=False)
+
+    @property
     def libpq_args(self) -> list[str]:
         """Connection options for pgbench/psql."""
         u = make_url(self.url)

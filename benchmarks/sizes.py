@@ -41,6 +41,8 @@ class Size:
     sustained_window: float  # seconds per window
     sustained_max_seconds: float  # cap per variant (the report says when it cut a run short)
     sustained_repeat: int
+    # asyncio: jobs that each await asyncio.sleep(0.1), drained at concurrency 100
+    asyncio_sleep_jobs: int
 
     def with_repeat(self, repeat: int | None) -> Size:
         return self if repeat is None else replace(self, repeat=repeat)
@@ -55,6 +57,7 @@ SIZES = {
         latency_jobs=5, idle_workers=(1, 3), idle_settle=2.0, idle_window=3.0,
         claim_small_backlog=1_000, claim_large_backlog=10_000, claim_history=5_000, claim_samples=50,
         sustained_jobs=3_000, sustained_window=1.0, sustained_max_seconds=10.0, sustained_repeat=1,
+        asyncio_sleep_jobs=1_000,
     ),
     "small": Size(
         name="small", repeat=2,
@@ -65,6 +68,7 @@ SIZES = {
         claim_small_backlog=10_000, claim_large_backlog=100_000, claim_history=100_000,
         claim_samples=500,
         sustained_jobs=100_000, sustained_window=5.0, sustained_max_seconds=40.0, sustained_repeat=1,
+        asyncio_sleep_jobs=1_000,
     ),
     "full": Size(
         name="full", repeat=3,
@@ -77,7 +81,7 @@ SIZES = {
         # A 1,000,000-job backlog, but each variant stops after 120 s (12 windows): on this
         # machine class a full drain of 1M jobs per variant would not fit a ~40 min run.
         sustained_jobs=1_000_000, sustained_window=10.0, sustained_max_seconds=120.0,
-        sustained_repeat=1,
+        sustained_repeat=1, asyncio_sleep_jobs=1_000,
     ),
 }
 

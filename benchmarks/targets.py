@@ -95,7 +95,55 @@ def evaluate(results: dict) -> list[dict]:
     rows.append(_row("Sustained drain: last window >= 80 % of the first (default table)", keep, keep,
                      lambda r: r >= 0.8, "{:.0%}",
                      note="run stopped at the time cap" if default.get("capped") else None))
+    return rows + asyncio_rows(results)
+
+
+# The asyncio section's enqueue pairs: each async figure against the sync one on the same kind
+# of engine (a Queue's own engines from a URL take the driver fast path; an application's don't).
+ENQUEUE_ENGINES = {"url": "Queue(URL)", "engine": "Queue(Engine) / Queue(AsyncEngine)"}
+
+
+def asyncio_rows(results: dict) -> list[dict]:
+    """The asyncio section's three targets: each async figure against its sync twin measured
+    beside it (the median of the per-repetition ratios; for enqueue the worse of the two kinds
+    of engine), and the sleep(0.1) drain's seconds."""
+    a = results.get("asyncio") or {}
+    enq = a.get("enqueue_many") or {}
+    pairs = {label: enq[key] for key, label in ENQUEUE_ENGINES.items() if _median(enq.get(key) or {}, "ratio")}
+    worst = min(pairs.items(), key=lambda kv: kv[1]["ratio"]["median"], default=None)
+    worst_ratio = worst and worst[1]["ratio"]["median"]
+    rows = [_row("enqueue_many_async(1,000) >= 80 % of enqueue_many(1,000) jobs/s, same run, same kind of engine",
+                 worst_ratio, worst_ratio, lambda r: r >= 0.8, "{:.0%} (worst)",
+                 note="; ".join(f"{label}: {_pair_note(_median(p, 'async'), _median(p, 'sync'))}"
+                                for label, p in pairs.items()) or None)]
+    d = (a.get("drain") or {}).get("1x10") or {}
+    d_ratio = _median(d, "ratio")
+    rows.append(_row("Async no-op drain, 1 process x concurrency 10 >= 80 % of the sync drain, same run",
+                     d_ratio, d_ratio, lambda r: r >= 0.8, "{:.0%}",
+                     note=_pair_note(_median(d.get("async") or {}, "jobs_per_s"),
+                                     _median(d.get("sync") or {}, "jobs_per_s"))))
+    s = a.get("sleep") or {}
+    seconds = _median(s, "seconds")
+    jobs = s.get("jobs", 1000)
+    note = None
+    if s.get("incomplete"):
+        note = f"only {s['completed']:,} of {jobs:,} completed"
+    elif _median(s, "wall_seconds") is not None:
+        note = f"the worker's run() returned after {_median(s, 'wall_seconds'):.2f} s"
+    rows.append(_row(f"{jobs:,} jobs x `await asyncio.sleep(0.1)`, 1 process x concurrency 100, drained in <= 2 s",
+                     seconds, ratio(seconds, 2.0), lambda r: r <= 1 and not s.get("incomplete"), "{:.2f} s",
+                     note=note))
     return rows
+
+
+def _median(mapping: dict, key: str) -> float | None:
+    return (mapping.get(key) or {}).get("median")
+
+
+def _pair_note(async_rate: float | None, sync_rate: float | None) -> str | None:
+    if async_rate is None or sync_rate is None:
+        return None
+    return f"async {async_rate:,.0f}, sync {sync_rate:,.0f} jobs/s"
 
 
 def _row(target, measured, ratio_value, passes, fmt, note=None) -> dict:

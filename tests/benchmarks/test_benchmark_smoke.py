@@ -90,6 +90,7 @@ def test_every_size_runs_every_section_and_full_is_the_issues():
     assert full.drain_jobs == 20_000 and full.repeat >= 3 and full.latency_jobs >= 100
     assert full.idle_workers == (1, 20) and SIZES["small"].idle_workers == (1, 20)
     assert full.claim_large_backlog == 1_000_000 and full.sustained_jobs == 1_000_000
+    assert all(size.asyncio_sleep_jobs == 1_000 for size in SIZES.values())  # the issue's 1,000 x sleep(0.1)
     assert SIZES["tiny"].repeat == 1
 
 
@@ -148,6 +149,7 @@ def fake_results() -> dict:
                       "_config": {"processes": 2, "concurrency": 10, "jobs": 1_000_000, "window_s": 10.0,
                                   "max_seconds": 90.0, "autovacuum_options": "x = 0"}},
         "roundtrips": {"drain": [{"statement": "COMMIT", "calls": 10, "per_job": 0.5}]},
+        "asyncio": fake_asyncio(),
         "idle": {"settle_s": 12.0, "window_s": 30.0, "poll_interval_s": 1.0,
                  1: {"workers": 1, "seconds": 30.0, "commits": 90, "xact_per_s": 3.0, "xact_per_s_per_worker": 3.0,
                      "cpu_percent": _stat(0.3)},
@@ -156,9 +158,28 @@ def fake_results() -> dict:
     }
 
 
+def fake_asyncio() -> dict:
+    """The asyncio section's shape (numbers invented): async enqueue at 90 % of sync on a Queue
+    built from a URL and 85 % on the application's engines, the async 1 x 10 drain at 75 %, the
+    sleep(0.1) drain in 1.2 s."""
+    def drain(c, sync_rate, async_rate):
+        side = lambda rate: {"jobs_per_s": _stat(rate), "batch": _stat(float(c)),  # noqa: E731
+                             "client_cpu_us_per_job": _stat(100.0), "commits_per_job": _stat(0.2)}
+        return {"processes": 1, "concurrency": c, "jobs": 20_000, "incomplete": False,
+                "sync": side(sync_rate), "async": side(async_rate), "ratio": _stat(async_rate / sync_rate)}
+    return {
+        "enqueue_many": {"calls_of": 1000, "jobs": 50_000,
+                         "url": {"sync": _stat(70_000.0), "async": _stat(63_000.0), "ratio": _stat(0.9, 0.88, 0.92)},
+                         "engine": {"sync": _stat(60_000.0), "async": _stat(51_000.0), "ratio": _stat(0.85)}},
+        "drain": {"1x10": drain(10, 8_000.0, 6_000.0), "1x50": drain(50, 9_000.0, 9_000.0)},
+        "sleep": {"jobs": 1000, "concurrency": 100, "sleep_s": 0.1, "completed": 1000, "incomplete": False,
+                  "seconds": _stat(1.2), "wall_seconds": _stat(1.5), "jobs_per_s": _stat(830.0)},
+    }
+
+
 def test_targets_are_judged_from_the_results():
     rows = {row["target"]: row for row in targets.evaluate(fake_results())}
-    assert len(rows) == 9
+    assert len(rows) == 12
     assert all(set(row) == {"target", "measured", "ratio", "met", "note"} for row in rows.values())
     met = {name.split(" >=")[0].split(" <=")[0].split(" within")[0]: row["met"] for name, row in rows.items()}
     assert met["Drain, 1 process x concurrency 10"] is True  # 10,000 >= 6,000
@@ -182,7 +203,7 @@ def test_report_renders_every_section_and_survives_json():
         for heading in ("## Targets", "## Machine and server", "## 1. The raw-SQL limit",
                         "## 2. sqla_queue enqueue", "## 3. Drain", "## 4. Idle wake-up latency",
                         "## 5. Claim cost against backlog", "## 6. Sustained drain", "## 7. Idle cost",
-                        "## Where the time goes"):
+                        "## 8. asyncio", "## Where the time goes"):
             assert heading in text
         assert "![performance plot](performance.png)" in text
         assert "**met**" in text and "**not met**" in text
@@ -274,3 +295,44 @@ def test_proc_stat_cpu_fields_are_read_after_the_command_name():
     line = "4242 (sqla (queue) w) S 1 4242 4242 0 -1 4194560 900 0 0 0 17 5 0 0 20 0 9 0 100 0 0"
     assert idle.parse_proc_stat(line) == 22  # utime 17 + stime 5 ticks
     assert idle.cpu_seconds(os.getpid()) >= 0
+
+
+def test_the_asyncio_targets_compare_each_async_figure_with_its_sync_twin():
+    rows = {row["target"]: row for row in targets.asyncio_rows(fake_results())}
+    enqueue = rows["enqueue_many_async(1,000) >= 80 % of enqueue_many(1,000) jobs/s, same run, same kind of engine"]
+    assert enqueue["met"] is True and enqueue["ratio"] == pytest.approx(0.85)  # the worse kind of engine
+    assert enqueue["measured"] == "85% (worst)"
+    assert enqueue["note"] == ("Queue(URL): async 63,000, sync 70,000 jobs/s; "
+                               "Queue(Engine) / Queue(AsyncEngine): async 51,000, sync 60,000 jobs/s")
+    drain = rows["Async no-op drain, 1 process x concurrency 10 >= 80 % of the sync drain, same run"]
+    assert drain["met"] is False and drain["measured"] == "75%"
+    sleep = rows["1,000 jobs x `await asyncio.sleep(0.1)`, 1 process x concurrency 100, drained in <= 2 s"]
+    assert sleep["met"] is True and sleep["measured"] == "1.20 s" and sleep["ratio"] == pytest.approx(0.6)
+
+
+def test_an_incomplete_sleep_drain_does_not_meet_its_target():
+    results = fake_results()
+    results["asyncio"]["sleep"].update(completed=600, incomplete=True)
+    sleep = targets.asyncio_rows(results)[-1]
+    assert sleep["met"] is False and sleep["note"] == "only 600 of 1,000 completed"
+
+
+def test_the_asyncio_section_renders_sync_beside_async():
+    for data in (fake_results(), json.loads(json.dumps(fake_results()))):
+        text = report.render_markdown(data)
+        assert ("| enqueue_many(1,000) vs enqueue_many_async(1,000), Queue(URL), jobs/s | 70,000 | 63,000 | "
+                "90% (88%–92%) | – |") in text
+        assert ("| enqueue_many(1,000) vs enqueue_many_async(1,000), Queue(Engine) / Queue(AsyncEngine), jobs/s | "
+                "60,000 | 51,000 | 85% | – |") in text
+        assert "| No-op drain, 1 process x concurrency 10 (20,000 jobs), jobs/s | 8,000 | 6,000 | 75% | 100 / 100 |" \
+            in text
+        assert "concurrency 100: 1.20 s from the start signal" in text and "would take 100 s" in text
+
+
+def test_without_the_asyncio_section_its_targets_are_not_measured():
+    results = fake_results()
+    del results["asyncio"]
+    rows = targets.asyncio_rows(results)
+    assert [row["met"] for row in rows] == [None, None, None]
+    assert "## 8. asyncio" not in report.render_markdown(results)
+    assert parse_args(["--sections", "asyncio", "--out", "/tmp/x.md"]).sections == ("asyncio",)
