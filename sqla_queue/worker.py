@@ -288,8 +288,9 @@ class Worker:
         held = [HeldJob(job, None if tasks[job.task] is None else tasks[job.task].timeout) for job in jobs]
         with self._held_lock:
             self._held.update((h.job.id, h) for h in held)
-        coroutines = [h for h in held if tasks[h.job.task] is not None and tasks[h.job.task].is_async]
-        threaded = [h for h in held if h not in coroutines] if coroutines else held
+        awaited = {name: task is not None and task.is_async for name, task in tasks.items()}
+        coroutines = [h for h in held if awaited[h.job.task]]
+        threaded = [h for h in held if not awaited[h.job.task]]
         if coroutines:
             self._handler_loop.call_soon(self._start_coroutines, coroutines)
         if threaded:
@@ -452,7 +453,10 @@ class Worker:
             work = self._outcomes.get()
             if work is None:
                 return
-            work()
+            try:
+                work()
+            except Exception:  # one failed record must not stop the ones after it
+                logger.exception("worker %s: recording an async handler's outcome failed", self.worker_id)
 
     def _record(self, held: HeldJob, error: BaseException | None) -> None:
         """Record the outcome, retrying through database errors while the lease still holds.
