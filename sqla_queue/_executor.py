@@ -220,6 +220,11 @@ class Executor:
 
     # -- the asyncio face ------------------------------------------------------------------
 
+    async def dispose_async(self) -> None:
+        """Close the pooled connections of the asyncio engine made from the queue's URL."""
+        if self._asyncio is not None:
+            await self._asyncio.dispose()
+
     async def run_async(self, work: Callable[[Connection, DriverStatements | None], T],
                         session: AsyncSession | None, connection: AsyncConnection | None) -> T:
         """``work(conn, fast)``, the same synchronous code the synchronous API runs, on an
@@ -394,8 +399,15 @@ class _AsyncSide:
                     # An application's engine: its statements go through SQLAlchemy, as in the
                     # synchronous face; ours run the compiled ones.
                     self._fast = self._given is None and async_capabilities_of(made).driver_fast_path
+                    self._made = made if self._given is None else None
                     self._engine = async_library_engine(made)
         return self._engine
+
+    async def dispose(self) -> None:
+        """Close the pooled connections of the engine made here (an application's is its own)."""
+        made = getattr(self, "_made", None)
+        if made is not None:
+            await made.dispose()
 
     @cached_property
     def driver_statements(self) -> DriverStatements | None:

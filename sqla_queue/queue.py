@@ -251,6 +251,12 @@ class Queue:
         """`enqueue_many` for asyncio code (see `enqueue_async`)."""
         return await self._enqueuer.enqueue_many_async(jobs, session, connection)
 
+    async def dispose_async(self) -> None:
+        """Close the pooled connections of the asyncio engine this queue made from its URL (at
+        an application's shutdown). An `AsyncEngine` you gave the queue is yours to dispose; the
+        synchronous engine is ``queue.engine.dispose()``. The engine reconnects if used again."""
+        await self._executor.dispose_async()
+
     # -- claim and outcomes --------------------------------------------------------------
 
     def claim(self, queue: str = DEFAULT_QUEUE, *, worker_id: str, limit: int = 1) -> list[ClaimedJob]:

@@ -262,3 +262,25 @@ def _backends(engine) -> int:
     with engine.connect() as conn:
         return conn.execute(text(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")).scalar_one()
+
+
+def test_dispose_async_closes_the_asyncio_engine_the_queue_made(create_database):
+    url = create_database()
+    admin = create_engine(url, poolclass=None)
+    queue = sq.Queue(url, load_entrypoints=False)
+    queue.task(name="send_email")(lambda payload, ctx: None)
+
+    async def main() -> tuple[int, int]:
+        await queue.enqueue_many_async([{"task": "send_email", "payload": {}}])
+        before = await asyncio.to_thread(_backends, admin)
+        await queue.dispose_async()
+        _until(lambda: _backends(admin) == before - 1, "the pooled asyncio connection to close")
+        await queue.enqueue_async("send_email", {})  # reconnects
+        return before, await asyncio.to_thread(_backends, admin)
+
+    try:
+        before, after = asyncio.run(main())
+        assert before == 2 and after == 2  # the admin connection and the queue's one
+    finally:
+        asyncio.run(queue.dispose_async())
+        admin.dispose()
