@@ -272,3 +272,18 @@ def test_a_worker_whose_jobs_are_all_async_starts_no_handler_thread(queue, run_w
 
     assert summary.completed == 5
     assert not [name for name in names if name.startswith("sqla-queue-handler-")]
+
+
+def test_a_handler_running_past_its_lease_keeps_the_job(queue, kind, run_worker, recorder):
+    """The lease keeper renews a running coroutine's lease as it does a thread's: recovery
+    (which this worker runs every second) never takes the job, and it completes on attempt 1."""
+    queue.plugin_manager.register(recorder)
+    queue.task(name="longer_than_the_lease")(handler(kind, lambda payload, ctx: None, wait=3.5))
+    job_id = queue.enqueue("longer_than_the_lease", {})
+
+    summary = run_worker(queue.worker(concurrency=2, poll_interval=0.05, lease=1.5, recovery_interval=1),
+                         until_empty=True)
+
+    job = queue.get_job(job_id)
+    assert (job.status, job.attempts, summary.completed, summary.lost) == (sq.JobStatus.COMPLETED, 1, 1, 0)
+    assert recorder.of("recovered") == [] and recorder.of("lost_claim") == []
