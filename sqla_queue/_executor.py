@@ -50,8 +50,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table, exc as sa_exc
 from sqlalchemy.engine import URL, Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
-from sqlalchemy.orm import Session
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_scoped_session
+from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.pool import PoolProxiedConnection
 
 from . import sql
@@ -234,6 +234,8 @@ class Executor:
         operation, whichever face calls it. `fast` (the compiled hot statements) is given only
         on our own connection, as in the synchronous face."""
         _check_async_callers(session, connection)
+        if isinstance(session, async_scoped_session):
+            session = session()  # the AsyncSession of the current scope
         if session is not None:
             return await session.run_sync(lambda sync_session: work(sync_session.connection(), None))
         if connection is not None:
@@ -389,6 +391,8 @@ class _AsyncSide:
         self._url = url
         self._lock = threading.Lock()
         self._engine: AsyncEngine | None = None
+        self._made: AsyncEngine | None = None  # ours to dispose
+        self._fast = False
 
     @property
     def engine(self) -> AsyncEngine:
@@ -405,9 +409,8 @@ class _AsyncSide:
 
     async def dispose(self) -> None:
         """Close the pooled connections of the engine made here (an application's is its own)."""
-        made = getattr(self, "_made", None)
-        if made is not None:
-            await made.dispose()
+        if self._made is not None:
+            await self._made.dispose()
 
     @cached_property
     def driver_statements(self) -> DriverStatements | None:
@@ -415,16 +418,20 @@ class _AsyncSide:
         return DriverStatements(Statements.for_table(self._table), engine.dialect) if self._fast else None
 
 
+# Sessions as applications hold them: Flask-SQLAlchemy's ``db.session`` is a scoped_session.
+_ASYNC_SESSIONS = (AsyncSession, async_scoped_session)
+
+
 def _check_sync_callers(session: Any, connection: Any) -> None:
     if session is not None and connection is not None:
         raise InvalidInputError("pass session or connection, not both")
-    if isinstance(session, AsyncSession) or isinstance(connection, AsyncConnection):
-        given = "session=AsyncSession" if isinstance(session, AsyncSession) else "connection=AsyncConnection"
+    if isinstance(session, _ASYNC_SESSIONS) or isinstance(connection, AsyncConnection):
+        given = "session=AsyncSession" if isinstance(session, _ASYNC_SESSIONS) else "connection=AsyncConnection"
         raise InvalidInputError(
             f"{given} needs the asyncio method: await queue.enqueue_async(...) or "
             "enqueue_many_async(...)"
         )
-    if session is not None and not isinstance(session, Session):
+    if session is not None and not isinstance(session, (Session, scoped_session)):
         raise InvalidInputError(f"session= must be a sqlalchemy Session, got {type(session).__name__}")
     if connection is not None and not isinstance(connection, Connection):
         raise InvalidInputError(f"connection= must be a sqlalchemy Connection, got {type(connection).__name__}")
@@ -433,11 +440,11 @@ def _check_sync_callers(session: Any, connection: Any) -> None:
 def _check_async_callers(session: Any, connection: Any) -> None:
     if session is not None and connection is not None:
         raise InvalidInputError("pass session or connection, not both")
-    if session is not None and not isinstance(session, AsyncSession):
+    if session is not None and not isinstance(session, _ASYNC_SESSIONS):
         raise InvalidInputError(
             f"session= of an asyncio call must be an AsyncSession, got {type(session).__name__}"
             + ("; with a Session, call the synchronous method (enqueue, enqueue_many)"
-               if isinstance(session, Session) else "")
+               if isinstance(session, (Session, scoped_session)) else "")
         )
     if connection is not None and not isinstance(connection, AsyncConnection):
         raise InvalidInputError(

@@ -284,3 +284,31 @@ def test_dispose_async_closes_the_asyncio_engine_the_queue_made(create_database)
     finally:
         asyncio.run(queue.dispose_async())
         admin.dispose()
+
+
+def test_scoped_sessions_as_applications_hold_them_work_on_each_face(engine, queue, count_jobs):
+    """Flask-SQLAlchemy's ``db.session`` is a scoped_session; its asyncio twin exists too."""
+    from sqlalchemy.ext.asyncio import async_scoped_session, async_sessionmaker
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    scoped = scoped_session(sessionmaker(engine))
+    try:
+        with scoped.begin():
+            queue.enqueue("send_email", {"face": "sync"}, session=scoped)
+    finally:
+        scoped.remove()
+
+    async def main() -> None:
+        async_engine = create_async_engine(async_url(engine.url.render_as_string(hide_password=False)))
+        async_scoped = async_scoped_session(async_sessionmaker(async_engine), scopefunc=asyncio.current_task)
+        try:
+            async with async_scoped.begin():
+                await queue.enqueue_async("send_email", {"face": "async"}, session=async_scoped)
+            with pytest.raises(InvalidInputError, match="session=AsyncSession needs the asyncio method"):
+                queue.enqueue("send_email", {}, session=async_scoped)
+        finally:
+            await async_scoped.remove()
+            await async_engine.dispose()
+
+    asyncio.run(main())
+    assert count_jobs() == 2
