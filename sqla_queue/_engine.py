@@ -53,7 +53,6 @@ class Capabilities:
 # Engines built here, with what their hooks make possible. Keyed by the engine object, which
 # `dispose()` keeps; weak, so a dropped engine is forgotten.
 _BUILT: weakref.WeakKeyDictionary[Engine, Capabilities] = weakref.WeakKeyDictionary()
-_BUILT_ASYNC: weakref.WeakKeyDictionary[Engine, Capabilities] = weakref.WeakKeyDictionary()
 
 
 def capabilities_of(engine: Engine) -> Capabilities:
@@ -112,7 +111,6 @@ def make_async_engine(url: str | URL) -> AsyncEngine:
     # engine in its greenlet, where the adapted DBAPI connection answers like a synchronous one.
     event.listen(engine.sync_engine, "checkin", _note_checkin)
     event.listen(engine.sync_engine, "checkout", _ping_if_idle_or_signalled)
-    _BUILT_ASYNC[engine.sync_engine] = Capabilities(driver_fast_path=parsed.drivername == _ASYNC_PSYCOPG)
     return engine
 
 
@@ -167,15 +165,6 @@ def async_library_engine(engine: AsyncEngine) -> AsyncEngine:
     ours = engine.execution_options(isolation_level="READ COMMITTED")
     ours.sync_engine.hide_parameters = True
     return ours
-
-
-def async_capabilities_of(engine: AsyncEngine) -> Capabilities:
-    """What an asyncio engine allows: the driver fast path on psycopg 3 (run through
-    SQLAlchemy's adapted connection); nothing that needs a connection in autocommit."""
-    built = _BUILT_ASYNC.get(engine.sync_engine)
-    if built is not None:
-        return built
-    return Capabilities(driver_fast_path=engine.dialect.driver == "psycopg_async")
 
 
 def is_url_of(url: str, engine: Engine) -> bool:

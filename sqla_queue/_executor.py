@@ -60,7 +60,6 @@ from ._driver import DriverStatement
 from ._engine import (
     PROBE,
     Capabilities,
-    async_capabilities_of,
     async_library_engine,
     autocommit_reads_committed,
     capabilities_of,
@@ -166,7 +165,7 @@ class Executor:
     """Runs `statements` on one engine with the modes its `capabilities` allow (module docs)."""
 
     def __init__(self, engine: Engine, table: Table, capabilities: Capabilities,
-                 *, call_timeout: float | None = None, asyncio: _AsyncSide | None = None,
+                 *, call_timeout: float | None = None, async_side: _AsyncSide | None = None,
                  sync_refused: str | None = None) -> None:
         self.engine = library_engine(engine)
         self.table = table
@@ -176,7 +175,7 @@ class Executor:
         # Connections of a worker engine are autocommit already; the READ COMMITTED view would
         # wrap each statement in BEGIN/COMMIT again.
         self._autocommit_engine = engine if capabilities.autocommit_single_statements else None
-        self._asyncio = asyncio
+        self._asyncio = async_side
         self._sync_refused = sync_refused
 
     @classmethod
@@ -186,13 +185,13 @@ class Executor:
         if isinstance(engine_or_url, str):
             engine = make_engine(engine_or_url)
             return cls(engine, table, capabilities_of(engine),
-                       asyncio=_AsyncSide(table, url=engine.url))
+                       async_side=_AsyncSide(table, url=engine.url))
         if isinstance(engine_or_url, AsyncEngine):
             # The synchronous engine on its URL is for the worker and the command line, which
             # connect themselves (`on_engine`); this queue's own synchronous calls are refused.
             side = _AsyncSide(table, engine=engine_or_url)
             twin = make_engine(engine_or_url.url)
-            return cls(twin, table, capabilities_of(twin), asyncio=side, sync_refused=_REFUSED_ON_ASYNC_ENGINE)
+            return cls(twin, table, capabilities_of(twin), async_side=side, sync_refused=_REFUSED_ON_ASYNC_ENGINE)
         if not isinstance(engine_or_url, Engine):
             library_engine(engine_or_url)  # raises the ConfigurationError naming what it got
         return cls(engine_or_url, table, capabilities_of(engine_or_url))
@@ -402,7 +401,7 @@ class _AsyncSide:
                     made = self._given if self._given is not None else make_async_engine(self._url)  # type: ignore[arg-type]
                     # An application's engine: its statements go through SQLAlchemy, as in the
                     # synchronous face; ours run the compiled ones.
-                    self._fast = self._given is None and async_capabilities_of(made).driver_fast_path
+                    self._fast = self._given is None and DriverStatement.usable_on(made.dialect)
                     self._made = made if self._given is None else None
                     self._engine = async_library_engine(made)
         return self._engine

@@ -25,19 +25,12 @@ from sqlalchemy.pool import NullPool
 import sqla_queue as sq
 from sqla_queue.worker import Worker, WorkerSummary
 
+from job_fixtures import EventRecorder
+
 LEASE = timedelta(seconds=1.5)  # renewed every 0.5 s: the heartbeat notices soon
 HANDLER_SLEEP = 60.0  # far longer than any wait below: an ended sleep was a cancelled one
 WAIT = 20.0
 APP_THREAD = "application-loop"
-
-
-class LostClaims:
-    def __init__(self) -> None:
-        self.events: list[sq.LostClaim] = []
-
-    @sq.hookimpl
-    def sqla_queue_lost_claim(self, event):
-        self.events.append(event)
 
 
 def wait_for(condition, timeout: float = WAIT, what: str = "the condition"):
@@ -96,7 +89,7 @@ def setup(queue):
 
 
 def prepare(queue):
-    lost = LostClaims()
+    lost = EventRecorder()
     queue.plugin_manager.register(lost)
     runs: dict[str, list] = {"started": [], "cancelled": [], "finished": []}
     first_started = threading.Event()
@@ -156,8 +149,8 @@ def test_a_recovered_async_job_is_cancelled_reported_lost_and_run_again(setup, h
     summary = runner.join()
 
     assert runs["cancelled"] == [first_token] and runs["finished"] == []
-    assert [(e.job_id, e.claim_token, e.operation) for e in lost.events] == [(job_id, first_token, "heartbeat")]
-    assert "lease expired and the job was recovered" in lost.events[0].reason
+    assert [(e.job_id, e.claim_token, e.operation) for e in lost.of("lost_claim")] == [(job_id, first_token, "heartbeat")]
+    assert "lease expired and the job was recovered" in lost.of("lost_claim")[0].reason
     # The slot came back and the job ran again under a claim of its own, which completed it.
     assert [attempt for attempt, _, _ in runs["started"]] == [1, 2]
     assert runs["started"][1][1] != first_token
@@ -187,8 +180,8 @@ def test_an_async_job_claimed_by_another_worker_is_cancelled_and_left_to_it(setu
 
     assert runs["cancelled"] == [first_token] and runs["finished"] == []
     assert len(runs["started"]) == 1
-    assert [(e.job_id, e.claim_token, e.operation) for e in lost.events] == [(job_id, first_token, "heartbeat")]
-    assert "claimed again" in lost.events[0].reason
+    assert [(e.job_id, e.claim_token, e.operation) for e in lost.of("lost_claim")] == [(job_id, first_token, "heartbeat")]
+    assert "claimed again" in lost.of("lost_claim")[0].reason
     assert (summary.claimed, summary.completed, summary.lost) == (1, 0, 1)
     assert (summary.failed, summary.retried, summary.released) == (0, 0, 0)
     # Nothing the cancelled handler's worker did touched the other worker's claim.
@@ -221,8 +214,8 @@ def test_a_fenced_async_job_is_cancelled_and_runs_again_once_the_network_heals(o
         proxy.stall()
         try:
             wait_for(lambda: runs["cancelled"], what="the fenced handler's coroutine to be cancelled")
-            assert [(e.job_id, e.claim_token, e.operation) for e in lost.events] == [(job_id, first_token, "fence")]
-            assert "lease could not be renewed" in lost.events[0].reason
+            assert [(e.job_id, e.claim_token, e.operation) for e in lost.of("lost_claim")] == [(job_id, first_token, "fence")]
+            assert "lease could not be renewed" in lost.of("lost_claim")[0].reason
             assert observer.get_job(job_id).status is sq.JobStatus.RUNNING  # fencing writes nothing
         finally:
             proxy.heal()
