@@ -40,13 +40,15 @@ def wait_for(condition, timeout: float = 15.0):
 
 
 def backends(url: str) -> list[tuple[str, str]]:
-    """(application_name, last query) of every other session on `url`'s database."""
+    """(application_name, last query) of every other client session on `url`'s database (an
+    autovacuum worker analysing the new database is not one)."""
     observer = create_engine(url, connect_args={"application_name": "observer"})
     try:
         with observer.connect() as conn:
             rows = conn.execute(text(
                 "SELECT application_name, query FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'"
             ))
             return [tuple(row) for row in rows]
     finally:
