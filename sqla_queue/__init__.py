@@ -15,12 +15,16 @@ from .errors import (
     NonRetryableError,
     PayloadError,
     PluginError,
+    ResultError,
+    Snooze,
     SqlaQueueError,
     UnknownTaskError,
+    WaitTimeoutError,
 )
 from .hookspecs import hookimpl
 from .models import Job, JobMixin, metadata
 from .queue import Queue
+from .scheduling import Schedule
 from .types import DEFAULT_LEASE
 from .types import (
     ClaimedJob,
@@ -29,6 +33,7 @@ from .types import (
     JobView,
     Outcome,
     QueueHealth,
+    QueueState,
     QueueStats,
 )
 
@@ -56,10 +61,15 @@ __all__ = [
     "PluginError",
     "Queue",
     "QueueHealth",
+    "QueueState",
     "QueueStats",
+    "ResultError",
+    "Schedule",
+    "Snooze",
     "SqlaQueueError",
     "Task",
     "UnknownTaskError",
+    "WaitTimeoutError",
     "errors",
     "hookimpl",
     "metadata",

@@ -9,11 +9,12 @@ alone. Zero rows back means "not in that state, or busy": the caller reads the r
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, Table, Text, bindparam, case, cast, exists, func, literal, select, update
+from sqlalchemy import ColumnElement, Table, bindparam, case, exists, func, literal, select, update
 from sqlalchemy.sql import Executable
 
 from ..types import ACTIVE_STATUSES, JobStatus
 from ._predicates import status_is
+from .notify import announce_finished, announced
 
 
 def list_jobs(
@@ -77,15 +78,15 @@ def retry_failed_job(table: Table) -> Executable:
     )
 
 
-def cancel_job(table: Table, channel: str) -> Executable:
+def cancel_job(table: Table) -> Executable:
     """Cancel job ``:job_id`` in one statement, unless a transaction holds its row; returns it.
 
     A pending job becomes ``cancelled`` (terminal, kept and pruned like completed and failed
-    jobs) and the finish is announced on `channel` in the same statement, so a ``wait`` on it
-    wakes. A running job belongs to its worker: it only gets ``cancel_requested_at`` (the first
-    request's time is kept), which the worker sees at its next lease renewal and which turns
-    whatever outcome the job then records into ``cancelled``. Both cases are decided on the row
-    as locked, so a claim that committed meanwhile makes this a request, not a cancel.
+    jobs) and its finish is announced in the same statement, so a ``wait`` on it wakes. A
+    running job belongs to its worker: it only gets ``cancel_requested_at`` (the first request's
+    time is kept), which the worker sees at its next lease renewal and which turns whatever
+    outcome the job then records into ``cancelled``. Which of the two is decided on the row as
+    locked, so a claim that committed meanwhile makes this a request, not a cancel.
     """
     target = (
         select(table.c.id)
@@ -99,7 +100,7 @@ def cancel_job(table: Table, channel: str) -> Executable:
         update(table)
         .where(table.c.id == target.c.id)
         .values(
-            status=case((was_pending, _status(JobStatus.CANCELLED)), else_=table.c.status),
+            status=case((was_pending, _literal(JobStatus.CANCELLED)), else_=table.c.status),
             cancelled_at=case((was_pending, now), else_=table.c.cancelled_at),
             cancel_requested_at=case(
                 (was_pending, table.c.cancel_requested_at),
@@ -109,12 +110,11 @@ def cancel_job(table: Table, channel: str) -> Executable:
         .returning(*table.c)
         .cte("changed")
     )
-    finished = changed.c.status == _status(JobStatus.CANCELLED)
-    notified = case((finished, func.pg_notify(channel, cast(changed.c.id, Text))))
-    return select(*changed.c, notified.label("notified"))
+    announcement = announce_finished(table, changed, only=changed.c.status == _literal(JobStatus.CANCELLED))
+    return select(*changed.c).select_from(announced(changed, announcement))
 
 
-def _status(status: JobStatus) -> ColumnElement[str]:
+def _literal(status: JobStatus) -> ColumnElement[str]:
     return literal(status.value, literal_execute=True)
 
 

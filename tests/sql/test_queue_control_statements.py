@@ -34,7 +34,7 @@ def test_queue_states_count_active_jobs_only():
 
 
 def test_cancel_is_one_statement_deciding_on_the_locked_row_and_announcing_the_finish():
-    text_ = rendered(operator_actions.cancel_job(JOBS, "sqla_queue_jobs_finished"))
+    text_ = rendered(operator_actions.cancel_job(JOBS))
     assert text_.startswith("WITH target AS (SELECT sqla_queue_jobs.id FROM sqla_queue_jobs WHERE")
     assert "FOR UPDATE SKIP LOCKED" in text_
     assert "status=CASE WHEN (sqla_queue_jobs.status = 'pending') THEN 'cancelled' ELSE sqla_queue_jobs.status END" in text_
@@ -97,5 +97,5 @@ def test_pruning_cancelled_jobs_walks_the_cancelled_at_index(big):
 
 
 def test_cancel_finds_its_job_by_primary_key(big):
-    plan = plan_of(big, operator_actions.cancel_job(JOBS, "sqla_queue_jobs_finished"), {"job_id": 7})
+    plan = plan_of(big, operator_actions.cancel_job(JOBS), {"job_id": 7})
     assert "pk_sqla_queue_jobs" in indexes_used(plan) and not seq_scanned(plan), plan
