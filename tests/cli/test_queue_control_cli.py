@@ -49,19 +49,8 @@ def cli(tmp_path, database_url):
     return run
 
 
-@pytest.fixture
-def cq(queue, engine):
-    queue.task(name="send_email")(lambda payload, ctx: None)
-    queue.task(name="resize", queue="images")(lambda payload, ctx: None)
-    with engine.begin() as conn:
-        conn.execute(text("DELETE FROM sqla_queue_jobs_queues"))
-    yield queue
-    with engine.begin() as conn:
-        conn.execute(text("DELETE FROM sqla_queue_jobs_queues"))
-
-
-def test_pause_list_and_resume(cli, cq):
-    cq.enqueue_many([{"task": "send_email", "payload": {}}] * 2)
+def test_pause_list_and_resume(cli, queue):
+    queue.enqueue_many([{"task": "send_email", "payload": {}}] * 2)
 
     paused = cli("queues", "pause", "default")
     assert paused.returncode == 0, paused.stderr
@@ -75,7 +64,7 @@ def test_pause_list_and_resume(cli, cq):
     assert len(rows) == 2 and all("paused" in row for row in rows)
     data = json.loads(cli("queues", "list", "--json").stdout)
     assert [(q["name"], q["paused"], q["pending"]) for q in data] == [("default", True, 2), ("reports", True, 0)]
-    assert data[0]["paused_at"] == cq.list_queues()[0].paused_at.isoformat()
+    assert data[0]["paused_at"] == queue.list_queues()[0].paused_at.isoformat()
 
     stats = json.loads(cli("stats", "--json").stdout)
     assert stats["default"]["paused"] is True and stats["reports"]["paused"] is True
@@ -84,13 +73,13 @@ def test_pause_list_and_resume(cli, cq):
     resumed = cli("queues", "resume", "default")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "queue default is active: workers claim its 2 pending job(s) again"
-    assert [q.paused for q in cq.list_queues()] == [False, True]
+    assert [q.paused for q in queue.list_queues()] == [False, True]
 
 
-def test_cancel_says_whether_it_cancelled_or_asked_the_worker(cli, cq):
-    running = cq.enqueue("send_email", {"n": 1})
-    [job] = cq.claim(worker_id="web-1")
-    pending = cq.enqueue("send_email", {"n": 2})
+def test_cancel_says_whether_it_cancelled_or_asked_the_worker(cli, queue):
+    running = queue.enqueue("send_email", {"n": 1})
+    [job] = queue.claim(worker_id="web-1")
+    pending = queue.enqueue("send_email", {"n": 2})
 
     asked = cli("jobs", "cancel", str(running))
     cancelled = cli("jobs", "cancel", str(pending))
@@ -100,18 +89,18 @@ def test_cancel_says_whether_it_cancelled_or_asked_the_worker(cli, cq):
     assert "held by web-1): it ends cancelled when its handler returns or raises" in asked.stdout
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.startswith(f"cancelled job {pending} (send_email on default")
-    assert cq.get_job(pending).status is sq.JobStatus.CANCELLED
-    assert cq.get_job(running).status is sq.JobStatus.RUNNING and cq.get_job(running).cancel_requested_at
+    assert queue.get_job(pending).status is sq.JobStatus.CANCELLED
+    assert queue.get_job(running).status is sq.JobStatus.RUNNING and queue.get_job(running).cancel_requested_at
 
     again = cli("jobs", "cancel", str(pending))
     assert again.returncode == 1
     assert again.stderr.strip() == f"Error: job {pending} is cancelled: only pending or running jobs can be cancelled"
 
 
-def test_jobs_list_shows_priority_and_filters_cancelled_jobs(cli, cq):
-    urgent = cq.enqueue("send_email", {}, priority=7)
-    gone = cq.enqueue("resize", {}, priority=-3)
-    cq.cancel(gone)
+def test_jobs_list_shows_priority_and_filters_cancelled_jobs(cli, queue):
+    urgent = queue.enqueue("send_email", {}, priority=7)
+    gone = queue.enqueue("resize", {}, priority=-3)
+    queue.cancel(gone)
 
     listed = cli("jobs", "list")
     assert listed.returncode == 0, listed.stderr
@@ -125,9 +114,9 @@ def test_jobs_list_shows_priority_and_filters_cancelled_jobs(cli, cq):
     assert only["jobs"][0]["cancelled_at"] is not None
 
 
-def test_jobs_show_prints_the_new_fields(cli, cq):
-    job_id = cq.enqueue("send_email", {}, priority=5)
-    cq.cancel(job_id)
+def test_jobs_show_prints_the_new_fields(cli, queue):
+    job_id = queue.enqueue("send_email", {}, priority=5)
+    queue.cancel(job_id)
 
     shown = cli("jobs", "show", str(job_id))
     assert shown.returncode == 0, shown.stderr
@@ -139,20 +128,20 @@ def test_jobs_show_prints_the_new_fields(cli, cq):
     assert {"priority": 5, "snoozes": 0, "result": None, "status": "cancelled"}.items() <= data.items()
 
 
-def test_jobs_show_prints_a_result(cli, cq, engine):
-    job_id = cq.enqueue("send_email", {})
-    [job] = cq.claim(worker_id="w")
-    cq.complete(job.id, job.claim_token)
+def test_jobs_show_prints_a_result(cli, queue, engine):
+    job_id = queue.enqueue("send_email", {})
+    [job] = queue.claim(worker_id="w")
+    queue.complete(job.id, job.claim_token)
     with engine.begin() as conn:  # what a handler's return value leaves
         conn.execute(text("UPDATE sqla_queue_jobs SET result = '{\"sent\": 3}' WHERE id = :id"), {"id": job_id})
     shown = cli("jobs", "show", str(job_id))
     assert shown.stdout.rstrip().endswith('result:\n{\n  "sent": 3\n}'), shown.stdout
 
 
-def test_prune_deletes_old_cancelled_jobs(cli, cq, engine):
-    old, recent = (cq.enqueue("send_email", {}) for _ in range(2))
-    cq.cancel(old)
-    cq.cancel(recent)
+def test_prune_deletes_old_cancelled_jobs(cli, queue, engine):
+    old, recent = (queue.enqueue("send_email", {}) for _ in range(2))
+    queue.cancel(old)
+    queue.cancel(recent)
     with engine.begin() as conn:
         conn.execute(text("UPDATE sqla_queue_jobs SET cancelled_at = now() - interval '3 days' WHERE id = :id"),
                      {"id": old})
@@ -160,4 +149,4 @@ def test_prune_deletes_old_cancelled_jobs(cli, cq, engine):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ("pruned 0 completed, 0 failed and 1 cancelled job(s) and 0 counter row(s) "
                                      "in 2 batch(es)")
-    assert cq.get_job(old) is None and cq.get_job(recent).status is sq.JobStatus.CANCELLED
+    assert queue.get_job(old) is None and queue.get_job(recent).status is sq.JobStatus.CANCELLED

@@ -21,7 +21,8 @@ QUEUES = queues_table(JOBS)
 
 def test_pause_is_an_upsert_that_keeps_the_first_pause_time():
     text_ = rendered(queues.pause_queue(QUEUES))
-    assert text_.startswith("INSERT INTO sqla_queue_jobs_queues (queue_name, paused_at) VALUES (%(queue)s, clock_timestamp())")
+    assert text_.startswith("INSERT INTO sqla_queue_jobs_queues (queue_name, paused_at) VALUES (%(queue)s")
+    assert ", clock_timestamp()) ON CONFLICT" in text_
     assert "ON CONFLICT (queue_name) DO UPDATE SET paused_at = coalesce(sqla_queue_jobs_queues.paused_at, excluded.paused_at)" in text_
 
 
@@ -35,11 +36,12 @@ def test_queue_states_count_active_jobs_only():
 
 def test_cancel_is_one_statement_deciding_on_the_locked_row_and_announcing_the_finish():
     text_ = rendered(operator_actions.cancel_job(JOBS))
-    assert text_.startswith("WITH target AS (SELECT sqla_queue_jobs.id FROM sqla_queue_jobs WHERE")
-    assert "FOR UPDATE SKIP LOCKED" in text_
+    assert text_.startswith("WITH target AS (SELECT sqla_queue_jobs.id AS id FROM sqla_queue_jobs WHERE")
+    assert "status IN ('pending', 'running') FOR UPDATE SKIP LOCKED" in text_
     assert "status=CASE WHEN (sqla_queue_jobs.status = 'pending') THEN 'cancelled' ELSE sqla_queue_jobs.status END" in text_
     assert "coalesce(sqla_queue_jobs.cancel_requested_at, clock_timestamp())" in text_
-    assert "CASE WHEN (changed.status = 'cancelled') THEN pg_notify(" in text_
+    assert "SELECT pg_notify(" in text_ and "FROM changed WHERE changed.status = 'cancelled'" in text_
+    assert text_.endswith("FROM changed LEFT OUTER JOIN changed_announced ON true")
 
 
 def test_cancelled_jobs_have_their_window_and_their_pruning():
