@@ -29,9 +29,9 @@ COMMANDS = {  # every command on the page, in page order, with the exit status i
     f"{APP} jobs show 7": 0,
     f"{APP} jobs retry 7": 0,
     f"{APP} jobs cancel 9": 0,
-    f"{APP} queues pause images": 0,
+    f"{APP} queues pause emails": 0,
     f"{APP} queues list": 0,
-    f"{APP} queues resume images": 0,
+    f"{APP} queues resume emails": 0,
 }
 
 
