@@ -150,3 +150,12 @@ def test_prune_deletes_old_cancelled_jobs(cli, queue, engine):
     assert result.stdout.strip() == ("pruned 0 completed, 0 failed and 1 cancelled job(s) and 0 counter row(s) "
                                      "in 2 batch(es)")
     assert queue.get_job(old) is None and queue.get_job(recent).status is sq.JobStatus.CANCELLED
+
+
+def test_queues_need_only_the_database_url(database_url, queue):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQLA_QUEUE_")}
+    env["SQLA_QUEUE_DATABASE_URL"] = database_url
+    paused = subprocess.run([SCRIPT, "queues", "pause", "reports"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert paused.returncode == 0, paused.stderr
+    assert [(q.name, q.paused) for q in queue.list_queues()] == [("reports", True)]
