@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 import sqla_queue as sq
 
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
-POLL = 0.2  # the workers' --poll-interval, seconds
+POLL = 0.5  # the workers' --poll-interval, seconds
 A_JOBS, B_JOBS = 400, 400
 
 APP = textwrap.dedent(
