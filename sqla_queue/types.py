@@ -231,6 +231,18 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class QueueState:
+    """One queue as `Queue.list_queues` (and `pause`, `resume`) report it: whether workers may
+    claim from it (`paused`, since `paused_at`, database time) and its active jobs now."""
+
+    name: str
+    paused: bool
+    paused_at: datetime | None
+    pending: int
+    running: int
+
+
+@dataclass(frozen=True)
 class JobPage:
     """One page of `Queue.list_jobs`, newest first. `next_before` is the ``before_id`` that
     fetches the next page, or None on the last one."""
