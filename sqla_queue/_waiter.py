@@ -10,8 +10,9 @@ empty payload).
 Notifications are the fast path, not the only one: a notification can be lost (the listening
 connection dropped and came back) or never delivered at all (PgBouncer in transaction pooling
 mode passes NOTIFY through but not LISTEN), so the row is also re-read every `POLL_INTERVAL`
-seconds whatever arrives. A waiter costs one idle connection and one primary-key read per
-interval, never a tight loop.
+seconds whatever arrives, and a LISTEN connection that breaks leaves the wait to those reads
+alone. A waiter costs one idle connection and one primary-key read per interval, never a tight
+loop.
 
 The sync face waits on psycopg's blocking ``notifies()``; the asyncio face on the asyncio
 driver connection's ``notifies()`` from the queue's asyncio engine, so the event loop is never
@@ -20,7 +21,10 @@ blocked and no thread is held.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import Callable
 from contextlib import aclosing, closing
 from datetime import timedelta
 from functools import partial
@@ -29,12 +33,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from . import _validate
-from .errors import InvalidInputError, WaitTimeoutError
+from .errors import InvalidInputError, SqlaQueueError, WaitTimeoutError
 from .operations import job_view
 from .types import FINISHED_STATUSES, JobView
 
 if TYPE_CHECKING:
     from ._executor import Executor, Statements
+
+logger = logging.getLogger("sqla_queue.wait")
 
 POLL_INTERVAL = 1.0
 """Seconds between two reads of the waited-for row when no notification names it: the longest
@@ -81,35 +87,67 @@ class _Deadline:
 def wait(queue: Any, job_id: int, timeout: timedelta | float | None) -> JobView:
     """`Queue.wait`: the job's view once it is finished."""
     state = _Deadline(job_id, timeout)
-    done = state.finished(queue.get_job(state.job_id))  # already finished: no LISTEN needed
+    read = partial(queue.get_job, state.job_id)
+    done = state.finished(read())  # already finished: no LISTEN connection needed
     if done is not None:
         return done
     executor: Executor = queue.executor
-    with executor.listening(queue.call_timeout, executor.statements.listen_finished) as driver:
-        while (done := state.finished(queue.get_job(state.job_id))) is None:
-            with closing(driver.notifies(timeout=state.next_wait())) as notes:
-                for note in notes:
-                    if state.named_in(note.payload):
-                        break
-    return done
+    try:
+        with executor.listening(queue.call_timeout, executor.statements.listen_finished) as driver:
+            return _until_finished(state, read, partial(_notified, driver, state))
+    except SqlaQueueError:
+        raise
+    except Exception as exc:  # the LISTEN connection broke: notifications are only a shortcut
+        _falling_back(state, exc)
+        return _until_finished(state, read, lambda: time.sleep(state.next_wait()))
 
 
 async def wait_async(queue: Any, job_id: int, timeout: timedelta | float | None) -> JobView:
-    """`Queue.wait_async`: `wait` on the queue's asyncio engine."""
+    """`Queue.wait_async`: `wait` on the queue's asyncio engine, awaiting on the event loop."""
     state = _Deadline(job_id, timeout)
     executor: Executor = queue.executor
-    read = partial(_read_job, executor.statements, state.job_id)
-
-    done = state.finished(await executor.run_async(read, None, None))
+    read = partial(executor.run_async, partial(_read_job, executor.statements, state.job_id), None, None)
+    done = state.finished(await read())
     if done is not None:
         return done
-    async with executor.listening_async(queue.call_timeout, executor.statements.listen_finished) as driver:
-        while (done := state.finished(await executor.run_async(read, None, None))) is None:
-            async with aclosing(driver.notifies(timeout=state.next_wait())) as notes:
-                async for note in notes:
-                    if state.named_in(note.payload):
-                        break
+    try:
+        async with executor.listening_async(executor.statements.listen_finished) as driver:
+            while (done := state.finished(await read())) is None:
+                await _notified_async(driver, state)
+            return done
+    except SqlaQueueError:
+        raise
+    except Exception as exc:  # as in `wait`
+        _falling_back(state, exc)
+        while (done := state.finished(await read())) is None:
+            await asyncio.sleep(state.next_wait())
+        return done
+
+
+def _until_finished(state: _Deadline, read: Callable[[], JobView | None], pause: Callable[[], None]) -> JobView:
+    while (done := state.finished(read())) is None:
+        pause()
     return done
+
+
+def _notified(driver: Any, state: _Deadline) -> None:
+    """Return when a notification names the job, or after the poll interval."""
+    with closing(driver.notifies(timeout=state.next_wait())) as notes:
+        for note in notes:
+            if state.named_in(note.payload):
+                return
+
+
+async def _notified_async(driver: Any, state: _Deadline) -> None:
+    async with aclosing(driver.notifies(timeout=state.next_wait())) as notes:
+        async for note in notes:
+            if state.named_in(note.payload):
+                return
+
+
+def _falling_back(state: _Deadline, error: Exception) -> None:
+    logger.warning("wait for job %d: LISTEN connection lost (%s); reading the job every %gs instead",
+                   state.job_id, type(error).__name__, POLL_INTERVAL)
 
 
 def _read_job(statements: Statements, job_id: int, conn: Connection, fast: Any) -> JobView | None:

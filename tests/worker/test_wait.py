@@ -237,3 +237,19 @@ def test_wait_async_needs_an_asyncio_engine(queue):
 
     with pytest.raises(sq.ConfigurationError, match="no asyncio engine"):
         asyncio.run(queue.wait_async(job_id))
+
+
+def test_a_broken_listen_connection_leaves_the_wait_to_the_poll(queue, engine, monkeypatch, run_sql, listening):
+    monkeypatch.setattr(_waiter, "POLL_INTERVAL", 0.1)
+    job_id = queue.enqueue("send_email", {}, delay=3600)
+    waiting = Waiting(lambda: queue.wait(job_id, timeout=PATIENCE))
+    listening(1)
+    with engine.connect() as conn:
+        killed = conn.execute(text(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE query = :listen AND datname = current_database()"),
+            {"listen": f'LISTEN "{finished_channel(queue.table)}"'}).scalar_one()
+    assert killed == 1
+    queue.cancel(job_id)
+
+    assert waiting.outcome().status == sq.JobStatus.CANCELLED
