@@ -57,6 +57,7 @@ from ._tasks import Task
 from .errors import DatabaseError, UnknownTaskError
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
+from .scheduling import Scheduler
 from .types import ClaimedJob, JobStatus
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ class Worker:
         self._pruner = worker_pruner(self.queue, self.config.pruning)
         self._recoverer = Recoverer(self.queue, RecoveryConfig(
             lease=self.config.lease, interval=self.config.recovery_interval))
+        self._scheduler = Scheduler(self.queue)
         self._lease_keeper = LeaseKeeper(self.queue, LeaseKeeperConfig(lease=self.config.lease),
                                          self._snapshot, owner=f"worker {self.worker_id}")
         self.summary = WorkerSummary()
@@ -96,7 +98,7 @@ class Worker:
         self._completion_lock = threading.Lock()
         self._work_ready = threading.Condition()
         # Per queue: where the last claim got to in claim order, and when to start over.
-        self._positions: dict[str, tuple[Any, int]] = {}
+        self._positions: dict[str, tuple[int, Any, int]] = {}
         self._restart_at: dict[str, float] = {}
         self._wake = threading.Event()
         self._outcomes: queue_module.SimpleQueue[Callable[[], None] | None] = queue_module.SimpleQueue()
@@ -179,6 +181,7 @@ class Worker:
             try:
                 self._recoverer.run_if_due()
                 self._pruner.run_if_due()
+                self._scheduler.run_if_due()
                 # Sampled before the claim: a job that finishes during it may retry at once, so
                 # "empty" only counts when nothing was held while the queue was looked at.
                 idle_before = self._held_count() == 0
@@ -195,8 +198,13 @@ class Worker:
             if claimed == 0 and not from_start:
                 continue  # ran out from a position: look again from the start at once
             if (claimed == 0 or self._free_slots() == 0) and not self._finished_waiting():
-                self._wake.wait(self.config.poll_interval)
+                self._wake.wait(self._idle_wait())
                 self._wake.clear()
+
+    def _idle_wait(self) -> float:
+        """The poll interval, or less when a schedule's next tick comes sooner."""
+        due_in = self._scheduler.seconds_until_due()
+        return self.config.poll_interval if due_in is None else max(0.0, min(self.config.poll_interval, due_in))
 
     def _complete_and_claim(self) -> tuple[int, bool]:
         """One statement per queue: complete what finished, claim into the free slots.
@@ -232,7 +240,7 @@ class Worker:
         self.summary.claimed += claimed
         return claimed, from_start
 
-    def _claim_from(self, queue_name: str) -> tuple[Any, int] | None:
+    def _claim_from(self, queue_name: str) -> tuple[int, Any, int] | None:
         """Where to start this queue's claim: after the last claim's position while working
         through a backlog (the dead index entries behind it are skipped), from the start of
         the claim order every `_RESTART_CLAIM_ORDER_EVERY` seconds, so a job that became due
@@ -663,9 +671,15 @@ def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
-def claim_position(jobs: Sequence[ClaimedJob]) -> tuple[datetime, int] | None:
-    """Where a claim that returned `jobs` got to in claim order: the earliest of them.
+def claim_position(jobs: Sequence[ClaimedJob]) -> tuple[int, datetime, int] | None:
+    """Where a claim that returned `jobs` got to in claim order: the earliest of them within
+    the lowest priority it reached, as ``(priority, run_at, id)``.
 
-    Every pending job before it was claimed or skipped (locked) by some claim, so the next
-    claim can start there (`Queue.complete_and_claim`'s ``from_position``)."""
-    return min(((job.run_at, job.id) for job in jobs if job.run_at is not None), default=None)
+    The claim read the pending index in order, so every due job ranked above that priority was
+    claimed or skipped (locked) by some claim, and so was every job of that priority before the
+    earliest one claimed: the next claim can start there (`Queue.complete_and_claim`'s
+    ``from_position``), within that priority."""
+    lowest = min((job.priority for job in jobs if job.run_at is not None), default=None)
+    if lowest is None:
+        return None
+    return min((lowest, job.run_at, job.id) for job in jobs if job.priority == lowest and job.run_at is not None)
