@@ -113,6 +113,7 @@ class Statements:
         self.renew = sql.renew_leases(table)
         self.release = sql.release_jobs(table)
         self.listen = sql.listen(table)
+        self.listen_finished = sql.listen_finished(table)
         # counters
         self.count_events = counter_sql.count_events(counters)
         self.count_empty = counter_sql.count_empty_claim(table, counters)

@@ -405,21 +405,6 @@ class Queue:
         within `window` (default 15 minutes). See docs/how-to/operations.md."""
         return self._operations.stats(window)
 
-    # -- results -------------------------------------------------------------------------
-
-    def wait(self, job_id: int, timeout: timedelta | float | None = None) -> JobView:
-        """Block until job `job_id` is finished (completed, failed or cancelled) and return its
-        view, result included. `timeout` in seconds or a timedelta (None: no limit); when it
-        passes first, `WaitTimeoutError` names the job and its state. Woken by the finish
-        notification, with a read of the row every second in case one is lost
-        (docs/how-to/results-snooze-cancel.md)."""
-        return _waiter.wait(self, job_id, timeout)
-
-    async def wait_async(self, job_id: int, timeout: timedelta | float | None = None) -> JobView:
-        """`wait` for asyncio code, on the queue's asyncio engine: the event loop is free while
-        it waits."""
-        return await _waiter.wait_async(self, job_id, timeout)
-
     # -- operator actions (sqla_queue.operations, sqla_queue.maintenance) ------------------
 
     def list_jobs(
@@ -448,6 +433,19 @@ class Queue:
     # -- queue control -------------------------------------------------------------------
 
     # -- results -------------------------------------------------------------------------
+
+    def wait(self, job_id: int, timeout: timedelta | float | None = None) -> JobView:
+        """Block until job `job_id` is finished (completed, failed or cancelled) and return its
+        view, result included. `timeout` in seconds or a timedelta (None: no limit); when it
+        passes first, `WaitTimeoutError` names the job and its state. Woken by the finish
+        notification, with a read of the row every second in case one is lost
+        (docs/how-to/results-snooze-cancel.md)."""
+        return _waiter.wait(self, job_id, timeout)
+
+    async def wait_async(self, job_id: int, timeout: timedelta | float | None = None) -> JobView:
+        """`wait` for asyncio code, on the queue's asyncio engine: the event loop is free while
+        it waits."""
+        return await _waiter.wait_async(self, job_id, timeout)
 
     # -- schedules -----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, text
 
 import sqla_queue as sq
 from job_fixtures import EventRecorder
+from sqla_queue.types import JobSnoozed
 
 FAST = {"poll_interval": 0.05, "concurrency": 2}
 
@@ -86,7 +87,7 @@ def test_a_snooze_moves_run_at_and_spends_no_attempt(queue, recorder, snoozing, 
     assert before + seconds <= job.run_at <= after + seconds
     assert (summary.completed, summary.failed, summary.retried) == (0, 0, 0)
     [event] = recorder.of("snoozed")
-    assert isinstance(event, sq.JobSnoozed)
+    assert isinstance(event, JobSnoozed)
     assert (event.job_id, event.queue, event.task, event.attempt, event.snoozes) == \
         (job_id, "default", "later", 1, 1)
     assert event.run_at == job.run_at
