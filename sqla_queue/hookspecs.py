@@ -63,6 +63,8 @@ LIFECYCLE_HOOKS = (
     "sqla_queue_job_completed",
     "sqla_queue_job_retried",
     "sqla_queue_job_failed",
+    "sqla_queue_job_snoozed",
+    "sqla_queue_job_cancelled",
     "sqla_queue_job_recovered",
     "sqla_queue_lost_claim",
     "sqla_queue_empty_claim",

@@ -375,6 +375,11 @@ class Queue:
         """
         return self._outcomes.heartbeat(jobs)
 
+    def renew(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
+        """`heartbeat` that also says, per renewed job, whether someone asked to cancel it
+        (`cancel`): ``{renewed job id: cancel requested?}``. What a worker's lease keeper runs."""
+        return self._outcomes.renew(jobs)
+
     def release(self, jobs: Iterable[ClaimedJob]) -> list[int]:
         """Give unfinished jobs back (pending now, the interrupted attempt not counted)."""
         return self._outcomes.release(jobs)
