@@ -88,8 +88,9 @@ def test_a_snooze_moves_run_at_and_spends_no_attempt(queue, recorder, snoozing, 
     assert (summary.completed, summary.failed, summary.retried) == (0, 0, 0)
     [event] = recorder.of("snoozed")
     assert isinstance(event, JobSnoozed)
+    # `attempt`: attempts spent so far, the snoozed run's given back (docs/reference/events.md)
     assert (event.job_id, event.queue, event.task, event.attempt, event.snoozes) == \
-        (job_id, "default", "later", 1, 1)
+        (job_id, "default", "later", 0, 1)
     assert event.run_at == job.run_at
     assert "retried" not in recorder.names and "failed" not in recorder.names
 
