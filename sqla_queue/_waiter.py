@@ -1,11 +1,13 @@
 """Waiting for a job to finish: `Queue.wait` and `Queue.wait_async`.
 
-Every statement that finishes jobs (completed, failed, cancelled) announces their ids on the
-table's finish channel (`sql.notify.finished_channel`) in the same statement. A waiter LISTENs
-on that channel on a connection of its own, reads the job's row only after LISTEN is active (a
-job finishing in between is then either seen by that read or announced afterwards: no lost
-wake-up), and reads it again when a notification names the job (or says "re-check" with an
-empty payload).
+A statement that finishes jobs (completed, failed, cancelled) announces, in the same statement,
+the ids of those a waiter *watches* on the table's finish channel (`sql.notify.finished_channel`;
+only watched ones, since every NOTIFY wakes every listening session of the database). A waiter
+LISTENs on that channel on a connection of its own, then marks its job watched
+(`sql.watch_job`, a no-op on a finished job), then reads the job's row: a job finishing before
+the mark is seen by that read, one finishing after it is announced to a session already
+listening, so no wake-up is lost. It reads the row again when a notification names the job (or
+says "re-check" with an empty payload).
 
 Notifications are the fast path, not the only one: a notification can be lost (the listening
 connection dropped and came back) or never delivered at all (PgBouncer in transaction pooling
@@ -92,8 +94,11 @@ def wait(queue: Any, job_id: int, timeout: timedelta | float | None) -> JobView:
     if done is not None:
         return done
     executor: Executor = queue.executor
+    watch = partial(_watch_job, executor.statements, state.job_id)
     try:
         with executor.listening(queue.call_timeout, executor.statements.listen_finished) as driver:
+            with executor.transaction() as conn:
+                watch(conn, None)
             return _until_finished(state, read, partial(_notified, driver, state))
     except SqlaQueueError:
         raise
@@ -110,8 +115,10 @@ async def wait_async(queue: Any, job_id: int, timeout: timedelta | float | None)
     done = state.finished(await read())
     if done is not None:
         return done
+    watch = partial(_watch_job, executor.statements, state.job_id)
     try:
         async with executor.listening_async(executor.statements.listen_finished) as driver:
+            await executor.run_async(watch, None, None)
             while (done := state.finished(await read())) is None:
                 await _notified_async(driver, state)
             return done
@@ -148,6 +155,11 @@ async def _notified_async(driver: Any, state: _Deadline) -> None:
 def _falling_back(state: _Deadline, error: Exception) -> None:
     logger.warning("wait for job %d: LISTEN connection lost (%s); reading the job every %gs instead",
                    state.job_id, type(error).__name__, POLL_INTERVAL)
+
+
+def _watch_job(statements: Statements, job_id: int, conn: Connection, fast: Any) -> None:
+    """Ask for the job's finish to be announced (after LISTEN, before the next read)."""
+    conn.execute(statements.watch_job, {"job_id": job_id})
 
 
 def _read_job(statements: Statements, job_id: int, conn: Connection, fast: Any) -> JobView | None:

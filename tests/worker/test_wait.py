@@ -256,3 +256,17 @@ def test_a_broken_listen_connection_leaves_the_wait_to_the_poll(queue, engine, m
     run_sql("UPDATE sqla_queue_jobs SET status = 'failed', last_error = 'by hand' WHERE id = :id", id=job_id)
 
     assert waiting.outcome().last_error == "by hand"
+
+
+def test_only_a_job_someone_waits_for_is_watched(queue, job_row, listening, gate):
+    """Finishing statements announce watched jobs only: a job nobody waits for costs no NOTIFY."""
+    queue.task(name="held")(lambda payload, ctx: gate.wait(PATIENCE) and None)
+    waited, unwatched = queue.enqueue("held", {}), queue.enqueue("held", {})
+    worker = Waiting(lambda: queue.worker(**FAST).run(until_empty=True))
+    waiting = Waiting(lambda: queue.wait(waited, timeout=PATIENCE))
+    listening(1)
+    gate.set()
+
+    assert waiting.outcome().status == sq.JobStatus.COMPLETED
+    worker.outcome()
+    assert (job_row(waited)["watched"], job_row(unwatched)["watched"]) == (True, False)
