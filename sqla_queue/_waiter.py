@@ -63,8 +63,8 @@ class _Deadline:
     def finished(self, view: JobView | None) -> JobView | None:
         """`view` if the job is finished; None if it is still to wait for."""
         if view is None:
-            raise InvalidInputError(f"job {self.job_id} does not exist (it was never enqueued, "
-                                    "or was cancelled while pending or pruned)")
+            raise InvalidInputError(f"job {self.job_id} does not exist (never enqueued, not "
+                                    "committed yet, or pruned)")
         self.last_status = view.status.value
         return view if view.status in FINISHED_STATUSES else None
 
@@ -93,6 +93,7 @@ def wait(queue: Any, job_id: int, timeout: timedelta | float | None) -> JobView:
     done = state.finished(read())  # already finished: no LISTEN connection needed
     if done is not None:
         return done
+    state.next_wait()  # a timeout of 0 ends here
     executor: Executor = queue.executor
     watch = partial(_watch_job, executor.statements, state.job_id)
     try:
@@ -115,6 +116,7 @@ async def wait_async(queue: Any, job_id: int, timeout: timedelta | float | None)
     done = state.finished(await read())
     if done is not None:
         return done
+    state.next_wait()
     watch = partial(_watch_job, executor.statements, state.job_id)
     try:
         async with executor.listening_async(executor.statements.listen_finished) as driver:

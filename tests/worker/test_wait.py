@@ -86,7 +86,7 @@ def test_wait_returns_the_completed_job_woken_by_its_notification(queue, no_poll
     @queue.task(name="report")
     def report(payload, ctx):
         gate.wait(PATIENCE)
-        return None
+        return {"rows": payload["n"] * 2}
 
     job_id = queue.enqueue("report", {"n": 21})
     worker = Waiting(lambda: queue.worker(**FAST).run(until_empty=True))
@@ -95,7 +95,7 @@ def test_wait_returns_the_completed_job_woken_by_its_notification(queue, no_poll
     gate.set()  # the job finishes only now, while the waiter LISTENs
 
     job = waiting.outcome()
-    assert (job.id, job.status) == (job_id, sq.JobStatus.COMPLETED)
+    assert (job.id, job.status, job.result) == (job_id, sq.JobStatus.COMPLETED, {"rows": 42})
     assert worker.outcome().completed == 1
 
 
@@ -210,6 +210,7 @@ def test_wait_async_is_woken_by_the_notification_on_the_event_loop(url_queue, no
     @url_queue.task(name="total")
     async def total(payload, ctx):
         await asyncio.sleep(0)
+        return sum(payload["values"])
 
     async def scenario() -> sq.JobView:
         job_id = await url_queue.enqueue_async("total", {"values": [1, 2, 3]})
@@ -220,7 +221,7 @@ def test_wait_async_is_woken_by_the_notification_on_the_event_loop(url_queue, no
         return await asyncio.wait_for(waiter, PATIENCE)
 
     job = asyncio.run(scenario())
-    assert (job.id, job.status) == (1, sq.JobStatus.COMPLETED)
+    assert (job.id, job.status, job.result) == (1, sq.JobStatus.COMPLETED, 6)
 
 
 def test_wait_async_times_out_and_refuses_unknown_jobs(url_queue):
