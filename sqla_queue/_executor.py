@@ -77,6 +77,7 @@ from .sql import operator_actions as ops_sql
 from .sql import prune as prune_sql
 from .sql import stats as stats_sql
 from .sql.enqueue import INPUT_COLUMNS
+from .sql.notify import listen_finished
 from .types import JobStatus
 
 __all__ = ["Capabilities", "DriverStatements", "Executor", "Statements", "ARRAY_PARAMS"]
@@ -114,7 +115,7 @@ class Statements:
         self.renew = sql.renew_leases(table)
         self.release = sql.release_jobs(table)
         self.listen = sql.listen(table)
-        self.listen_finished = sql.listen_finished(table)
+        self.listen_finished = listen_finished(table)
         # counters
         self.count_events = counter_sql.count_events(counters)
         self.count_empty = counter_sql.count_empty_claim(table, counters)

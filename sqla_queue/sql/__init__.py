@@ -12,7 +12,7 @@ from .claim import claim_jobs, complete_and_claim_jobs
 from .enqueue import find_active_keys, insert_job, insert_jobs
 from .jobs import claim_state, select_job, watch_job
 from .lease import release_jobs, renew_leases
-from .notify import channel_name, finished_channel, listen, listen_finished
+from .notify import channel_name, finished_channel, listen
 from .outcome import complete_job, complete_jobs, complete_jobs_announced, fail_job, retry_job, snooze_job
 from .recover import cancel_expired, fail_exhausted_expired, requeue_expired
 from .stats import queue_health
@@ -33,7 +33,6 @@ __all__ = [
     "insert_job",
     "insert_jobs",
     "listen",
-    "listen_finished",
     "queue_health",
     "release_jobs",
     "renew_leases",
