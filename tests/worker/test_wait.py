@@ -271,3 +271,27 @@ def test_only_a_job_someone_waits_for_is_watched(queue, job_row, listening, gate
     assert waiting.outcome().status == sq.JobStatus.COMPLETED
     worker.outcome()
     assert (job_row(waited)["watched"], job_row(unwatched)["watched"]) == (True, False)
+
+
+def test_wait_async_also_falls_back_to_the_poll_when_its_listen_connection_breaks(
+        url_queue, engine, monkeypatch, run_sql, listening, caplog):
+    monkeypatch.setattr(_waiter, "POLL_INTERVAL", 0.1)
+    listen = f'LISTEN "{finished_channel(url_queue.table)}"'
+
+    def break_the_listener_then_finish(job_id: int) -> None:
+        listening(1)
+        with engine.connect() as conn:
+            assert conn.execute(text(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE query = :listen AND datname = current_database()"), {"listen": listen}).scalar_one() == 1
+        run_sql("UPDATE sqla_queue_jobs SET status = 'failed', last_error = 'by hand' WHERE id = :id", id=job_id)
+
+    async def scenario() -> sq.JobView:
+        job_id = await url_queue.enqueue_async("send_email", {}, delay=3600)
+        waiter = asyncio.create_task(url_queue.wait_async(job_id, timeout=PATIENCE))
+        await asyncio.to_thread(break_the_listener_then_finish, job_id)
+        return await asyncio.wait_for(waiter, PATIENCE)
+
+    url_queue.task(name="send_email")(lambda payload, ctx: None)
+    assert asyncio.run(scenario()).last_error == "by hand"
+    assert "LISTEN connection lost" in caplog.text
