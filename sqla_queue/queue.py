@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
-from . import _validate, maintenance, sql
+from . import _validate, _waiter, maintenance, sql
 from ._counters import Counters, EmptyClaimThrottle
 from ._enqueue import Enqueuer
 from ._executor import Executor
@@ -453,6 +453,19 @@ class Queue:
         return self._operations.list_queues()
 
     # -- results -------------------------------------------------------------------------
+
+    def wait(self, job_id: int, timeout: timedelta | float | None = None) -> JobView:
+        """Block until job `job_id` is finished (completed, failed or cancelled) and return its
+        view, result included. `timeout` in seconds or a timedelta (None: no limit); when it
+        passes first, `WaitTimeoutError` names the job and its state. Woken by the finish
+        notification, with a read of the row every second in case one is lost
+        (docs/how-to/results-snooze-cancel.md)."""
+        return _waiter.wait(self, job_id, timeout)
+
+    async def wait_async(self, job_id: int, timeout: timedelta | float | None = None) -> JobView:
+        """`wait` for asyncio code, on the queue's asyncio engine: the event loop is free while
+        it waits."""
+        return await _waiter.wait_async(self, job_id, timeout)
 
     # -- schedules -----------------------------------------------------------------------
 
