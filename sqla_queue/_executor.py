@@ -73,6 +73,7 @@ from .models import counters_table
 from .sql import counters as counter_sql
 from .sql import operator_actions as ops_sql
 from .sql import prune as prune_sql
+from .sql import schedules as schedule_sql
 from .sql import stats as stats_sql
 from .sql.enqueue import INPUT_COLUMNS
 from .types import JobStatus
@@ -126,6 +127,9 @@ class Statements:
         self.cancel_pending = ops_sql.cancel_pending_job(table)
         # queue control
         # schedules
+        self.advance_schedule = schedule_sql.advance_schedule(table)
+        self.schedule_last_tick_locked = schedule_sql.last_tick_locked(table)
+        self.schedule_last_ticks = schedule_sql.last_ticks(table)
         # retention
         self.prune = {
             "completed": prune_sql.prune_finished(table, JobStatus.COMPLETED),
