@@ -11,9 +11,9 @@ or restart (docs/how-to/schedule-jobs.md).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import threading
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,10 +121,13 @@ class Cron:
 
 @dataclass(frozen=True)
 class Schedule:
-    """One periodic schedule of a task, as declared with `Queue.periodic`.
+    """One periodic schedule of a task, as declared with `Queue.periodic`, checked when built
+    (a `ConfigurationError` names the bad field).
 
-    `queue` and `priority` None mean the task's own; `timezone` is the IANA zone a cron
-    expression is read in (interval schedules ignore it: their ticks are epoch-aligned)."""
+    Exactly one of `cron` and `every` (a timedelta; seconds are accepted and converted).
+    `timezone` is the IANA zone a cron expression is read in; interval ticks are multiples of
+    `every` since the Unix epoch, the same in every zone, so they take no other zone than UTC.
+    `queue` and `priority` None mean the task's own. `payload` is kept as a copy."""
 
     name: str
     task: str
@@ -135,7 +138,33 @@ class Schedule:
     priority: int | None = None
     timezone: str = "UTC"
     backfill: bool = False
-    timing: Every | Cron | None = field(default=None, repr=False, compare=False)
+    timing: Every | Cron = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_field = functools.partial(object.__setattr__, self)
+        set_field("name", _validate.as_config(_validate.name, self.name, "schedule name"))
+        set_field("payload", _payload_copy(self.payload))
+        if self.queue is not None:
+            _validate.as_config(_validate.name, self.queue, "queue of a schedule")
+        if self.priority is not None:
+            _validate.as_config(_validate.priority, self.priority, "priority of a schedule")
+        if not isinstance(self.backfill, bool):
+            raise ConfigurationError(f"backfill must be True or False, got {type(self.backfill).__name__}")
+        if (self.cron is None) == (self.every is None):
+            raise ConfigurationError("a schedule needs exactly one of cron= (an expression) or every= (an interval)")
+        zone = _zone(self.timezone)
+        if self.every is not None:
+            if zone.key != "UTC":
+                raise ConfigurationError(
+                    "timezone= applies to cron= schedules; every= ticks are multiples of the interval "
+                    "since the Unix epoch, the same in every zone"
+                )
+            set_field("every", _validate.as_config(_validate.duration, self.every, "every", positive=True))
+            set_field("timing", Every(self.every))
+        elif not isinstance(self.cron, str) or not self.cron.strip():
+            raise ConfigurationError(f"cron must be a non-empty string, got {self.cron!r}")
+        else:
+            set_field("timing", Cron.parse(self.cron, zone))
 
     @property
     def spec(self) -> str:
@@ -146,16 +175,11 @@ class Schedule:
 
     def next_tick(self, after: datetime) -> datetime:
         """The first tick strictly after `after` (UTC)."""
-        return self._timing().next_after(after)
+        return self.timing.next_after(after)
 
     def due_ticks(self, after: datetime, until: datetime, limit: int = 1) -> list[datetime]:
         """The ticks in ``(after, until]`` (UTC, ascending), at most the latest `limit`."""
-        return self._timing().ticks(after, until, limit)
-
-    def _timing(self) -> Every | Cron:
-        if self.timing is None:
-            raise ConfigurationError(f"schedule {self.name!r} was not declared with queue.periodic")
-        return self.timing
+        return self.timing.ticks(after, until, limit)
 
 
 class Schedules:
@@ -167,38 +191,29 @@ class Schedules:
         self._by_name: dict[str, Schedule] = {}
 
     def periodic(self, target: Task | Callable[..., Any], *, register: Callable[[Any], Task],
-                 max_payload_bytes: int, cron: Any = None, every: Any = None, payload: Any = None,
-                 queue: Any = None, priority: Any = None, timezone: Any = None, backfill: Any = False,
-                 name: Any = None) -> Task:
+                 max_payload_bytes: int, name: str | None = None, timezone: str | None = None,
+                 payload: Any = None, **options: Any) -> Task:
         """Declare a schedule of `target` (a Task, or a handler that `register` makes one) and
-        return the task. Everything is checked before anything is registered."""
-        timing = _timing(cron, every, timezone)
-        payload = _payload(payload)
-        queue = None if queue is None else _validate.as_config(_validate.name, queue, "queue of a schedule")
-        priority = None if priority is None else _validate.as_config(_validate.priority, priority, "priority of a schedule")
-        if not isinstance(backfill, bool):
-            raise ConfigurationError(f"backfill must be True or False, got {type(backfill).__name__}")
-        schedule_name = _validate.as_config(_validate.name, name, "schedule name") if name is not None else None
-        self._refuse_taken(schedule_name or _task_name_of(target))
+        return the task. Everything is checked before a handler is registered."""
+        fields = {"timezone": "UTC" if timezone is None else timezone,
+                  "payload": {} if payload is None else payload, **options}
+        draft = Schedule(name=(_task_name_of(target) or "unnamed") if name is None else name, task="",
+                         **fields)
+        self._refuse_taken(draft.name)
         task = self._task_for(target, register)
-        schedule_name = schedule_name or task.name
-        self._refuse_taken(schedule_name)
-        limit = task.max_payload_bytes or max_payload_bytes
-        if len(payload[1]) > limit:
-            raise ConfigurationError(str(_validate.payload_too_large(task.name, len(payload[1]), limit)))
-        self._by_name[schedule_name] = Schedule(
-            name=schedule_name, task=task.name, cron=cron, every=getattr(timing, "interval", None),
-            payload=payload[0], queue=queue, priority=priority,
-            timezone=timing.zone.key if isinstance(timing, Cron) else "UTC",
-            backfill=backfill, timing=timing,
-        )
+        schedule = Schedule(name=task.name if name is None else name, task=task.name, **fields)
+        self._refuse_taken(schedule.name)
+        size, limit = len(_validate.payload_json(schedule.payload)), task.max_payload_bytes or max_payload_bytes
+        if size > limit:
+            raise ConfigurationError(f"schedule {schedule.name!r}: {_validate.payload_too_large(task.name, size, limit)}")
+        self._by_name[schedule.name] = schedule
         return task
 
     def all(self) -> list[Schedule]:
         return list(self._by_name.values())
 
-    def _refuse_taken(self, name: str | None) -> None:
-        if name is not None and name in self._by_name:
+    def _refuse_taken(self, name: str) -> None:
+        if name in self._by_name:
             raise ConfigurationError(
                 f"a schedule named {name!r} is already declared; give this one its own name= "
                 "(a task with two schedules needs a name for each)"
@@ -215,28 +230,7 @@ class Schedules:
             return register(target)
 
 
-def _timing(cron: Any, every: Any, timezone: Any) -> Every | Cron:
-    if (cron is None) == (every is None):
-        raise ConfigurationError("a schedule needs exactly one of cron= (an expression) or every= (an interval)")
-    if every is not None:
-        if timezone is not None:
-            raise ConfigurationError(
-                "timezone= applies to cron= schedules; every= ticks are multiples of the interval "
-                "since the Unix epoch, the same in every zone"
-            )
-        try:
-            interval = _validate.duration(every, "every", positive=True)
-        except SqlaQueueError as exc:
-            raise ConfigurationError(str(exc)) from None
-        return Every(interval)
-    if not isinstance(cron, str) or not cron.strip():
-        raise ConfigurationError(f"cron must be a non-empty string, got {cron!r}")
-    return Cron.parse(cron, _zone(timezone))
-
-
 def _zone(name: Any) -> zoneinfo.ZoneInfo:
-    if name is None:
-        return zoneinfo.ZoneInfo("UTC")
     if not isinstance(name, str):
         raise ConfigurationError(f"timezone must be an IANA zone name such as 'Europe/Berlin', got {type(name).__name__}")
     try:
@@ -245,16 +239,13 @@ def _zone(name: Any) -> zoneinfo.ZoneInfo:
         raise ConfigurationError(f"unknown timezone {name!r}; use an IANA zone name such as 'Europe/Berlin'") from None
 
 
-def _payload(payload: Any) -> tuple[dict[str, Any], str]:
-    """The payload as every tick's job gets it (a copy: changing the dict later changes no
-    tick), and its JSON text; checked like an enqueue's."""
-    if payload is None:
-        payload = {}
+def _payload_copy(payload: Any) -> dict[str, Any]:
+    """The payload as every tick's job gets it, checked like an enqueue's; a copy, so changing
+    the dict afterwards changes no tick."""
     try:
-        text = _validate.payload_json(payload)
+        return json.loads(_validate.payload_json(payload))
     except SqlaQueueError as exc:
         raise ConfigurationError(f"schedule payload: {exc}") from None
-    return json.loads(text), text
 
 
 def _task_name_of(target: Any) -> str | None:
@@ -288,27 +279,17 @@ class Scheduler:
         self._clock = clock or _utc_now
         self._started: datetime | None = None
         self._due: dict[str, datetime] = {}
-        self._lock = threading.Lock()
 
     def run_if_due(self) -> int:
         """Enqueue the ticks that came due since the last pass; returns how many this worker
         enqueued (ticks another worker got first are not counted)."""
-        if not self._lock.acquire(blocking=False):
-            return 0  # another thread of this worker is at it
-        try:
-            now = self._clock()
-            self._start(now)
-            enqueued = 0
-            for schedule in self.queue.schedules:
-                due = self._due.get(schedule.name)
-                if due is None:
-                    due = self._due[schedule.name] = schedule.next_tick(self._started)  # type: ignore[arg-type]
-                if due <= now:
-                    enqueued += self._pass(schedule, now)
-                    self._due[schedule.name] = schedule.next_tick(now)
-            return enqueued
-        finally:
-            self._lock.release()
+        now = self._clock()
+        enqueued = 0
+        for schedule in self.queue.schedules:
+            if self._due_of(schedule, now) <= now:
+                enqueued += self._pass(schedule, now)
+                self._due[schedule.name] = schedule.next_tick(now)
+        return enqueued
 
     def seconds_until_due(self) -> float | None:
         """Seconds until the next tick of any schedule; None without schedules."""
@@ -316,20 +297,25 @@ class Scheduler:
         if not schedules:
             return None
         now = self._clock()
-        self._start(now)
-        soonest = min(self._due.get(s.name) or s.next_tick(self._started) for s in schedules)  # type: ignore[arg-type]
+        soonest = min(self._due_of(schedule, now) for schedule in schedules)
         return max(0.0, (soonest - now).total_seconds())
 
-    def _start(self, now: datetime) -> None:
+    def _due_of(self, schedule: Schedule, now: datetime) -> datetime:
+        """When `schedule` next comes due; at first, its first tick after this scheduler's
+        first look (which is when it started)."""
         if self._started is None:
             self._started = now
+        due = self._due.get(schedule.name)
+        if due is None:
+            due = self._due[schedule.name] = schedule.next_tick(self._started)
+        return due
 
     def _pass(self, schedule: Schedule, now: datetime) -> int:
         """One schedule's due ticks. A database error propagates (the claim loop backs off and
         the tick is tried again); a job the enqueue refuses (a plugin, a payload over a limit
         lowered since) is logged and the tick skipped, so one bad schedule cannot stop a worker."""
         try:
-            return fire_tick(self.queue, schedule, now, not_before=self._started)  # type: ignore[arg-type]
+            return fire_tick(self.queue, schedule, now, not_before=self._started or now)
         except DatabaseError:
             raise
         except SqlaQueueError as exc:
@@ -364,7 +350,9 @@ def fire_tick(queue: Queue, schedule: Schedule, now: datetime, *, not_before: da
         for tick in ticks:
             queue.enqueue_tick(schedule, tick, connection=conn)
     if len(ticks) > 1:
-        logger.info("schedule %r: enqueued %d missed ticks (backfill)", schedule.name, len(ticks))
+        logger.info("schedule %r: enqueued %d missed ticks, the last for %s", schedule.name, len(ticks), ticks[-1])
+    else:
+        logger.debug("schedule %r: enqueued the tick of %s", schedule.name, ticks[0])
     return len(ticks)
 
 

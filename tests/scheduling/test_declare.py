@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine
 
 import sqla_queue as sq
-from sqla_queue.scheduling import Cron, Every
+from sqla_queue.scheduling import Cron, Every, Schedule
 
 
 @pytest.fixture
@@ -117,3 +117,12 @@ def test_a_task_of_another_queue_is_unknown_here(bare_queue):
     foreign = other.task(name="foreign")(lambda payload, ctx: None)
     with pytest.raises(sq.UnknownTaskError, match="unknown task 'foreign'"):
         bare_queue.periodic(foreign, every=10)
+
+
+def test_a_schedule_checks_itself_when_built():
+    schedule = Schedule(name="tidy", task="tidy", every=90)
+    assert schedule.every == timedelta(seconds=90) and schedule.spec == "every 90s"
+    with pytest.raises(sq.ConfigurationError, match="timezone= applies to cron= schedules"):
+        Schedule(name="tidy", task="tidy", every=90, timezone="Europe/Berlin")
+    with pytest.raises(sq.ConfigurationError, match="exactly one of cron="):
+        Schedule(name="tidy", task="tidy")
