@@ -180,3 +180,28 @@ def test_the_handler_sees_its_tick(queue, engine):
     summary = queue.worker(queues=["default"], concurrency=1, poll_interval=0.05, listen=False).run(until_empty=True)
     assert summary.completed == 1 and done.is_set()
     assert seen == [queue.schedules[0].due_ticks(now - timedelta(hours=1), now)[0]]
+
+
+def test_an_idle_worker_wakes_up_for_each_tick(queue, engine):
+    """A poll interval far longer than the schedule, and no LISTEN: only the scheduler's
+    deadline can wake the worker for its ticks (and the jobs it enqueued)."""
+    ran: list[datetime] = []
+    three = threading.Event()
+
+    @queue.task(name="beat")
+    def beat(payload, ctx):
+        ran.append(ctx.scheduled_at)
+        if len(ran) >= 3:
+            three.set()
+
+    queue.periodic(beat, every=1)
+    worker = queue.worker(queues=["default"], concurrency=1, poll_interval=120, listen=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert three.wait(60), f"ticks run: {ran}"
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert len(ran) == len(set(ran)) and ran == sorted(ran)
