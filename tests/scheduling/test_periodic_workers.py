@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -47,23 +48,35 @@ def cron_beat(payload, ctx):
 '''
 
 
+@dataclass
+class Worker:
+    process: subprocess.Popen
+    log: Path
+
+    def up(self) -> bool:
+        """The worker logs "serving" once its signal handlers are in place."""
+        return "serving" in self.log.read_text(errors="replace")
+
+
 class App:
     def __init__(self, root: Path, url: str) -> None:
         self.root = root
         self.url = url
         self.engine = create_engine(url, poolclass=NullPool)
-        self.started = 0
+        self.started: list[Worker] = []
         (root / "schedapp.py").write_text(APP)
 
-    def start(self) -> subprocess.Popen:
-        self.started += 1
+    def start(self) -> Worker:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SQLA_QUEUE_")}
         env.update(APP_DATABASE_URL=self.url, PYTHONUNBUFFERED="1", SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD="1")
-        with open(self.root / f"worker-{self.started}.log", "wb") as log:
-            return subprocess.Popen(
+        log = self.root / f"worker-{len(self.started) + 1}.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
                 [SCRIPT, "--app", "schedapp:queue", "worker", "--lease", "5", "--grace", "2"],
-                cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=self.root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
+        self.started.append(Worker(process, log))
+        return self.started[-1]
 
     def ticks(self) -> Counter:
         """How many jobs each (schedule, tick) got."""
@@ -81,26 +94,26 @@ class App:
             time.sleep(0.1)
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.root.glob("*.log")))
+        return "\n".join(f"--- {w.log.name}\n{w.log.read_text(errors='replace')[-3000:]}" for w in self.started)
 
-    def stop(self, workers: list[subprocess.Popen]) -> None:
+    def stop(self, workers: list[Worker]) -> None:
+        """SIGTERM once every worker is up (one still starting has no handler for it yet);
+        each exits cleanly."""
+        self.wait_for(lambda: all(w.up() for w in workers), "every worker to be up")
         for worker in workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
+            worker.process.send_signal(signal.SIGTERM)
         for worker in workers:
-            assert worker.wait(timeout=30) == 0, self.logs()
+            assert worker.process.wait(timeout=30) == 0, self.logs()
 
 
 @pytest.fixture
 def app(tmp_path, create_database):
     app = App(tmp_path, create_database())
-    workers: list[subprocess.Popen] = []
-    app.workers = workers
     yield app
-    for worker in workers:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(timeout=10)
+    for worker in app.started:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait(timeout=10)
     app.engine.dispose()
 
 
@@ -109,28 +122,28 @@ def contiguous(ticks: list[datetime], step: timedelta) -> bool:
 
 
 def test_three_workers_enqueue_each_tick_once_through_a_kill_and_a_pause(app):
-    app.workers[:] = [app.start() for _ in range(WORKERS)]
+    workers = [app.start() for _ in range(WORKERS)]
     app.wait_for(lambda: len(app.of("every-second")) >= 2, "the first ticks")
     live_from = datetime.now(UTC)
 
     # SIGKILL one worker mid-run, and restart it.
     time.sleep(3)
-    victim = app.workers[0]
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=10)
-    app.workers[0] = app.start()
+    victim = workers[0]
+    victim.process.send_signal(signal.SIGKILL)
+    victim.process.wait(timeout=10)
+    workers[0] = app.start()
     app.wait_for(lambda: datetime.now(UTC) - live_from >= 10 * SECOND, "ten seconds of ticks")
 
     # All workers stop; nobody runs for 5 s; they come back.
-    app.stop(app.workers)
+    app.stop(workers)
     stopped = datetime.now(UTC)
     before_pause = app.ticks()
     time.sleep(5)
     restarted = datetime.now(UTC)
-    app.workers[:] = [app.start() for _ in range(WORKERS)]
+    workers = [app.start() for _ in range(WORKERS)]
     app.wait_for(lambda: any(t > restarted + 2 * SECOND for t in app.of("every-second"))
                  and any(t > restarted + 2 * SECOND for t in app.of("cron-even-seconds")), "ticks after the restart")
-    app.stop(app.workers)
+    app.stop(workers)
 
     counts = app.ticks()
     # Exactly once per (schedule, tick), across kills, restarts and the pause.
