@@ -17,7 +17,7 @@ import logging
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta, timezone as dt_timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from croniter import CroniterError, croniter
@@ -74,11 +74,11 @@ class Cron:
     real minutes)."""
 
     expression: str
-    zone: zoneinfo.ZoneInfo
+    zone: tzinfo
     every_hour: bool = field(default=False, compare=False)
 
     @classmethod
-    def parse(cls, expression: str, zone: zoneinfo.ZoneInfo) -> Cron:
+    def parse(cls, expression: str, zone: tzinfo) -> Cron:
         """Checked by croniter, which also finds its next match (an expression that never
         matches, like February 30th, is refused here rather than on a worker)."""
         try:
@@ -154,7 +154,7 @@ class Schedule:
             raise ConfigurationError("a schedule needs exactly one of cron= (an expression) or every= (an interval)")
         zone = _zone(self.timezone)
         if self.every is not None:
-            if zone.key != "UTC":
+            if zone is not dt_timezone.utc:
                 raise ConfigurationError(
                     "timezone= applies to cron= schedules; every= ticks are multiples of the interval "
                     "since the Unix epoch, the same in every zone"
@@ -230,13 +230,19 @@ class Schedules:
             return register(target)
 
 
-def _zone(name: Any) -> zoneinfo.ZoneInfo:
+def _zone(name: Any) -> tzinfo:
+    """The zone named; UTC needs no time zone database (slim containers may lack one)."""
     if not isinstance(name, str):
         raise ConfigurationError(f"timezone must be an IANA zone name such as 'Europe/Berlin', got {type(name).__name__}")
+    if name == "UTC":
+        return dt_timezone.utc
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ConfigurationError(f"unknown timezone {name!r}; use an IANA zone name such as 'Europe/Berlin'") from None
+        raise ConfigurationError(
+            f"unknown timezone {name!r}; use an IANA zone name such as 'Europe/Berlin' (where the "
+            "system has no time zone database, install the tzdata package)"
+        ) from None
 
 
 def _payload_copy(payload: Any) -> dict[str, Any]:
