@@ -318,15 +318,18 @@ class Scheduler:
 
     def _pass(self, schedule: Schedule, now: datetime) -> int:
         """One schedule's due ticks. A database error propagates (the claim loop backs off and
-        the tick is tried again); a job the enqueue refuses (a plugin, a payload over a limit
-        lowered since) is logged and the tick skipped, so one bad schedule cannot stop a worker."""
+        the tick is tried again); anything else (a job the enqueue refuses: a plugin, a payload
+        over a limit lowered since) is logged and the tick skipped: a schedule must not stop the
+        worker's claims."""
         try:
             return fire_tick(self.queue, schedule, now, not_before=self._started or now)
         except DatabaseError:
             raise
         except SqlaQueueError as exc:
             logger.error("schedule %r: could not enqueue its tick: %s", schedule.name, exc)
-            return 0
+        except Exception:
+            logger.exception("schedule %r: could not enqueue its tick", schedule.name)
+        return 0
 
 
 def fire_tick(queue: Queue, schedule: Schedule, now: datetime, *, not_before: datetime) -> int:
