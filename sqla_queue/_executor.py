@@ -108,6 +108,7 @@ class Statements:
         self.fail_expired = sql.fail_exhausted_expired(table)
         self.cancel_expired = sql.cancel_expired(table)
         self.select_job = sql.select_job(table)
+        self.watch_job = sql.watch_job(table)
         self.claim_state = sql.claim_state(table)
         self.renew = sql.renew_leases(table)
         self.release = sql.release_jobs(table)
