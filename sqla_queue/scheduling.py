@@ -194,7 +194,8 @@ class Schedules:
                  max_payload_bytes: int, name: str | None = None, timezone: str | None = None,
                  payload: Any = None, **options: Any) -> Task:
         """Declare a schedule of `target` (a Task, or a handler that `register` makes one) and
-        return the task. Everything is checked before a handler is registered."""
+        return the task. Every option is checked before a handler is registered; the payload's
+        size last, against the limit of the task it is for."""
         fields = {"timezone": "UTC" if timezone is None else timezone,
                   "payload": {} if payload is None else payload, **options}
         draft = Schedule(name=(_task_name_of(target) or "unnamed") if name is None else name, task="",
