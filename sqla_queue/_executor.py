@@ -76,6 +76,7 @@ from .sql import counters as counter_sql
 from .sql import operator_actions as ops_sql
 from .sql import prune as prune_sql
 from .sql import queues as queues_sql
+from .sql import schedules as schedule_sql
 from .sql import stats as stats_sql
 from .sql.enqueue import INPUT_COLUMNS
 from .sql.notify import listen_finished
@@ -139,6 +140,9 @@ class Statements:
         self.cancelled_in_window = stats_sql.cancelled_in_window(table)
         self.cancel = ops_sql.cancel_job(table)
         # schedules
+        self.advance_schedule = schedule_sql.advance_schedule(table)
+        self.schedule_last_tick_locked = schedule_sql.last_tick_locked(table)
+        self.schedule_last_ticks = schedule_sql.last_ticks(table)
         # retention
         self.prune = {
             "completed": prune_sql.prune_finished(table, JobStatus.COMPLETED),
