@@ -60,6 +60,8 @@ SERVER_INDEPENDENT = (
     "migrations/test_host_alembic.py", "migrations/test_host_install.py",
     "worker/test_proxy.py", "worker/test_connection_loss.py", "worker/test_network.py",
     "worker/test_long_job.py", "worker/test_crash.py",
+    "scheduling/test_ticks.py", "scheduling/test_declare.py", "scheduling/test_schedule_statements.py",
+    "scheduling/test_cli_schedules.py", "scheduling/test_schedule_jobs_doc.py",
 )
 TESTS = Path(__file__).parent
 

@@ -170,8 +170,8 @@ def test_distinct_can_be_waived_for_a_deliberately_coarse_key(engine):
 
 def test_the_builtin_logging_plugin_survives_every_event(engine, count_jobs):
     report = check_lifecycle_plugin(logging_plugin, engine)
-    assert len(report.hooks) == 8
-    assert report.events["sqla_queue_job_enqueued"] == 4
+    assert len(report.hooks) == 10
+    assert report.events["sqla_queue_job_enqueued"] == 6
     assert all(report.events[hook] >= 1 for hook in report.hooks)
     assert count_jobs("queue_name LIKE 'sqla_queue.conformance.%'") == 0
 

@@ -40,7 +40,8 @@ def test_cancel_is_one_statement_deciding_on_the_locked_row_and_announcing_the_f
     assert "status IN ('pending', 'running') FOR UPDATE SKIP LOCKED" in text_
     assert "status=CASE WHEN (sqla_queue_jobs.status = 'pending') THEN 'cancelled' ELSE sqla_queue_jobs.status END" in text_
     assert "coalesce(sqla_queue_jobs.cancel_requested_at, clock_timestamp())" in text_
-    assert "SELECT pg_notify(" in text_ and "FROM changed WHERE changed.status = 'cancelled'" in text_
+    assert "SELECT pg_notify(" in text_
+    assert "FROM changed WHERE changed.watched AND changed.status = 'cancelled'" in text_
     assert text_.endswith("FROM changed LEFT OUTER JOIN changed_announced ON true")
 
 
