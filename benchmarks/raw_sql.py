@@ -144,6 +144,16 @@ SELECT %(queue)s, %(task)s, jsonb_build_object('i', g),
 FROM generate_series(1, %(n)s) AS g
 """
 
+# The same pending jobs with priorities in use: each job takes the next of %(priorities)s in turn,
+# so every priority's jobs are spread over the same hour of run_at.
+FILL_PENDING_PRIORITIES = f"""
+INSERT INTO {TABLE} (queue_name, task, payload, run_at, priority)
+SELECT %(queue)s, %(task)s, jsonb_build_object('i', g),
+       now() - interval '1 hour' + (g * interval '1 hour') / %(n)s,
+       (%(priorities)s::smallint[])[1 + mod(g, cardinality(%(priorities)s::smallint[]))]
+FROM generate_series(1, %(n)s) AS g
+"""
+
 # A finished history: completed jobs as a worker leaves them.
 FILL_COMPLETED = f"""
 INSERT INTO {TABLE} (queue_name, task, payload, status, run_at, attempts, locked_at, locked_by,

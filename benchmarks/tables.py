@@ -30,6 +30,12 @@ def fill(conn, *, pending: int = 0, completed: int = 0) -> None:
         conn.execute(raw_sql.FILL_PENDING, {**params, "n": pending})
 
 
+def fill_priorities(conn, *, queue: str, pending: int, priorities: tuple[int, ...]) -> None:
+    """`pending` due jobs on `queue`, their priorities taken from `priorities` in turn."""
+    conn.execute(raw_sql.FILL_PENDING_PRIORITIES,
+                 {"queue": queue, "task": raw_sql.TASK, "n": pending, "priorities": list(priorities)})
+
+
 def settle(conn) -> None:
     conn.execute(raw_sql.VACUUM_ANALYZE)
     conn.execute(raw_sql.CHECKPOINT)
