@@ -6,11 +6,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from plan_helpers import indexes_used, plan_nodes, plan_of, seq_scanned
 from sqlalchemy import create_engine, event, text
 
 import sqla_queue as sq
 from sqla_queue import sql
 
+JOBS = sq.Job.__table__
 INDEX = "sqla_queue_jobs_pending_claim_idx"
 CLAIM_PARAMS = {"queue": "default", "worker_id": "plan-test", "limit": 10, "token": "t"}
 
@@ -127,3 +129,53 @@ def _sql_literal(value) -> str:
     if isinstance(value, int):
         return str(value)
     return "'" + str(value).replace("'", "''") + "'"
+
+
+# -- priorities in use: a large backlog, several priorities ---------------------------------------
+
+PRIORITIES = (-1, 0, 5, 10)
+
+
+@pytest.fixture(scope="module")
+def priorities_engine(create_database):
+    """Its own database: 240,000 pending jobs over two queues at priorities -1, 0, 5 and 10 (each
+    priority's jobs spread over the same hour of run_at, all due), beside 60,000 completed ones;
+    vacuumed and analyzed."""
+    engine = create_engine(create_database())
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at,"
+            " locked_at, completed_at)"
+            " SELECT 'default', 'send_email', '{}'::jsonb, 'completed', 1, now() - interval '1 day',"
+            " now(), now() FROM generate_series(1, 60000) AS g"
+        ))
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at, priority)"
+            " SELECT CASE WHEN mod(g, 2) = 0 THEN 'images' ELSE 'default' END, 'send_email',"
+            " jsonb_build_object('n', g), now() - interval '1 hour' + make_interval(secs => g * 0.015),"
+            " (CAST(:priorities AS smallint[]))[1 + mod(g / 2, 4)] FROM generate_series(1, 240000) AS g"
+        ), {"priorities": list(PRIORITIES)})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE sqla_queue_jobs"))
+    yield engine
+    engine.dispose()
+
+
+def _assert_claim_walks_the_index(plan: dict) -> None:
+    nodes = [node["Node Type"] for node in plan_nodes(plan)]
+    assert INDEX in indexes_used(plan), plan
+    assert not {"Sort", "Incremental Sort"} & set(nodes), nodes
+    assert seq_scanned(plan) == set(), plan
+
+
+def test_the_large_table_has_what_the_plan_tests_need(priorities_engine):
+    with priorities_engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT priority, count(*) FROM sqla_queue_jobs WHERE status = 'pending' GROUP BY priority"
+        )).all()
+    assert dict(rows) == {p: 60_000 for p in PRIORITIES}
+
+
+def test_claim_with_priorities_in_use_walks_the_index_in_claim_order(priorities_engine):
+    plan = plan_of(priorities_engine, sql.claim_jobs(JOBS), CLAIM_PARAMS)
+    _assert_claim_walks_the_index(plan)
