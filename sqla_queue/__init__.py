@@ -15,12 +15,16 @@ from .errors import (
     NonRetryableError,
     PayloadError,
     PluginError,
+    ResultError,
+    Snooze,
     SqlaQueueError,
     UnknownTaskError,
+    WaitTimeoutError,
 )
 from .hookspecs import hookimpl
 from .models import Job, JobMixin, metadata
 from .queue import Queue
+from .scheduling import Schedule
 from .types import DEFAULT_LEASE
 from .types import (
     ClaimedJob,
@@ -57,9 +61,13 @@ __all__ = [
     "Queue",
     "QueueHealth",
     "QueueStats",
+    "ResultError",
+    "Schedule",
+    "Snooze",
     "SqlaQueueError",
     "Task",
     "UnknownTaskError",
+    "WaitTimeoutError",
     "errors",
     "hookimpl",
     "metadata",

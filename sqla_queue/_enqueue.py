@@ -30,7 +30,7 @@ from .types import JobEnqueued
 
 _ENQUEUE_ROUNDS = 5
 _ENQUEUE_OPTIONS = frozenset(
-    {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key"}
+    {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key", "priority"}
 )
 
 _NO_DELAY = timedelta(0)
@@ -43,7 +43,7 @@ class _Jobs:
     __slots__ = ("columns", "keyed", "ask_key", "resolved")
 
     def __init__(self, ask_key: Callable[..., str | None]) -> None:
-        self.columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
+        self.columns: tuple[list[Any], ...] = tuple([] for _ in INPUT_COLUMNS)
         self.keyed = 0  # jobs with an idempotency key
         self.ask_key = ask_key  # _plugins.idempotency_key_asker: task option, then the hook
         self.resolved: dict[Any, tuple[Any, Task]] = {}
@@ -140,6 +140,7 @@ class Enqueuer:
                     jobs, job["task"], job["payload"], queue=job.get("queue"),
                     run_at=job.get("run_at"), delay=job.get("delay"),
                     max_attempts=job.get("max_attempts"), idempotency_key=job.get("idempotency_key"),
+                    priority=job.get("priority"),
                 )
         except (InvalidInputError, UnknownTaskError) as exc:
             raise type(exc)(f"jobs[{index}]: {exc}") from None
@@ -155,8 +156,11 @@ class Enqueuer:
         delay: timedelta | float | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
+        priority: int | None = None,
+        scheduled_at: datetime | None = None,
     ) -> None:
-        """Validate one job and append it to `jobs`: nothing is appended if a check fails."""
+        """Validate one job and append it to `jobs`: nothing is appended if a check fails.
+        `scheduled_at` is the scheduler's (`sqla_queue.scheduling`): the tick the job is for."""
         registered = self._resolve_task(jobs, task)
         payload_json = _validate.payload_json(payload)
         limit = registered.max_payload_bytes or self.max_payload_bytes
@@ -176,8 +180,10 @@ class Enqueuer:
         if idempotency_key is not None:
             idempotency_key = _validate.idempotency_key(idempotency_key)
             jobs.keyed += 1
+        rank = registered.priority if priority is None else _validate.priority(priority)
         for column, value in zip(
-            jobs.columns, (queue_name, registered.name, payload_json, when, wait, attempts, idempotency_key)
+            jobs.columns,
+            (queue_name, registered.name, payload_json, when, wait, attempts, idempotency_key, rank, scheduled_at),
         ):
             column.append(value)
 

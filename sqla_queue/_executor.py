@@ -97,12 +97,15 @@ class Statements:
         # claim, outcomes, leases, recovery
         self.claim = sql.claim_jobs(table)
         self.complete_and_claim = sql.complete_and_claim_jobs(table)
+        self.complete_and_claim_from = sql.complete_and_claim_jobs(table, from_position=True)
         self.complete = sql.complete_job(table)
-        self.complete_many = sql.complete_jobs(table)
+        self.complete_many = sql.complete_jobs_announced(table)
         self.retry = sql.retry_job(table)
         self.fail = sql.fail_job(table)
+        self.snooze = sql.snooze_job(table)
         self.requeue_expired = sql.requeue_expired(table)
         self.fail_expired = sql.fail_exhausted_expired(table)
+        self.cancel_expired = sql.cancel_expired(table)
         self.select_job = sql.select_job(table)
         self.claim_state = sql.claim_state(table)
         self.renew = sql.renew_leases(table)
@@ -121,6 +124,8 @@ class Statements:
         self.key_holder = ops_sql.active_key_holder(table)
         self.retry_failed = ops_sql.retry_failed_job(table)
         self.cancel_pending = ops_sql.cancel_pending_job(table)
+        # queue control
+        # schedules
         # retention
         self.prune = {
             "completed": prune_sql.prune_finished(table, JobStatus.COMPLETED),
@@ -149,9 +154,11 @@ class DriverStatements:
     """The hot statements compiled once for a psycopg dialect (`_driver.DriverStatement`)."""
 
     def __init__(self, statements: Statements, dialect: Dialect) -> None:
-        self.round = DriverStatement(statements.complete_and_claim, dialect, {
-            "queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": [],
-            "from_run_at": None, "from_id": None,
+        round_sample = {"queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": [],
+                        "results": []}
+        self.round = DriverStatement(statements.complete_and_claim, dialect, round_sample)
+        self.round_from = DriverStatement(statements.complete_and_claim_from, dialect, {
+            **round_sample, "from_priority": 0, "from_run_at": None, "from_id": 0,
         })
         self.insert_one = DriverStatement(statements.insert_one, dialect,
                                           {**dict.fromkeys(INPUT_COLUMNS), "channel": ""})
@@ -295,12 +302,14 @@ class Executor:
 
     # -- the driver fast path --------------------------------------------------------------
 
-    def run_round(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
-        """The complete-and-claim statement's rows (attributes as the statement names them)."""
+    def run_round(self, conn: Connection, params: dict[str, Any], *, from_position: bool = False) -> list[Any]:
+        """The complete-and-claim statement's rows (attributes as the statement names them),
+        claiming from ``params``' position or from the start of the claim order."""
         fast = self._driver_statements
         if fast is not None:
-            return fast.round.rows(conn, params)
-        return conn.execute(self.statements.complete_and_claim, params).all()
+            return (fast.round_from if from_position else fast.round).rows(conn, params)
+        statement = self.statements.complete_and_claim_from if from_position else self.statements.complete_and_claim
+        return conn.execute(statement, params).all()
 
     @contextmanager
     def autocommit_enqueue(self) -> Iterator[tuple[PoolProxiedConnection, DriverStatements] | None]:

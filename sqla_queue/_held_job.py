@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from .types import ClaimedJob
 
@@ -31,6 +32,8 @@ class HeldJob:
         self.started = False
         self.state = self.RUNNING
         self.cancel: Callable[[], None] | None = None  # an async handler's: cancels its coroutine
+        self.context = job.context()  # the handler's; a cancel request is set on it
+        self.result: Any = None  # the handler's return value, stored with the completion
         self._lock = threading.Lock()
 
     def move(self, to: str, *, allowed: tuple[str, ...] = (RUNNING,)) -> bool:
@@ -39,6 +42,23 @@ class HeldJob:
                 return False
             self.state = to
             return True
+
+    def request_cancel(self) -> bool:
+        """Someone asked to cancel the job: tell the handler (`JobContext.cancel_requested`)
+        and cancel an async handler's coroutine. True the first time only."""
+        event = self.context._cancel_requested
+        with self._lock:
+            if event.is_set():
+                return False
+            event.set()
+            cancel = self.cancel if self.state == self.RUNNING else None
+        if cancel is not None:
+            cancel()
+        return True
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.context.cancel_requested
 
     @property
     def settled(self) -> bool:

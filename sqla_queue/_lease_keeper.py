@@ -62,13 +62,15 @@ class LeaseKeeperConfig:
 class LeaseKeeperResult:
     """What one pass did to the jobs it looked at.
 
-    ``renewed``: leases restarted. ``lost``: not renewed because the claim is no longer this
-    worker's (the heartbeat already reported it). ``fenced``: the renewal failed and the lease
+    ``renewed``: leases restarted. ``cancel_requested``: renewed jobs someone asked to cancel
+    since the last pass (their handlers were told). ``lost``: not renewed because the claim is
+    no longer this worker's (the heartbeat already reported it). ``fenced``: the renewal failed and the lease
     may have expired, so the job was given up. ``timed_out``: the handler outlived its task's
     timeout; the job is settled here and its outcome is the worker's to record.
     """
 
     renewed: tuple[HeldJob, ...] = ()
+    cancel_requested: tuple[HeldJob, ...] = ()
     lost: tuple[HeldJob, ...] = ()
     fenced: tuple[HeldJob, ...] = ()
     timed_out: tuple[HeldJob, ...] = ()
@@ -121,18 +123,21 @@ class LeaseKeeper:
             return LeaseKeeperResult(timed_out=timed_out)
         started = time.monotonic()
         try:
-            renewed_ids = self.queue.heartbeat(h.job for h in held)
+            renewed_ids = self.queue.renew(h.job for h in held)
         except DatabaseError as exc:
             logger.warning("%s: lease renewal failed: %s", self.owner, exc)
             return LeaseKeeperResult(fenced=self._fence_expired(held), timed_out=timed_out)
-        renewed, lost = [], []
+        renewed, cancelling, lost = [], [], []
         for h in held:
             if h.job.id in renewed_ids:
                 h.lease_confirmed = started
                 renewed.append(h)
+                if renewed_ids[h.job.id] and h.request_cancel():
+                    cancelling.append(h)
             elif h.move(HeldJob.SETTLED):  # not renewed, still running: lost (already reported)
                 lost.append(h)
-        return LeaseKeeperResult(renewed=tuple(renewed), lost=tuple(lost), timed_out=timed_out)
+        return LeaseKeeperResult(renewed=tuple(renewed), cancel_requested=tuple(cancelling), lost=tuple(lost),
+                                 timed_out=timed_out)
 
     def _fence_expired(self, held: list[HeldJob]) -> tuple[HeldJob, ...]:
         now = time.monotonic()

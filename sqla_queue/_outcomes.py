@@ -8,7 +8,7 @@ and transaction modes come from the executor; events go out through the plugin m
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,11 +21,13 @@ from .errors import InvalidInputError
 from .types import (
     ClaimedJob,
     EmptyClaim,
+    JobCancelled,
     JobClaimed,
     JobCompleted,
     JobFailed,
     JobRecovered,
     JobRetried,
+    JobSnoozed,
     JobStatus,
     LostClaim,
     Outcome,
@@ -62,26 +64,27 @@ class Outcomes:
 
     def complete_and_claim(
         self, finished: Iterable[ClaimedJob], queue: str, worker_id: str, limit: int,
-        from_position: tuple[datetime, int] | None,
+        from_position: tuple[int, datetime, int] | None, results: Mapping[int, str | None],
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
+        """`results`: JSON text of the finished jobs' return values, by job id (absent: none)."""
         finished = list(finished)
         queue = _validate.name(queue, "queue")
         worker_id = _validate.name(worker_id, "worker_id")
         limit = _validate.non_negative_int(limit, "limit")
-        from_run_at, from_id = _position_params(from_position)
+        position = _position_params(from_position)
         params = {"queue": queue, "worker_id": worker_id, "limit": limit,
-                  "token": secrets.token_urlsafe(24), "from_run_at": from_run_at, "from_id": from_id,
-                  **_held_params(finished)}
+                  "token": secrets.token_urlsafe(24), **position, **_held_params(finished, results)}
         with self.executor.single_statement() as conn:
-            rows = self.executor.run_round(conn, params)
+            rows = self.executor.run_round(conn, params, from_position=bool(position))
             claimed_rows = [row for row in rows if row.claimed]
             # Idle path only: an empty claim is classified and counted.
             empty_reason = (self.counters.count_empty_claim(conn, queue)
                             if limit and not claimed_rows else None)
         completed_rows = [row for row in rows if not row.claimed]
-        self._emit_completed(completed_rows)
+        self._emit_finished(completed_rows)
         completed = {row.id for row in completed_rows}
-        results = {job.id: job.id in completed or self.complete(job.id, job.claim_token) for job in finished}
+        results = {job.id: job.id in completed or self.complete(job.id, job.claim_token, results.get(job.id))
+                   for job in finished}
         jobs = sorted((_claimed_job(row) for row in claimed_rows), key=lambda j: j.id)
         if limit:
             self._emit_claimed(jobs, claimed_rows, queue, worker_id, limit, empty_reason)
@@ -102,29 +105,39 @@ class Outcomes:
 
     # -- outcomes --------------------------------------------------------------------------
 
-    def complete(self, job_id: int, claim_token: str) -> bool:
-        row = self._guarded(self.statements.complete, job_id, claim_token)
+    def complete(self, job_id: int, claim_token: str, result: str | None = None) -> bool:
+        row = self._guarded(self.statements.complete, job_id, claim_token, result=result)
         if row is None:
             self._lost(job_id, claim_token, "complete")
             return False
         if not row.replayed:
-            self._emit_completed([row])
+            self._emit_finished([row])
         return True
 
-    def complete_many(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
+    def complete_many(self, jobs: Iterable[ClaimedJob], results: Mapping[int, str | None]) -> dict[int, bool]:
         jobs = list(jobs)
         if not jobs:
             return {}
         with self.executor.single_statement() as conn:
-            rows = conn.execute(self.statements.complete_many, _held_params(jobs)).all()
-        self._emit_completed(rows)
+            rows = conn.execute(self.statements.complete_many, _held_params(jobs, results)).all()
+        self._emit_finished(rows)
         done = {row.id for row in rows}
-        return {job.id: job.id in done or self.complete(job.id, job.claim_token) for job in jobs}
+        return {job.id: job.id in done or self.complete(job.id, job.claim_token, results.get(job.id))
+                for job in jobs}
 
-    def _emit_completed(self, rows: Sequence[Any]) -> None:
+    def _emit_finished(self, rows: Sequence[Any]) -> None:
+        """Completed rows, and the ones a cancel request turned into cancelled."""
         emit_each(self.plugin_manager, "sqla_queue_job_completed", (
             JobCompleted(job_id=row.id, queue=row.queue_name, task=row.task,
                          attempt=row.attempts, duration=row.duration)
+            for row in rows if row.status != JobStatus.CANCELLED.value
+        ))
+        self._emit_cancelled(row for row in rows if row.status == JobStatus.CANCELLED.value)
+
+    def _emit_cancelled(self, rows: Iterable[Any]) -> None:
+        emit_each(self.plugin_manager, "sqla_queue_job_cancelled", (
+            JobCancelled(job_id=row.id, queue=row.queue_name, task=row.task, attempt=row.attempts,
+                         requested_while_running=True)
             for row in rows
         ))
 
@@ -161,7 +174,9 @@ class Outcomes:
         if row.replayed:
             return outcome  # the first call's event already fired
         exception = None if isinstance(error, str) else error
-        if outcome.status is JobStatus.PENDING:
+        if outcome.status is JobStatus.CANCELLED:
+            self._emit_cancelled([row])
+        elif outcome.status is JobStatus.PENDING:
             emit(self.plugin_manager, "sqla_queue_job_retried",
                  event=JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,
                                   attempt=row.attempts, run_at=row.run_at, error=row.last_error or "",
@@ -171,6 +186,25 @@ class Outcomes:
                  event=JobFailed(job_id=row.id, queue=row.queue_name, task=row.task,
                                  attempt=row.attempts, error=row.last_error or "",
                                  exception=exception, traceback=trace))
+        return outcome
+
+    def snooze(self, job: ClaimedJob, delay: timedelta | float) -> Outcome | None:
+        """Pending again after `delay` with the attempt given back; None: the claim was lost."""
+        delay = _validate.snooze_delay(delay)
+        row = self._guarded(self.statements.snooze, job.id, job.claim_token, delay=delay)
+        if row is None:
+            self._lost(job.id, job.claim_token, "snooze")
+            return None
+        outcome = Outcome(job_id=row.id, status=JobStatus(row.status), attempts=row.attempts,
+                          max_attempts=row.max_attempts, run_at=row.run_at)
+        if row.replayed:
+            return outcome
+        if outcome.status is JobStatus.CANCELLED:
+            self._emit_cancelled([row])
+        else:
+            emit(self.plugin_manager, "sqla_queue_job_snoozed",
+                 event=JobSnoozed(job_id=row.id, queue=row.queue_name, task=row.task, attempt=row.attempts,
+                                  run_at=row.run_at, snoozes=row.snoozes))
         return outcome
 
     def _guarded(self, statement: Any, job_id: int, claim_token: str, **values: Any) -> Any:
@@ -196,12 +230,17 @@ class Outcomes:
     # -- leases ----------------------------------------------------------------------------
 
     def heartbeat(self, jobs: Iterable[ClaimedJob]) -> set[int]:
+        return set(self.renew(jobs))
+
+    def renew(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
+        """Renew leases: ``{renewed job id: cancel requested?}``; the lease keeper passes the
+        requests on to the handlers (`JobContext.cancel_requested`)."""
         jobs = list(jobs)
         if not jobs:
-            return set()
+            return {}
         with self.executor.single_statement() as conn:
             rows = conn.execute(self.statements.renew, _held_params(jobs)).all()
-        renewed = {row.id for row in rows}
+        renewed = {row.id: row.cancel_requested for row in rows}
         for job in jobs:
             if job.id not in renewed:
                 self._lost(job.id, job.claim_token, "heartbeat", unless_finished=True)
@@ -224,18 +263,26 @@ class Outcomes:
         with self.executor.transaction() as conn:
             failed = conn.execute(self.statements.fail_expired, params).all()
             self.counters.count_recovered(conn, failed)
-        for rows, status in ((requeued, JobStatus.PENDING), (failed, JobStatus.FAILED)):
+        with self.executor.transaction() as conn:
+            cancelled = conn.execute(self.statements.cancel_expired, params).all()
+            self.counters.count_recovered(conn, cancelled)
+        for rows, status in ((requeued, JobStatus.PENDING), (failed, JobStatus.FAILED),
+                             (cancelled, JobStatus.CANCELLED)):
             for row in rows:
                 emit(self.plugin_manager, "sqla_queue_job_recovered",
                      event=JobRecovered(job_id=row.id, queue=row.queue_name, task=row.task, status=status))
-        return sorted(row.id for row in (*requeued, *failed))
+        return sorted(row.id for row in (*requeued, *failed, *cancelled))
 
 
-def _held_params(jobs: Sequence[ClaimedJob]) -> dict[str, list[Any]]:
+def _held_params(jobs: Sequence[ClaimedJob], results: Mapping[int, str | None] | None = None) -> dict[str, list[Any]]:
     """Sorted by id, so that two batch statements on overlapping jobs (a heartbeat and a
-    completion from one worker) lock rows in the same order and cannot deadlock."""
+    completion from one worker) lock rows in the same order and cannot deadlock. With
+    `results`, each job's result text (or None) in the same order."""
     ordered = sorted(jobs, key=lambda job: job.id)
-    return {"job_ids": [job.id for job in ordered], "tokens": [job.claim_token for job in ordered]}
+    params = {"job_ids": [job.id for job in ordered], "tokens": [job.claim_token for job in ordered]}
+    if results is not None:
+        params["results"] = [results.get(job.id) for job in ordered]
+    return params
 
 
 def _claimed_job(row: Any) -> ClaimedJob:
@@ -243,19 +290,23 @@ def _claimed_job(row: Any) -> ClaimedJob:
         id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
         max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
         idempotency_key=row.idempotency_key, locked_at=row.locked_at, run_at=row.run_at,
+        priority=row.priority, scheduled_at=row.scheduled_at, snoozes=row.snoozes,
     )
 
 
-def _position_params(position: Any) -> tuple[datetime | None, int | None]:
+def _position_params(position: Any) -> dict[str, Any]:
+    """The claim's start position as parameters; none for the start of the claim order."""
     if position is None:
-        return None, None
-    if (not isinstance(position, tuple) or len(position) != 2
-            or not isinstance(position[0], datetime) or position[0].tzinfo is None
-            or isinstance(position[1], bool) or not isinstance(position[1], int)):
+        return {}
+    if (not isinstance(position, tuple) or len(position) != 3
+            or isinstance(position[0], bool) or not isinstance(position[0], int)
+            or not isinstance(position[1], datetime) or position[1].tzinfo is None
+            or isinstance(position[2], bool) or not isinstance(position[2], int)):
         raise InvalidInputError(
-            "from_position must be None or a (run_at, id) tuple of an aware datetime and an integer"
+            "from_position must be None or a (priority, run_at, id) tuple of an integer, an aware "
+            "datetime and an integer"
         )
-    return position
+    return {"from_priority": position[0], "from_run_at": position[1], "from_id": position[2]}
 
 
 def _queue_wait(job: ClaimedJob, run_at: datetime | None) -> timedelta | None:

@@ -35,6 +35,10 @@ class Task:
     """This task's payload limit (encoded JSON bytes); None: the queue's."""
     is_async: bool = False
     """The handler is a coroutine function: the worker runs it on its event loop."""
+    priority: int = 0
+    """The priority of this task's jobs when `enqueue` names none (higher runs first)."""
+    max_snoozes: int = _validate.DEFAULT_MAX_SNOOZES
+    """How often one job may snooze (`sqla_queue.Snooze`); past it the attempt fails."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)
@@ -90,6 +94,8 @@ class TaskRegistry:
         retry_delay: RetryDelay | float | None = None,
         idempotency_key: KeyFunction | None = None,
         max_payload_bytes: int | None = None,
+        priority: int = 0,
+        max_snoozes: int = _validate.DEFAULT_MAX_SNOOZES,
     ) -> Task:
         if not callable(handler):
             raise TypeError(f"@queue.task needs a callable, got {type(handler).__name__}")
@@ -111,6 +117,9 @@ class TaskRegistry:
                 max_payload_bytes, f"max_payload_bytes of task {task_name!r}"
             ),
             is_async=is_async_handler(handler),
+            priority=_validate.as_config(_validate.priority, priority, f"priority of task {task_name!r}"),
+            max_snoozes=_validate.as_config(_validate.non_negative_int, max_snoozes,
+                                            f"max_snoozes of task {task_name!r}"),
         )
         self._tasks[task_name] = task
         return task

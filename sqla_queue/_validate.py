@@ -14,11 +14,15 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import ConfigurationError, InvalidInputError, PayloadError, SqlaQueueError
+from .errors import ConfigurationError, InvalidInputError, PayloadError, ResultError, SqlaQueueError
+from .types import MAX_PRIORITY, MIN_PRIORITY
 
 MAX_NAME_LENGTH = 128
 MAX_KEY_LENGTH = 512
 MAX_ATTEMPTS_LIMIT = 1_000_000
+DEFAULT_MAX_RESULT_BYTES = 65_536
+"""64 KiB of encoded JSON: a result is a summary (ids, counts, a URL), read back by `Queue.wait`."""
+DEFAULT_MAX_SNOOZES = 100
 DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
 """1 MiB of encoded JSON: far above a payload of ids and parameters, far below what bloats the
 job table (every claim returns the payload) or strains PostgreSQL (jsonb stops near 255 MB)."""
@@ -61,6 +65,48 @@ def max_attempts(value: Any, what: str = "max_attempts") -> int:
     if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
         raise InvalidInputError(f"{what} must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {value}")
     return value
+
+
+def priority(value: Any, what: str = "priority") -> int:
+    """A PostgreSQL smallint: higher runs first."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be an integer, got {type(value).__name__}")
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise InvalidInputError(f"{what} must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {value}")
+    return value
+
+
+def snooze_delay(value: Any) -> timedelta:
+    return duration(value, "snooze delay")
+
+
+def result_json(value: Any, task: str, limit: int) -> str:
+    """A handler's return value as JSON text jsonb accepts unchanged, at most `limit` bytes.
+
+    Refused rather than truncated: a cut JSON document is not a result. The errors become the
+    attempt's error, so the message names the task and what to do, never the value itself.
+    """
+    try:
+        _reject_nul(value)
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (PayloadError, ValueError, TypeError, RecursionError) as exc:
+        raise ResultError(f"the return value of task {task!r} cannot be stored as JSON: {_why(exc)}") from None
+    if len(text) > limit:
+        raise ResultError(
+            f"the return value of task {task!r} is {len(text):,} bytes of JSON; the limit is "
+            f"{limit:,} (max_result_bytes): store large results elsewhere and return a reference"
+        )
+    return text
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, PayloadError):
+        return str(exc).replace("payload", "value", 1)
+    if isinstance(exc, RecursionError):
+        return "nested too deeply (or contains a cycle)"
+    if isinstance(exc, ValueError):
+        return "NaN or Infinity has no JSON form"
+    return str(exc)  # TypeError: "Object of type set is not JSON serializable"
 
 
 def aware_datetime(value: Any, what: str) -> datetime:

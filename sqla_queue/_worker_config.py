@@ -110,5 +110,7 @@ class WorkerSummary:
     completed: int = 0
     retried: int = 0
     failed: int = 0
+    cancelled: int = 0
+    snoozed: int = 0
     lost: int = 0
     released: int = 0

@@ -6,6 +6,8 @@ carries payload contents or bound SQL parameters: payloads can hold secrets.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 
 class SqlaQueueError(Exception):
     """Base class for every error this library raises on purpose."""
@@ -22,6 +24,11 @@ class InvalidInputError(SqlaQueueError, ValueError):
 class PayloadError(InvalidInputError):
     """The payload cannot be stored as JSON (not serializable, NaN/Infinity, NUL characters), or
     its JSON is larger than the task's `max_payload_bytes`."""
+
+
+class ResultError(SqlaQueueError, ValueError):
+    """A handler returned a value that cannot be stored as its result (not JSON, or over the
+    queue's ``max_result_bytes``): that attempt fails with this error."""
 
 
 class UnknownTaskError(SqlaQueueError, LookupError):
@@ -54,5 +61,30 @@ class NonRetryableError(SqlaQueueError):
 
 class JobStateError(SqlaQueueError):
     """An operator action found the job in a state it does not apply to (retry a job that is not
-    failed, cancel one that is not pending) or held by another transaction; nothing was changed.
+    failed, cancel one that already finished) or held by another transaction; nothing was changed.
     The message says which, so the caller can decide whether to try again."""
+
+
+class JobCancelledError(SqlaQueueError):
+    """Recorded as the error of a job cancelled on request (`Queue.cancel`) while its worker
+    held it: before its handler started, or when an async handler was cancelled."""
+
+
+class WaitTimeoutError(SqlaQueueError, TimeoutError):
+    """`Queue.wait` gave up: the job had not finished within the timeout."""
+
+
+class Snooze(Exception):
+    """Raise from a handler (or ``return ctx.snooze(delay)``) to run the job again after `delay`
+    (a timedelta or seconds) without spending an attempt.
+
+    Not an error: the attempt is handed back, ``last_error`` is untouched, and no retry strategy
+    is asked. A task's ``max_snoozes`` bounds how often a job may snooze; past it the attempt
+    fails like any other error, so a handler that always snoozes cannot keep a job forever.
+    """
+
+    def __init__(self, delay: timedelta | float) -> None:
+        from . import _validate
+
+        self.delay: timedelta = _validate.snooze_delay(delay)
+        super().__init__(f"snooze for {self.delay}")

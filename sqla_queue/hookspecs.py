@@ -41,7 +41,9 @@ from .types import (
     JobCompleted,
     JobEnqueued,
     JobFailed,
+    JobCancelled,
     JobRecovered,
+    JobSnoozed,
     JobRetried,
     LostClaim,
 )
@@ -61,6 +63,8 @@ LIFECYCLE_HOOKS = (
     "sqla_queue_job_completed",
     "sqla_queue_job_retried",
     "sqla_queue_job_failed",
+    "sqla_queue_job_snoozed",
+    "sqla_queue_job_cancelled",
     "sqla_queue_job_recovered",
     "sqla_queue_lost_claim",
     "sqla_queue_empty_claim",
@@ -201,8 +205,28 @@ def sqla_queue_job_failed(event: JobFailed) -> None:
 
 
 @hookspec
+def sqla_queue_job_cancelled(event: JobCancelled) -> None:
+    """A job ended ``cancelled``: a pending job at `Queue.cancel` (``requested_while_running``
+    False), or a running one whose worker recorded its outcome after the cancel request.
+
+    Fired after the commit. (A cancel-requested job taken by lease recovery fires
+    `sqla_queue_job_recovered` with ``status`` cancelled instead.) Return value ignored; an
+    exception is logged and swallowed.
+    """
+
+
+@hookspec
+def sqla_queue_job_snoozed(event: JobSnoozed) -> None:
+    """A handler snoozed its job (`sqla_queue.Snooze`): pending again at ``event.run_at`` with
+    the attempt given back. Fired after the commit. Return value ignored; an exception is
+    logged and swallowed.
+    """
+
+
+@hookspec
 def sqla_queue_job_recovered(event: JobRecovered) -> None:
-    """Lease recovery took a job from an expired claim: back to pending, or failed.
+    """Lease recovery took a job from an expired claim: back to pending, failed, or cancelled
+    (a cancel had been requested).
 
     Fired once per job after the recovery batch committed (a worker's periodic pass,
     ``queue.recover_expired`` or ``sqla-queue recover``). Return value ignored; an exception is

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     func,
@@ -79,6 +80,19 @@ class JobMixin:
     # is cleared with last_error; NULL when the error was recorded as a string.
     last_traceback: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
+    # Revision sqlaq_0005 (scheduling and job control). Higher priority is claimed first.
+    priority: Mapped[int] = mapped_column(SmallInteger, nullable=False, server_default=text("0"))
+    # How often the job snoozed: a snooze gives its attempt back, so this bounds it instead.
+    snoozes: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    # The schedule tick a periodic job was enqueued for (the schedule's row enforces one job
+    # per tick); NULL for every other job.
+    scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Someone asked to cancel this running job: its worker sees it at lease renewal, and any
+    # outcome recorded after it ends the job cancelled.
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The handler's return value, stored with the completion in the same statement.
+    result: Mapped[Any | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
@@ -87,7 +101,7 @@ class JobMixin:
         super().__init_subclass__(**kwargs)  # DeclarativeBase maps the class here
         table = cls.__dict__.get("__table__")
         if isinstance(table, Table):
-            counters_table(table)
+            companion_tables(table)
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:
@@ -96,11 +110,14 @@ class JobMixin:
             CheckConstraint(f"status IN ({_STATUSES})", name="status"),
             CheckConstraint("attempts >= 0", name="attempts"),
             CheckConstraint("max_attempts > 0", name="max_attempts"),
+            CheckConstraint("snoozes >= 0", name="snoozes"),
             # The claim's predicate repeats this literal (never a parameter) so the planner can
-            # prove the partial index applies; key order = equality, range, tie-breaker.
+            # prove the partial index applies; key order = the claim's ORDER BY (equality,
+            # priority high to low, due time, tie-breaker), so LIMIT stops after n entries.
             Index(
                 f"{name}_pending_claim_idx",
                 "queue_name",
+                text("priority DESC"),
                 "run_at",
                 "id",
                 postgresql_where="status = 'pending'",
@@ -131,7 +148,17 @@ class JobMixin:
                 "failed_at",
                 postgresql_where="status = 'failed'",
             ),
+            Index(
+                f"{name}_cancelled_at_idx",
+                "cancelled_at",
+                postgresql_where="status = 'cancelled'",
+            ),
         )
+
+
+def companion_tables(job_table: Table) -> tuple[Table, Table, Table]:
+    """The tables that live beside a job table: counters, queues and schedules."""
+    return counters_table(job_table), queues_table(job_table), schedules_table(job_table)
 
 
 def counters_table(job_table: Table) -> Table:
@@ -144,14 +171,8 @@ def counters_table(job_table: Table) -> Table:
     itself. The table is named ``<job table>_counters`` on the job table's MetaData and schema;
     it is declared on first use, so a job table mapped by other means still finds it.
     """
-    name = f"{job_table.name}_counters"
-    key = f"{job_table.schema}.{name}" if job_table.schema else name
-    existing = job_table.metadata.tables.get(key)
-    if existing is not None:
-        return existing
-    return Table(
-        name,
-        job_table.metadata,
+    return _companion(
+        job_table, "counters",
         # Minute start on the database clock. Leading the key: window reads and pruning are
         # range scans on it.
         Column("bucket", DateTime(timezone=True), nullable=False),
@@ -159,8 +180,40 @@ def counters_table(job_table: Table) -> Table:
         Column("kind", Text, nullable=False),
         Column("events", BigInteger, nullable=False),
         PrimaryKeyConstraint("bucket", "queue_name", "kind"),
-        schema=job_table.schema,
     )
+
+
+def queues_table(job_table: Table) -> Table:
+    """``<job table>_queues``: per-queue state every worker reads in its claim (revision
+    sqlaq_0005). A row whose ``paused_at`` is set pauses the queue cluster-wide; a queue without
+    a row is running, so nothing has to be declared before enqueueing."""
+    return _companion(
+        job_table, "queues",
+        Column("queue_name", Text, primary_key=True),
+        Column("paused_at", DateTime(timezone=True)),
+    )
+
+
+def schedules_table(job_table: Table) -> Table:
+    """``<job table>_schedules``: the last tick enqueued per periodic schedule (revision
+    sqlaq_0005). Advancing ``last_tick`` and inserting the tick's job share one transaction, and
+    the advance only happens when the stored tick is older: so each tick is enqueued once, by
+    whichever worker gets there first, whatever the number of workers or restarts."""
+    return _companion(
+        job_table, "schedules",
+        Column("name", Text, primary_key=True),
+        Column("last_tick", DateTime(timezone=True), nullable=False),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    )
+
+
+def _companion(job_table: Table, suffix: str, *columns: Any) -> Table:
+    name = f"{job_table.name}_{suffix}"
+    key = f"{job_table.schema}.{name}" if job_table.schema else name
+    existing = job_table.metadata.tables.get(key)
+    if existing is not None:
+        return existing
+    return Table(name, job_table.metadata, *columns, schema=job_table.schema)
 
 
 class Base(DeclarativeBase):

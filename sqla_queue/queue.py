@@ -27,6 +27,7 @@ from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
 from .errors import ConfigurationError
 from .models import Job
 from .operations import Operations
+from .scheduling import Schedule, Schedules
 from .types import (
     DEFAULT_LEASE,
     DEFAULT_STATS_WINDOW,
@@ -67,6 +68,8 @@ class Queue:
         ``"sqla_queue.logging"``).
     :param max_payload_bytes: the largest payload accepted, as encoded JSON; default 1 MiB
         (docs/explanation/delivery-semantics.md says why). A task's own limit wins.
+    :param max_result_bytes: the largest handler return value stored as a job's result, as
+        encoded JSON; default 64 KiB. A larger one fails that attempt (never truncated).
     """
 
     def __init__(
@@ -78,12 +81,15 @@ class Queue:
         load_entrypoints: bool = True,
         blocked_plugins: Iterable[str] = (),
         max_payload_bytes: int = _validate.DEFAULT_MAX_PAYLOAD_BYTES,
+        max_result_bytes: int = _validate.DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         max_payload_bytes = _validate.config_positive_int(max_payload_bytes, "max_payload_bytes")
+        self.max_result_bytes = _validate.config_positive_int(max_result_bytes, "max_result_bytes")
         self.model = model
         self.table = _table_of(model)
         executor = Executor.adopt(engine, self.table)
         self._tasks = TaskRegistry()
+        self._schedules = Schedules(self._tasks)
         self.plugin_manager = build_plugin_manager(
             plugins, load_entrypoints=load_entrypoints, blocked=blocked_plugins, tasks=self._tasks
         )
@@ -152,20 +158,24 @@ class Queue:
         retry_delay: RetryDelay | float | None = None,
         idempotency_key: KeyFunction | None = None,
         max_payload_bytes: int | None = None,
+        priority: int = 0,
+        max_snoozes: int = _validate.DEFAULT_MAX_SNOOZES,
     ) -> Any:
         """Register a handler ``(payload, ctx)``; usable as ``@queue.task`` or ``@queue.task(...)``.
 
         `retry_delay` (a timedelta, seconds, or ``(attempt, error) -> timedelta | False | None``)
         and `idempotency_key` (``payload -> str | None``) are this task's own strategies: asked
         before any plugin, ``None`` deferring to them (docs/reference/hooks.md).
-        `max_payload_bytes` replaces the queue's payload limit for this task.
+        `max_payload_bytes` replaces the queue's payload limit for this task. `priority` is its
+        jobs' priority when `enqueue` names none; `max_snoozes` bounds how often one job may
+        snooze (docs/how-to/results-snooze-cancel.md).
         """
 
         def register(handler: H) -> Task:
             return self._tasks.register(
                 handler, name=name, queue=queue, max_attempts=max_attempts, timeout=timeout,
                 retry_delay=retry_delay, idempotency_key=idempotency_key,
-                max_payload_bytes=max_payload_bytes,
+                max_payload_bytes=max_payload_bytes, priority=priority, max_snoozes=max_snoozes,
             )
 
         return register(func) if func is not None else register
@@ -189,6 +199,7 @@ class Queue:
         delay: timedelta | float | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
+        priority: int | None = None,
         session: Session | None = None,
         connection: Connection | None = None,
     ) -> int:
@@ -202,9 +213,12 @@ class Queue:
         returned and nothing is inserted. Once the holder completed or failed the key is free
         again and a new job is created. If the holder has not committed yet, this call waits for
         it, then returns its id (it committed) or inserts (it rolled back).
+
+        `priority` (-32768 to 32767, default the task's, else 0): higher is claimed first; within
+        a priority, jobs are claimed in due order (docs/explanation/priorities.md).
         """
         options = {"queue": queue, "run_at": run_at, "delay": delay, "max_attempts": max_attempts,
-                   "idempotency_key": idempotency_key}
+                   "idempotency_key": idempotency_key, "priority": priority}
         return self._enqueuer.enqueue(task, payload, options, session, connection)
 
     def enqueue_many(
@@ -231,6 +245,7 @@ class Queue:
         delay: timedelta | float | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
+        priority: int | None = None,
         session: AsyncSession | None = None,
         connection: AsyncConnection | None = None,
     ) -> int:
@@ -238,7 +253,7 @@ class Queue:
         the caller's `AsyncSession` or `AsyncConnection` transaction, or without one committed
         in a transaction of its own on the queue's asyncio engine (docs/how-to/asyncio.md)."""
         options = {"queue": queue, "run_at": run_at, "delay": delay, "max_attempts": max_attempts,
-                   "idempotency_key": idempotency_key}
+                   "idempotency_key": idempotency_key, "priority": priority}
         return await self._enqueuer.enqueue_async(task, payload, options, session, connection)
 
     async def enqueue_many_async(
@@ -274,32 +289,54 @@ class Queue:
         *,
         worker_id: str,
         limit: int,
-        from_position: tuple[datetime, int] | None = None,
+        from_position: tuple[int, datetime, int] | None = None,
+        results: Mapping[int, Any] | None = None,
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
         """Complete `finished` jobs and claim up to `limit` more, in one statement.
 
         The worker's steady state: one round trip and one commit per round. Completion results
         are as for `complete_many`; ``limit=0`` only completes. `from_position` (a claimed job's
-        ``(run_at, id)``) starts the claim there in claim order instead of at the beginning,
-        skipping the dead index entries earlier claims left behind (see `sqla_queue.worker.claim_position`).
+        ``(priority, run_at, id)``) starts the claim there in claim order instead of at the
+        beginning, skipping the dead index entries earlier claims left behind (see
+        `sqla_queue.worker.claim_position`). `results` maps a finished job's id to its handler's
+        return value, stored as its result.
         """
-        return self._outcomes.complete_and_claim(finished, queue, worker_id, limit, from_position)
+        texts = self._result_texts(finished, results)
+        return self._outcomes.complete_and_claim(finished, queue, worker_id, limit, from_position, texts)
 
-    def complete(self, job_id: int, claim_token: str) -> bool:
-        """Mark a claimed job completed. False means the claim was lost and nothing changed.
+    def complete(self, job_id: int, claim_token: str, *, result: Any = None) -> bool:
+        """Mark a claimed job completed, storing `result` (JSON, at most ``max_result_bytes``;
+        `ResultError` otherwise). False means the claim was lost and nothing changed; a job
+        someone asked to cancel ends cancelled instead (still True: the claim was ours).
 
         Safe to call again with the same token after a lost reply: it reports True.
         """
-        return self._outcomes.complete(job_id, claim_token)
+        text = None if result is None else _validate.result_json(result, "?", self.max_result_bytes)
+        return self._outcomes.complete(job_id, claim_token, text)
 
-    def complete_many(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
-        """Complete many claimed jobs in one statement; ``{job id: completed?}``.
+    def complete_many(self, jobs: Iterable[ClaimedJob], *, results: Mapping[int, Any] | None = None) -> dict[int, bool]:
+        """Complete many claimed jobs in one statement; ``{job id: completed?}``. `results` as
+        for `complete_and_claim`.
 
         Each row is still checked against its own token. A job the batch statement did not
         complete is settled on its own by `complete`, which recognises a replay (True) and
         reports a lost claim (False).
         """
-        return self._outcomes.complete_many(jobs)
+        jobs = list(jobs)
+        return self._outcomes.complete_many(jobs, self._result_texts(jobs, results))
+
+    def _result_texts(self, jobs: Iterable[ClaimedJob], results: Mapping[int, Any] | None) -> dict[int, str]:
+        """Every result checked before anything is written (`ResultError` names the task)."""
+        if not results:
+            return {}
+        tasks = {job.id: job.task for job in jobs}
+        return {job_id: _validate.result_json(value, tasks.get(job_id, "?"), self.max_result_bytes)
+                for job_id, value in results.items() if value is not None}
+
+    def snooze(self, job: ClaimedJob, delay: timedelta | float) -> Outcome | None:
+        """Put a claimed job back to pending after `delay` without spending its attempt (what a
+        handler's `sqla_queue.Snooze` does). None means the claim was lost."""
+        return self._outcomes.snooze(job, delay)
 
     def retry(
         self,
@@ -337,6 +374,11 @@ class Queue:
         its own outcomes, and a job this claim completed (or retried, or failed) was not lost.
         """
         return self._outcomes.heartbeat(jobs)
+
+    def renew(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
+        """`heartbeat` that also says, per renewed job, whether someone asked to cancel it
+        (`cancel`): ``{renewed job id: cancel requested?}``. What a worker's lease keeper runs."""
+        return self._outcomes.renew(jobs)
 
     def release(self, jobs: Iterable[ClaimedJob]) -> list[int]:
         """Give unfinished jobs back (pending now, the interrupted attempt not counted)."""
@@ -388,8 +430,26 @@ class Queue:
         return self._operations.retry_now(job_id)
 
     def cancel(self, job_id: int) -> JobView:
-        """Delete a pending job that no transaction holds; returns its last state."""
+        """Cancel a job: a pending one ends ``cancelled`` now; a running one gets a cancel
+        request its worker passes on to the handler (`JobContext.cancel_requested`), ending
+        ``cancelled`` when the handler returns or raises. A finished job is a `JobStateError`."""
         return self._operations.cancel(job_id)
+
+    # -- queue control -------------------------------------------------------------------
+
+    # -- results -------------------------------------------------------------------------
+
+    # -- schedules -----------------------------------------------------------------------
+
+    def periodic(self, task: Task | Handler | None = None, **options: Any) -> Any:
+        """Enqueue a task on a schedule: ``@queue.periodic(cron="*/5 * * * *")`` or
+        ``@queue.periodic(every=timedelta(seconds=30))`` above ``@queue.task``; options are
+        `sqla_queue.scheduling.Schedule`'s (docs/how-to/schedule-jobs.md)."""
+        return self._schedules.periodic(task, **options)
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        return self._schedules.all()
 
     def prune(self, **options: Any) -> maintenance.PruneResult:
         """Delete finished jobs older than ``completed_after`` / ``failed_after`` in batches

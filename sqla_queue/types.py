@@ -6,18 +6,23 @@ Nothing here touches the database; `queue.py` builds these from result rows.
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import Snooze
 
 
 class JobStatus(str, enum.Enum):
-    """The four states of a job (see docs/explanation/state-machine.md)."""
+    """The five states of a job (see docs/explanation/state-machine.md)."""
 
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
     def __str__(self) -> str:
         return self.value
@@ -30,6 +35,12 @@ DEFAULT_LEASE = timedelta(seconds=60)
 
 ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
 """States in which an idempotency key is held (the dedupe window)."""
+
+FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
+"""Terminal states: kept until pruned, never left again except by an operator's retry."""
+
+MIN_PRIORITY, MAX_PRIORITY = -32768, 32767
+"""A job's priority is a PostgreSQL ``smallint``; higher runs first, 0 is the default."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,9 @@ class ClaimedJob:
     idempotency_key: str | None = None
     locked_at: datetime | None = None
     run_at: datetime | None = None  # when it became due
+    priority: int = 0
+    scheduled_at: datetime | None = None  # the periodic tick it was enqueued for
+    snoozes: int = 0
 
     @property
     def is_last_attempt(self) -> bool:
@@ -58,7 +72,7 @@ class ClaimedJob:
             job_id=self.id, attempt=self.attempts, max_attempts=self.max_attempts,
             queue=self.queue, task=self.task,
             idempotency_key=self.idempotency_key or f"sqla_queue-job-{self.id}",
-            claim_token=self.claim_token,
+            claim_token=self.claim_token, priority=self.priority, scheduled_at=self.scheduled_at,
         )
 
 
@@ -77,6 +91,26 @@ class JobContext:
     task: str
     idempotency_key: str
     claim_token: str
+    priority: int = 0
+    scheduled_at: datetime | None = None
+    """The tick of the schedule this job was enqueued for (`Queue.periodic`); None otherwise."""
+    _cancel_requested: threading.Event = field(
+        default_factory=threading.Event, repr=False, compare=False
+    )
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel this job (`Queue.cancel`); the worker learns it
+        at its next lease renewal. Check it between steps of long work and return early: the
+        job ends ``cancelled`` whatever the handler does next, and is never retried."""
+        return self._cancel_requested.is_set()
+
+    def snooze(self, delay: timedelta | float) -> Snooze:
+        """``return ctx.snooze(delay)``: run this job again after `delay` without spending an
+        attempt (the same as ``raise Snooze(delay)``)."""
+        from .errors import Snooze
+
+        return Snooze(delay)
 
 
 @dataclass(frozen=True)
@@ -116,6 +150,13 @@ class JobView:
     last_error: str | None
     idempotency_key: str | None
     last_traceback: str | None = None
+    priority: int = 0
+    snoozes: int = 0
+    scheduled_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+    cancelled_at: datetime | None = None
+    result: Any = None
+    """The handler's return value as stored (JSON), when it returned one and completed."""
 
 
 DEFAULT_STATS_WINDOW = timedelta(minutes=15)
@@ -142,6 +183,8 @@ class QueueHealth:
     running: int = 0
     completed: int = 0
     failed: int = 0
+    cancelled: int = 0
+    paused: bool = False
     eligible: int = 0
     scheduled: int = 0
     oldest_eligible_age: timedelta | None = None
@@ -251,6 +294,30 @@ class JobFailed:
     error: str
     exception: BaseException | None = field(default=None, repr=False, compare=False)
     traceback: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class JobCancelled:
+    """`requested_while_running`: the job was running when the cancel came and its worker
+    ended it; False when a pending job was cancelled on the spot."""
+
+    job_id: int
+    queue: str
+    task: str
+    attempt: int
+    requested_while_running: bool
+
+
+@dataclass(frozen=True)
+class JobSnoozed:
+    """The job is pending again at `run_at`; `snoozes` counts its snoozes so far."""
+
+    job_id: int
+    queue: str
+    task: str
+    attempt: int
+    run_at: datetime
+    snoozes: int
 
 
 @dataclass(frozen=True)

@@ -54,10 +54,12 @@ from ._listener import Listener, ListenerConfig
 from ._worker_config import WorkerConfig, WorkerSummary
 from ._handler_loop import HandlerLoop
 from ._tasks import Task
-from .errors import DatabaseError, UnknownTaskError
+from . import _validate
+from .errors import DatabaseError, JobCancelledError, ResultError, Snooze, UnknownTaskError
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
-from .types import ClaimedJob, JobStatus
+from .scheduling import Scheduler
+from .types import ClaimedJob, JobStatus, Outcome
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -86,6 +88,7 @@ class Worker:
         self._pruner = worker_pruner(self.queue, self.config.pruning)
         self._recoverer = Recoverer(self.queue, RecoveryConfig(
             lease=self.config.lease, interval=self.config.recovery_interval))
+        self._scheduler = Scheduler(self.queue)
         self._lease_keeper = LeaseKeeper(self.queue, LeaseKeeperConfig(lease=self.config.lease),
                                          self._snapshot, owner=f"worker {self.worker_id}")
         self.summary = WorkerSummary()
@@ -96,7 +99,7 @@ class Worker:
         self._completion_lock = threading.Lock()
         self._work_ready = threading.Condition()
         # Per queue: where the last claim got to in claim order, and when to start over.
-        self._positions: dict[str, tuple[Any, int]] = {}
+        self._positions: dict[str, tuple[int, Any, int]] = {}
         self._restart_at: dict[str, float] = {}
         self._wake = threading.Event()
         self._outcomes: queue_module.SimpleQueue[Callable[[], None] | None] = queue_module.SimpleQueue()
@@ -179,6 +182,7 @@ class Worker:
             try:
                 self._recoverer.run_if_due()
                 self._pruner.run_if_due()
+                self._scheduler.run_if_due()
                 # Sampled before the claim: a job that finishes during it may retry at once, so
                 # "empty" only counts when nothing was held while the queue was looked at.
                 idle_before = self._held_count() == 0
@@ -195,8 +199,13 @@ class Worker:
             if claimed == 0 and not from_start:
                 continue  # ran out from a position: look again from the start at once
             if (claimed == 0 or self._free_slots() == 0) and not self._finished_waiting():
-                self._wake.wait(self.config.poll_interval)
+                self._wake.wait(self._idle_wait())
                 self._wake.clear()
+
+    def _idle_wait(self) -> float:
+        """The poll interval, or less when a schedule's next tick comes sooner."""
+        due_in = self._scheduler.seconds_until_due()
+        return self.config.poll_interval if due_in is None else max(0.0, min(self.config.poll_interval, due_in))
 
     def _complete_and_claim(self) -> tuple[int, bool]:
         """One statement per queue: complete what finished, claim into the free slots.
@@ -218,7 +227,7 @@ class Worker:
             try:
                 results, jobs = self.queue.complete_and_claim(
                     [h.job for h in finished], queue_name, worker_id=self.worker_id, limit=limit,
-                    from_position=position,
+                    from_position=position, results=_results_of(finished),
                 )
             except DatabaseError:
                 self._return_finished(finished)
@@ -232,7 +241,7 @@ class Worker:
         self.summary.claimed += claimed
         return claimed, from_start
 
-    def _claim_from(self, queue_name: str) -> tuple[Any, int] | None:
+    def _claim_from(self, queue_name: str) -> tuple[int, Any, int] | None:
         """Where to start this queue's claim: after the last claim's position while working
         through a backlog (the dead index entries behind it are skipped), from the start of
         the claim order every `_RESTART_CLAIM_ORDER_EVERY` seconds, so a job that became due
@@ -350,20 +359,36 @@ class Worker:
         """Run the handler and settle the job; True when its completion was handed to the
         claim loop (the job keeps its slot until that commits)."""
         job = held.job
-        error: BaseException | None = None
+        error: BaseException | None = _cancelled_before_start() if held.cancel_requested else None
         try:
-            task = self.queue.get_task(job.task)
-            result = task.handler(job.payload, job.context())
-            if inspect.isawaitable(result):  # a synchronous wrapper around async code
-                self._handler_loop.wait_for(result)
+            if error is None:
+                task = self.queue.get_task(job.task)
+                result = task.handler(job.payload, held.context)
+                if inspect.isawaitable(result):  # a synchronous wrapper around async code
+                    result = self._handler_loop.wait_for(result)
+                error = self._keep_result(held, task, result)
         except UnknownTaskError as exc:
             error = exc
-        except Exception as exc:  # a handler's failure is data: it decides retry or fail
+        except Exception as exc:  # a handler's failure is data: it decides retry, fail or snooze
             error = _from_the_handler_on(exc)
         settled = self._settle_handler(held, error)
         if settled == "record":
             self._record(held, error)
         return settled == "completing"
+
+    def _keep_result(self, held: HeldJob, task: Task, result: Any) -> BaseException | None:
+        """Keep a handler's return value for its completion; what it means otherwise: a
+        returned `Snooze` snoozes, a value with no JSON form (or too large) fails the attempt.
+        Checked here, in the handler's thread, so the claim loop never pays for a bad one."""
+        if isinstance(result, Snooze):
+            return result
+        if result is not None:
+            try:
+                _validate.result_json(result, task.name, self.queue.max_result_bytes)
+            except ResultError as exc:
+                return exc
+            held.result = result
+        return None
 
     def _settle_handler(self, held: HeldJob, error: BaseException | None) -> str:
         """What the handler's end means for its job: ``"completing"`` (handed to the claim
@@ -400,20 +425,25 @@ class Worker:
         if held.state != HeldJob.RUNNING:  # given up before `held.cancel` could reach this task
             self._forget(held)
             return
-        error: BaseException | None = None
+        error: BaseException | None = _cancelled_before_start() if held.cancel_requested else None
         try:
-            handler = self.queue.get_task(job.task).handler
-            if held.timeout is None:
-                await handler(job.payload, job.context())
-            else:
-                async with asyncio.timeout(held.timeout.total_seconds()):
-                    await handler(job.payload, job.context())
+            if error is None:
+                task = self.queue.get_task(job.task)
+                if held.timeout is None:
+                    result = await task.handler(job.payload, held.context)
+                else:
+                    async with asyncio.timeout(held.timeout.total_seconds()):
+                        result = await task.handler(job.payload, held.context)
+                error = self._keep_result(held, task, result)
         except asyncio.CancelledError:
-            self._cancelled(held)
-            raise
+            if not (held.cancel_requested and held.state == HeldJob.RUNNING):
+                self._cancelled(held)
+                raise
+            asyncio.current_task().uncancel()  # a cancel request: the job's outcome, not ours to stop
+            error = JobCancelledError("cancelled on request while its handler ran")
         except TimeoutError as exc:
             error = exc if held.timeout is None else _timed_out(held)
-        except Exception as exc:  # a handler's failure is data: it decides retry or fail
+        except Exception as exc:  # a handler's failure is data: it decides retry, fail or snooze
             error = _from_the_handler_on(exc)
         settled = self._settle_handler(held, error)
         if settled == "record":
@@ -466,7 +496,7 @@ class Worker:
         """
         for attempt in range(1000):
             try:
-                self._record_once(held.job, error)
+                self._record_once(held, error)
                 return
             except DatabaseError as exc:
                 if time.monotonic() - held.lease_confirmed >= self.config.lease_seconds:
@@ -476,16 +506,35 @@ class Worker:
                 logger.warning("job %s: could not record outcome (%s), retrying in %.2fs", held.job.id, exc, delay)
                 time.sleep(delay)
 
-    def _record_once(self, job: ClaimedJob, error: BaseException | None) -> None:
+    def _record_once(self, held: HeldJob, error: BaseException | None) -> None:
+        job = held.job
         if error is None:
-            ok = self.queue.complete(job.id, job.claim_token)
+            ok = self.queue.complete(job.id, job.claim_token, result=held.result)
             self._count("completed" if ok else "lost")
             return
-        outcome = self.queue.handle_failure(job, error)
+        if isinstance(error, Snooze):
+            over_limit = self._over_snooze_limit(job)
+            if over_limit is None:
+                self._count_outcome(self.queue.snooze(job, error.delay), "snoozed")
+                return
+            error = over_limit
+        self._count_outcome(self.queue.handle_failure(job, error), "retried")
+
+    def _over_snooze_limit(self, job: ClaimedJob) -> BaseException | None:
+        task = self._task_of(job.task)
+        limit = task.max_snoozes if task is not None else 0
+        if job.snoozes < limit:
+            return None
+        return RuntimeError(f"task {job.task!r} snoozed job {job.id} {job.snoozes} times, its max_snoozes "
+                            f"({limit}): the attempt fails instead")
+
+    def _count_outcome(self, outcome: Outcome | None, pending_means: str) -> None:
         if outcome is None:
             self._count("lost")
+        elif outcome.status is JobStatus.PENDING:
+            self._count(pending_means)
         else:
-            self._count("retried" if outcome.status is JobStatus.PENDING else "failed")
+            self._count(outcome.status.value)
 
     def _count(self, name: str) -> None:
         with self._held_lock:
@@ -508,6 +557,8 @@ class Worker:
         for held in result.lost:
             self._cancel(held)
             self._count("lost")
+        for held in result.cancel_requested:
+            logger.info("job %s: cancel requested; its handler was told", held.job.id)
 
     def _report_fenced(self, held: HeldJob, reason: str) -> None:
         self._count("lost")
@@ -536,7 +587,7 @@ class Worker:
         if not finished:
             return
         try:
-            results = self.queue.complete_many(h.job for h in finished)
+            results = self.queue.complete_many([h.job for h in finished], results=_results_of(finished))
         except DatabaseError as exc:
             logger.error("worker %s: could not complete %d finished job(s); they return when "
                          "their lease expires: %s", self.worker_id, len(finished), exc)
@@ -645,6 +696,15 @@ def _from_the_handler_on(error: Exception) -> Exception:
 _HANDLER_CALLERS = (Worker._execute.__code__, Worker._run_coroutine.__code__)
 
 
+def _results_of(finished: Sequence[HeldJob]) -> dict[int, Any] | None:
+    results = {h.job.id: h.result for h in finished if h.result is not None}
+    return results or None
+
+
+def _cancelled_before_start() -> JobCancelledError:
+    return JobCancelledError("cancelled on request before its handler started")
+
+
 def _timed_out(held: HeldJob) -> TimeoutError:
     timeout = held.timeout.total_seconds() if held.timeout is not None else 0.0
     return TimeoutError(f"handler exceeded its timeout of {timeout:g}s")
@@ -663,9 +723,15 @@ def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
-def claim_position(jobs: Sequence[ClaimedJob]) -> tuple[datetime, int] | None:
-    """Where a claim that returned `jobs` got to in claim order: the earliest of them.
+def claim_position(jobs: Sequence[ClaimedJob]) -> tuple[int, datetime, int] | None:
+    """Where a claim that returned `jobs` got to in claim order: the earliest of them within
+    the lowest priority it reached, as ``(priority, run_at, id)``.
 
-    Every pending job before it was claimed or skipped (locked) by some claim, so the next
-    claim can start there (`Queue.complete_and_claim`'s ``from_position``)."""
-    return min(((job.run_at, job.id) for job in jobs if job.run_at is not None), default=None)
+    The claim read the pending index in order, so every due job ranked above that priority was
+    claimed or skipped (locked) by some claim, and so was every job of that priority before the
+    earliest one claimed: the next claim can start there (`Queue.complete_and_claim`'s
+    ``from_position``), within that priority."""
+    lowest = min((job.priority for job in jobs if job.run_at is not None), default=None)
+    if lowest is None:
+        return None
+    return min((lowest, job.run_at, job.id) for job in jobs if job.priority == lowest and job.run_at is not None)

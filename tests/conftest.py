@@ -153,11 +153,14 @@ def clean_jobs(engine: Engine) -> Iterator[None]:
     fixture that is still reading the table, and a lock timeout names a leaked transaction
     instead of hanging."""
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE sqla_queue_jobs RESTART IDENTITY"))
+        conn.execute(text("TRUNCATE sqla_queue_jobs, sqla_queue_jobs_queues, sqla_queue_jobs_schedules "
+                          "RESTART IDENTITY"))
     yield
     with engine.begin() as conn:
         conn.execute(text("SET LOCAL lock_timeout = '30s'"))
         conn.execute(text("DELETE FROM sqla_queue_jobs"))
+        conn.execute(text("DELETE FROM sqla_queue_jobs_queues"))
+        conn.execute(text("DELETE FROM sqla_queue_jobs_schedules"))
 
 
 @pytest.fixture

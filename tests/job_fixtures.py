@@ -51,6 +51,14 @@ class EventRecorder:
         self.events.append(("failed", event))
 
     @sq.hookimpl
+    def sqla_queue_job_snoozed(self, event):
+        self.events.append(("snoozed", event))
+
+    @sq.hookimpl
+    def sqla_queue_job_cancelled(self, event):
+        self.events.append(("cancelled", event))
+
+    @sq.hookimpl
     def sqla_queue_job_recovered(self, event):
         self.events.append(("recovered", event))
 

@@ -15,12 +15,14 @@ import logging
 from ..hookspecs import hookimpl
 from ..types import (
     EmptyClaim,
+    JobCancelled,
     JobClaimed,
     JobCompleted,
     JobEnqueued,
     JobFailed,
     JobRecovered,
     JobRetried,
+    JobSnoozed,
     LostClaim,
 )
 
@@ -92,6 +94,26 @@ def sqla_queue_job_failed(event: JobFailed) -> None:
         "job %s (%s on %s) failed for good on attempt %s: %s%s",
         event.job_id, event.task, event.queue, event.attempt, event.error,
         _with_traceback(event), extra=_failure_fields(event, "failed"),
+    )
+
+
+@hookimpl
+def sqla_queue_job_snoozed(event: JobSnoozed) -> None:
+    logger.info(
+        "job %s (%s on %s) snoozed until %s (snooze %s)", event.job_id, event.task, event.queue,
+        event.run_at.isoformat(), event.snoozes,
+        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
+               "attempt": event.attempt, "outcome": "snoozed"},
+    )
+
+
+@hookimpl
+def sqla_queue_job_cancelled(event: JobCancelled) -> None:
+    logger.info(
+        "cancelled job %s (%s on %s)%s", event.job_id, event.task, event.queue,
+        " while it ran" if event.requested_while_running else "",
+        extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,
+               "attempt": event.attempt, "outcome": "cancelled"},
     )
 
 

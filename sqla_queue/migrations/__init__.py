@@ -36,7 +36,9 @@ a host can write it into ``alembic.ini`` (with ``path_separator = space``) or py
 HEAD = f"{BRANCH_LABEL}@head"
 BASE = f"{BRANCH_LABEL}@base"
 PREVIOUS = f"{BRANCH_LABEL}@-1"
-QUEUE_TABLES = frozenset({"sqla_queue_jobs", "sqla_queue_jobs_counters"})
+QUEUE_TABLES = frozenset({
+    "sqla_queue_jobs", "sqla_queue_jobs_counters", "sqla_queue_jobs_queues", "sqla_queue_jobs_schedules",
+})
 """Tables the packaged revisions create (a host's own `JobMixin` tables are the host's); a test
 fails when a revision creates one that is not listed here."""
 

@@ -12,21 +12,24 @@ from .claim import claim_jobs, complete_and_claim_jobs
 from .enqueue import find_active_keys, insert_job, insert_jobs
 from .jobs import claim_state, select_job
 from .lease import release_jobs, renew_leases
-from .notify import channel_name, listen
-from .outcome import complete_job, complete_jobs, fail_job, retry_job
-from .recover import fail_exhausted_expired, requeue_expired
+from .notify import channel_name, finished_channel, listen
+from .outcome import complete_job, complete_jobs, complete_jobs_announced, fail_job, retry_job, snooze_job
+from .recover import cancel_expired, fail_exhausted_expired, requeue_expired
 from .stats import queue_health
 
 __all__ = [
+    "cancel_expired",
     "claim_jobs",
     "channel_name",
     "claim_state",
     "complete_and_claim_jobs",
     "complete_job",
     "complete_jobs",
+    "complete_jobs_announced",
     "fail_exhausted_expired",
     "fail_job",
     "find_active_keys",
+    "finished_channel",
     "insert_job",
     "insert_jobs",
     "listen",
@@ -36,4 +39,5 @@ __all__ = [
     "requeue_expired",
     "retry_job",
     "select_job",
+    "snooze_job",
 ]

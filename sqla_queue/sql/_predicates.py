@@ -18,16 +18,16 @@ def status_is(table: Table, *statuses: JobStatus) -> ColumnElement[bool]:
     return table.c.status == values[0] if len(values) == 1 else table.c.status.in_(values)
 
 
-def held_pairs(name: str):
+def held_pairs(name: str, *, with_results: bool = False):
     """``(job_id, token)`` pairs from ``:job_ids`` and ``:tokens`` as a derived table, so one
-    statement covers many held jobs while each row is still checked against its own token."""
-    return (
-        func.unnest(
-            bindparam("job_ids", type_=ARRAY(BigInteger)), bindparam("tokens", type_=ARRAY(Text))
-        )
-        .table_valued(column("job_id", BigInteger), column("token", Text))
-        .render_derived(name)
-    )
+    statement covers many held jobs while each row is still checked against its own token.
+    `with_results` adds each job's ``result`` (JSON text or NULL) from ``:results``."""
+    arrays = [bindparam("job_ids", type_=ARRAY(BigInteger)), bindparam("tokens", type_=ARRAY(Text))]
+    columns = [column("job_id", BigInteger), column("token", Text)]
+    if with_results:
+        arrays.append(bindparam("results", type_=ARRAY(Text)))
+        columns.append(column("result", Text))
+    return func.unnest(*arrays).table_valued(*columns).render_derived(name)
 
 
 def held_in(table: Table, pairs) -> ColumnElement[bool]:
@@ -39,10 +39,11 @@ def held_in(table: Table, pairs) -> ColumnElement[bool]:
     )
 
 
-def held_by(table: Table, status: JobStatus = JobStatus.RUNNING) -> ColumnElement[bool]:
-    """The fence every outcome uses: this job, in this state, under this claim token."""
+def held_by(table: Table, *statuses: JobStatus) -> ColumnElement[bool]:
+    """The fence every outcome uses: this job, in this state (running unless told), under this
+    claim token."""
     return and_(
         table.c.id == bindparam("job_id"),
-        status_is(table, status),
+        status_is(table, *(statuses or (JobStatus.RUNNING,))),
         table.c.claim_token == bindparam("token"),
     )

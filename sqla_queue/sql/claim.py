@@ -6,12 +6,14 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Integer,
+    SmallInteger,
     Table,
+    Text,
     bindparam,
     cast,
+    exists,
     false,
     func,
-    literal_column,
     null,
     select,
     true,
@@ -21,13 +23,16 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.sql import Executable
 
+from ..models import queues_table
 from ..types import JobStatus
 from ._predicates import status_is
+from .notify import announce_finished, announced
 from .outcome import complete_jobs
 
 
 def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
-    """Claim up to ``:limit`` due jobs of ``:queue`` for ``:worker_id`` under ``:token``.
+    """Claim up to ``:limit`` due jobs of ``:queue`` for ``:worker_id`` under ``:token``,
+    highest priority first, unless the queue is paused.
 
     The row selection lives in a CTE with ``FOR UPDATE SKIP LOCKED``: the CTE is an optimization
     fence, so the LIMIT is applied exactly once to the locked set. A bare
@@ -35,7 +40,8 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
     rows than asked for. The locking clause must sit inside the CTE: a lock on the outer query
     does not reach into a WITH query.
 
-    Ordering by ``run_at, id`` is a preference, not a promise: SKIP LOCKED passes over rows
+    Ordering by ``priority DESC, run_at, id`` (the pending index's key order, so no sort) is a
+    preference, not a promise: SKIP LOCKED passes over rows
     another claim holds, so fairness is approximate (docs/explanation/delivery-semantics.md).
     ``clock_timestamp()`` makes the database's clock, not the worker's, decide what is due.
 
@@ -44,30 +50,37 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
     updates the claimed rows through a hash join over a sequential scan of the whole table, so
     it keeps re-planning the statement on every execution to avoid that plan.
 
-    `from_position` adds ``(run_at, id) >= (:from_run_at, :from_id)``, an index condition
-    that starts the scan at a position in claim order instead of at the head of the pending
-    index. Claimed rows leave dead entries at that head until VACUUM removes them; a claim that
-    always starts there reads all of them, and slows down as a backlog drains (see
-    `complete_and_claim_jobs`).
+    `from_position` adds ``priority = :from_priority AND (run_at, id) >= (:from_run_at,
+    :from_id)``, index conditions that start the scan at a position in claim order instead of at
+    the head of the pending index. Claimed rows leave dead entries at that head until VACUUM
+    removes them; a claim that always starts there reads all of them, and slows down as a
+    backlog drains (see `complete_and_claim_jobs`). The position stays within one priority
+    (a row comparison cannot mix the index's descending and ascending keys): when that priority
+    runs out the worker starts again from the head, which is also how it finds higher-priority
+    jobs that arrived meanwhile (`sqla_queue.worker`).
+
+    A paused queue (a ``paused_at`` in the queues table) claims nothing: the check is an
+    uncorrelated primary-key lookup that PostgreSQL runs once per statement, before any row is
+    read, so every worker honours a pause from its next claim on.
     """
+    queues = queues_table(table)
+    paused = exists().where(queues.c.queue_name == bindparam("queue"), queues.c.paused_at.is_not(None))
     conditions = [
         table.c.queue_name == bindparam("queue"),
         status_is(table, JobStatus.PENDING),
         table.c.run_at <= func.clock_timestamp(),
         table.c.attempts < table.c.max_attempts,
+        ~paused,
     ]
     if from_position:
-        # NULL (no position) means the start of the claim order.
-        position = (
-            func.coalesce(bindparam("from_run_at", type_=DateTime(timezone=True)),
-                          literal_column("'-infinity'::timestamptz")),
-            func.coalesce(bindparam("from_id", type_=BigInteger), 0),
-        )
+        position = (bindparam("from_run_at", type_=DateTime(timezone=True)),
+                    bindparam("from_id", type_=BigInteger))
+        conditions.append(table.c.priority == bindparam("from_priority", type_=SmallInteger))
         conditions.append(tuple_(table.c.run_at, table.c.id) >= tuple_(*position))
     due = (
         select(table.c.id)
         .where(*conditions)
-        .order_by(table.c.run_at, table.c.id)
+        .order_by(table.c.priority.desc(), table.c.run_at, table.c.id)
         .limit(bindparam("limit", type_=Integer, literal_execute=True))
         .with_for_update(skip_locked=True)
         .cte("due_jobs")
@@ -95,11 +108,14 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
             table.c.idempotency_key,
             table.c.locked_at,
             table.c.run_at,
+            table.c.priority,
+            table.c.scheduled_at,
+            table.c.snoozes,
         )
     )
 
 
-def complete_and_claim_jobs(table: Table) -> Executable:
+def complete_and_claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
     """The worker's round in one statement: complete the finished jobs (``:job_ids`` under
     their own ``:tokens``) and claim up to ``:limit`` more, as `complete_jobs` and `claim_jobs`
     would.
@@ -114,15 +130,16 @@ def complete_and_claim_jobs(table: Table) -> Executable:
     rows (running vs pending), so sharing a snapshot changes nothing for either.
     """
     completed = complete_jobs(table).cte("completed_now")
-    claimed = claim_jobs(table, from_position=True).cte("claimed_now")
-    only_claims = ("payload", "claim_token", "idempotency_key", "locked_at", "run_at")
+    claimed = claim_jobs(table, from_position=from_position).cte("claimed_now")
+    only_claims = ("payload", "claim_token", "idempotency_key", "locked_at", "run_at", "priority",
+                   "scheduled_at", "snoozes")
     return select(
-        false().label("claimed"), *_identity(completed), completed.c.duration,
+        false().label("claimed"), *_identity(completed), completed.c.duration, completed.c.status,
         *(cast(null(), table.c[name].type).label(name) for name in only_claims),
-    ).union_all(
+    ).select_from(announced(completed, announce_finished(table, completed))).union_all(
         select(
             true().label("claimed"), *_identity(claimed), cast(null(), INTERVAL).label("duration"),
-            *(claimed.c[name] for name in only_claims),
+            cast(null(), Text).label("status"), *(claimed.c[name] for name in only_claims),
         )
     )
 

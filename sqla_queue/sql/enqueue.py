@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from sqlalchemy import DateTime, Integer, Interval, Table, Text, any_, bindparam, cast, column, func, select
+from sqlalchemy import (
+    DateTime,
+    Integer,
+    Interval,
+    SmallInteger,
+    Table,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    column,
+    func,
+    select,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.sql import Executable
 
@@ -19,6 +32,8 @@ _INPUT_COLUMNS = (
     ("delay", Interval),
     ("max_attempts", Integer),
     ("idempotency_key", Text),
+    ("priority", SmallInteger),
+    ("scheduled_at", DateTime(timezone=True)),
 )
 
 INPUT_COLUMNS = tuple(name for name, _ in _INPUT_COLUMNS)
@@ -52,11 +67,14 @@ def insert_jobs(table: Table) -> Executable:
         func.coalesce(src.c.run_at, func.now() + src.c.delay),
         src.c.max_attempts,
         src.c.idempotency_key,
+        src.c.priority,
+        src.c.scheduled_at,
     ).order_by(src.c.ord)
     return _skipping_held_keys_and_notifying(
         table,
         insert(table).from_select(
-            ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key"], rows
+            ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key", "priority",
+             "scheduled_at"], rows
         ),
     )
 
@@ -78,6 +96,8 @@ def insert_job(table: Table) -> Executable:
             run_at=func.coalesce(values["run_at"], func.now() + values["delay"]),
             max_attempts=values["max_attempts"],
             idempotency_key=values["idempotency_key"],
+            priority=values["priority"],
+            scheduled_at=values["scheduled_at"],
         ),
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Table, func, update
+from sqlalchemy import Table, case, func, update
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
@@ -12,7 +12,8 @@ RELEASED = "released unfinished at worker shutdown"
 
 
 def renew_leases(table: Table) -> Executable:
-    """Heartbeat: restart the lease of every job still held under its own token.
+    """Heartbeat: restart the lease of every job still held under its own token, and say
+    whether someone asked to cancel it (``cancel_requested``): how a cancel reaches the handler.
 
     Each row is checked against its own token; the ids missing from RETURNING are lost claims.
     """
@@ -21,25 +22,29 @@ def renew_leases(table: Table) -> Executable:
         update(table)
         .where(held_in(table, held))
         .values(locked_at=func.clock_timestamp())
-        .returning(table.c.id)
+        .returning(table.c.id, table.c.cancel_requested_at.is_not(None).label("cancel_requested"))
     )
 
 
 def release_jobs(table: Table) -> Executable:
     """Give unfinished jobs back at shutdown: pending now, and the interrupted attempt is not
-    counted (a deploy should not burn a job's attempts)."""
+    counted (a deploy should not burn a job's attempts). A job someone asked to cancel ends
+    cancelled instead: it would never be wanted again."""
     held = held_pairs("released")
+    cancelling = table.c.cancel_requested_at.is_not(None)
+
     return (
         update(table)
         .where(held_in(table, held))
         .values(
-            status=JobStatus.PENDING.value,
-            attempts=func.greatest(table.c.attempts - 1, 0),
-            run_at=func.clock_timestamp(),
+            status=case((cancelling, JobStatus.CANCELLED.value), else_=JobStatus.PENDING.value),
+            cancelled_at=case((cancelling, func.clock_timestamp()), else_=None),
+            attempts=case((cancelling, table.c.attempts), else_=func.greatest(table.c.attempts - 1, 0)),
+            run_at=case((cancelling, table.c.run_at), else_=func.clock_timestamp()),
             locked_at=None,
             locked_by=None,
             claim_token=None,
             last_error=RELEASED,
         )
-        .returning(table.c.id)
+        .returning(table.c.id, table.c.status)
     )

@@ -1,14 +1,15 @@
-"""LISTEN/NOTIFY: how an enqueue wakes idle workers.
+"""LISTEN/NOTIFY: how an enqueue wakes idle workers, and how finished jobs wake `Queue.wait`.
 
-The channel is derived from the job table's name (one channel per table, so two job tables
-never wake each other's workers); the payload is the queue name.
+Channels are derived from the job table's name (one pair per table, so two job tables never
+wake each other's listeners). An enqueue's payload is the queue name; a finishing statement's is
+the comma-separated ids it finished.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import Table, Text, case, cast, func, literal, select, true
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Executable, ClauseElement
 
@@ -34,3 +35,33 @@ def _compile_listen(element: Listen, compiler: Any, **kw: Any) -> str:
 
 def listen(table: Table) -> Executable:
     return Listen(channel_name(table))
+
+
+MAX_FINISHED_PAYLOAD = 7999
+"""PostgreSQL refuses a notification payload of 8000 bytes or more; a longer id list is sent
+empty, which listeners read as "something finished, look again"."""
+
+
+def finished_channel(table: Table) -> str:
+    """The channel on which statements that finish jobs announce their ids (`Queue.wait`)."""
+    return f"{table.name}_finished"
+
+
+def announce_finished(table: Table, rows: Any, *, only: Any = None) -> Any:
+    """A CTE sending one ``pg_notify`` that lists the ids in `rows` (a CTE with ``id`` and
+    ``status``; `only` filters them), or none when there are none.
+
+    Join it into the statement that finished the jobs (`announced`): a CTE nobody reads is never
+    run. One notification per statement, not per job, and PostgreSQL sends it only at commit.
+    """
+    ids = func.string_agg(cast(rows.c.id, Text), literal(","))
+    payload = case((func.length(ids) <= MAX_FINISHED_PAYLOAD, ids), else_=literal(""))
+    sent = select(func.pg_notify(literal(finished_channel(table)), payload).label("sent")).select_from(rows)
+    if only is not None:
+        sent = sent.where(only)
+    return sent.having(func.count() > 0).cte(f"{rows.name}_announced")
+
+
+def announced(rows: Any, announcement: Any) -> Any:
+    """`rows` joined to its `announce_finished` CTE so that the notification is sent."""
+    return rows.outerjoin(announcement, true())

@@ -1,7 +1,8 @@
 """Lease recovery: running jobs whose lease expired, in bounded SKIP LOCKED batches.
 
-Two statements, because the terminal transition is kept explicit: jobs with attempts left
-go back to pending; jobs that expired on their last attempt go to failed. Both clear the claim
+Three statements, because the terminal transitions are kept explicit: jobs with attempts left
+go back to pending; jobs that expired on their last attempt go to failed; jobs someone asked to
+cancel go to cancelled whatever their attempts. Both clear the claim
 token, so the expired worker's late outcome finds nothing and reports a lost claim.
 ``clock_timestamp() - :lease`` keeps the cutoff on the database's clock. SKIP LOCKED lets a
 sweep run beside claims, outcomes and other sweeps (several workers recover at once) without
@@ -18,6 +19,7 @@ from ._predicates import status_is
 
 LEASE_EXPIRED = "claim lease expired"
 LEASE_EXPIRED_LAST_ATTEMPT = "claim lease expired on the last attempt"
+LEASE_EXPIRED_CANCELLED = "claim lease expired after a cancel request"
 
 
 def requeue_expired(table: Table) -> Executable:
@@ -56,13 +58,32 @@ def fail_exhausted_expired(table: Table) -> Executable:
     )
 
 
-def _expired(table: Table, attempts_rule: ColumnElement[bool], name: str):
+def cancel_expired(table: Table) -> Executable:
+    expired = _expired(table, None, "cancelled_jobs")
+    return (
+        update(table)
+        .where(table.c.id == expired.c.id)
+        .values(
+            status=JobStatus.CANCELLED.value,
+            cancelled_at=func.clock_timestamp(),
+            claim_token=None,
+            last_error=LEASE_EXPIRED_CANCELLED,
+            last_traceback=None,
+        )
+        .returning(table.c.id, table.c.queue_name, table.c.task)
+    )
+
+
+def _expired(table: Table, attempts_rule: ColumnElement[bool] | None, name: str):
+    """Expired running jobs: without a cancel request and matching `attempts_rule`, or (None)
+    with one."""
+    cancelled = table.c.cancel_requested_at.is_not(None)
     return (
         select(table.c.id)
         .where(
             status_is(table, JobStatus.RUNNING),
             table.c.locked_at < func.clock_timestamp() - bindparam("lease"),
-            attempts_rule,
+            cancelled if attempts_rule is None else (~cancelled & attempts_rule),
         )
         .order_by(table.c.locked_at, table.c.id)
         .limit(bindparam("limit"))

@@ -127,6 +127,14 @@ class EventRecorder:
         self.counts["sqla_queue_job_failed"] += 1
 
     @hookimpl
+    def sqla_queue_job_snoozed(self) -> None:
+        self.counts["sqla_queue_job_snoozed"] += 1
+
+    @hookimpl
+    def sqla_queue_job_cancelled(self) -> None:
+        self.counts["sqla_queue_job_cancelled"] += 1
+
+    @hookimpl
     def sqla_queue_job_recovered(self) -> None:
         self.counts["sqla_queue_job_recovered"] += 1
 

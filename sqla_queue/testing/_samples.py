@@ -8,12 +8,14 @@ from typing import Any
 from ..errors import NonRetryableError
 from ..types import (
     EmptyClaim,
+    JobCancelled,
     JobClaimed,
     JobCompleted,
     JobEnqueued,
     JobFailed,
     JobRecovered,
     JobRetried,
+    JobSnoozed,
     JobStatus,
     LostClaim,
 )
@@ -88,9 +90,19 @@ def edge_events(hook: str) -> list[Any]:
             JobFailed(job_id=2, queue=_ODD, task=_LONG, attempt=1_000_000, error="ValueError: no",
                       exception=_raised(ValueError("no")), traceback="Traceback (most recent call last):"),
         ],
+        "sqla_queue_job_snoozed": lambda: [
+            JobSnoozed(job_id=1, queue="default", task="t", attempt=0, run_at=now, snoozes=1),
+            JobSnoozed(job_id=2, queue=_ODD, task=_LONG, attempt=1_000_000, run_at=now + timedelta(days=365),
+                       snoozes=2**31 - 1),
+        ],
+        "sqla_queue_job_cancelled": lambda: [
+            JobCancelled(job_id=1, queue="default", task="t", attempt=0, requested_while_running=False),
+            JobCancelled(job_id=2, queue=_ODD, task=_LONG, attempt=7, requested_while_running=True),
+        ],
         "sqla_queue_job_recovered": lambda: [
             JobRecovered(job_id=1, queue="default", task="t", status=JobStatus.PENDING),
             JobRecovered(job_id=2, queue=_ODD, task=_LONG, status=JobStatus.FAILED),
+            JobRecovered(job_id=3, queue="q", task="t", status=JobStatus.CANCELLED),
         ],
         "sqla_queue_lost_claim": lambda: [
             LostClaim(job_id=1, claim_token="token", reason="job no longer exists", operation="complete"),

@@ -314,7 +314,7 @@ def check_lifecycle_plugin(plugin: object, target: Target) -> LifecycleReport:
     First each implemented hook is called alone with edge-case events (missing durations,
     zero durations, long and non-ASCII names, both recovery outcomes): none may raise. Then one
     real run with the plugin registered fires every event (enqueued, deduplicated, claimed,
-    completed, retried, failed, empty claim, recovered, lost claim): the plugin must log no
+    completed, retried, failed, snoozed, cancelled, empty claim, recovered, lost claim): the plugin must log no
     error and every job must end where the queue alone would put it.
     """
     alone_queue = plugin_queue(target, plugin)
@@ -363,12 +363,20 @@ def _lifecycle_run(queue: Queue) -> dict[str, JobStatus | None]:
         (job,) = queue.claim(name, worker_id="conformance")
         queue.handle_failure(job, NonRetryableError("second attempt gives up"))
         queue.claim(name, worker_id="conformance")  # empty
+        snoozed = queue.enqueue(task, {"job": "snoozes"})
+        (job,) = queue.claim(name, worker_id="conformance")
+        queue.snooze(job, timedelta(days=1))
+        cancelled = queue.enqueue(task, {"job": "is cancelled while running"})
+        (job,) = queue.claim(name, worker_id="conformance")
+        queue.cancel(job.id)
+        queue.complete(job.id, job.claim_token)  # ends cancelled: a cancel was requested
         lost = queue.enqueue(task, {"job": "is recovered"})
         (job,) = queue.claim(name, worker_id="conformance")
         queue.recover_expired(lease=timedelta(microseconds=1))
         queue.complete(job.id, job.claim_token)  # lost claim: recovery took it
         return {label: _status(queue, job_id)
-                for label, job_id in (("completed", done), ("failed", failed), ("recovered", lost))}
+                for label, job_id in (("completed", done), ("failed", failed), ("snoozed", snoozed),
+                                      ("cancelled", cancelled), ("recovered", lost))}
     finally:
         delete_queue_jobs(queue, name)
 
@@ -379,7 +387,8 @@ def _status(queue: Queue, job_id: int) -> JobStatus | None:
 
 
 def _check_states(name: str, states: dict[str, JobStatus | None]) -> None:
-    expected = {"completed": JobStatus.COMPLETED, "failed": JobStatus.FAILED, "recovered": JobStatus.PENDING}
+    expected = {"completed": JobStatus.COMPLETED, "failed": JobStatus.FAILED, "snoozed": JobStatus.PENDING,
+                "cancelled": JobStatus.CANCELLED, "recovered": JobStatus.PENDING}
     for label, status in expected.items():
         if states[label] is not status:
             raise ConformanceError(

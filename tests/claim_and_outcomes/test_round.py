@@ -142,7 +142,7 @@ def test_a_connection_terminated_mid_call_raises_database_error_and_the_next_rou
     worker = recorded_queue.worker(concurrency=1)
     bound = worker.queue
     params = {"queue": "default", "worker_id": "w", "limit": 1, "token": "t", "job_ids": [], "tokens": [],
-              "from_run_at": None, "from_id": None}
+              "results": []}
     try:
         recorded_queue.enqueue("send_email", {"secret": "hunter2"})
         with pytest.raises(sq.DatabaseError) as failed:
@@ -186,10 +186,10 @@ def test_a_claim_from_a_position_skips_what_lies_before_it_in_claim_order(round_
     ids = round_queue.enqueue_many([{"task": "send_email", "payload": {"n": n}} for n in range(6)])
     first = round_queue.claim(worker_id="w", limit=2)
     position = sq.worker.claim_position(first)
-    assert position == (first[0].run_at, ids[0])
+    assert position == (0, first[0].run_at, ids[0])
 
     _, later = round_queue.complete_and_claim([], worker_id="w", limit=2,
-                                              from_position=(first[1].run_at, ids[4]))
+                                              from_position=(0, first[1].run_at, ids[4]))
     _, from_position = round_queue.complete_and_claim([], worker_id="w", limit=2, from_position=position)
     _, from_start = round_queue.complete_and_claim([], worker_id="w", limit=2)
 
@@ -198,8 +198,10 @@ def test_a_claim_from_a_position_skips_what_lies_before_it_in_claim_order(round_
     assert from_start == []
 
 
-@pytest.mark.parametrize("position", [(None, 1), ("2026-01-01", 1), (datetime(2026, 1, 1), 1),
-                                      (datetime(2026, 1, 1, tzinfo=timezone.utc), "1"), [1, 2]])
+@pytest.mark.parametrize("position", [(0, None, 1), (0, "2026-01-01", 1), (0, datetime(2026, 1, 1), 1),
+                                      (0, datetime(2026, 1, 1, tzinfo=timezone.utc), "1"), [0, 1, 2],
+                                      (datetime(2026, 1, 1, tzinfo=timezone.utc), 1),
+                                      (True, datetime(2026, 1, 1, tzinfo=timezone.utc), 1)])
 def test_a_bad_claim_position_is_refused_before_anything_is_written(round_queue, table_rows, position):
     round_queue.enqueue("send_email", {})
     before = table_rows()

@@ -61,7 +61,8 @@ def test_claim_selects_in_a_locking_cte_feeding_update_from_returning():
 
     assert text.startswith("WITH due_jobs AS (SELECT sqla_queue_jobs.id")
     assert "FOR UPDATE SKIP LOCKED" in body
-    assert re.search(r"ORDER BY sqla_queue_jobs\.run_at, sqla_queue_jobs\.id LIMIT \S+ FOR UPDATE", body)
+    assert re.search(r"ORDER BY sqla_queue_jobs\.priority DESC, sqla_queue_jobs\.run_at, sqla_queue_jobs\.id "
+                     r"LIMIT \S+ FOR UPDATE", body)
     assert re.search(r"\) UPDATE sqla_queue_jobs SET .* FROM due_jobs WHERE sqla_queue_jobs\.id = due_jobs\.id RETURNING", text)
     assert "FOR UPDATE" not in text.replace(body, "")  # the lock lives in the CTE only
 
@@ -123,30 +124,43 @@ def test_the_round_fuses_the_batch_completion_and_the_claim_into_one_statement()
 
     # the batch completion, each row fenced by its own token (only parameter names differ)
     assert re.sub(r"%\(\w+\)s", "?", completed) == re.sub(r"%\(\w+\)s", "?", rendered(sql.complete_jobs(TABLE)))
+    # one notification listing the completed ids, joined in so that it runs
+    assert "pg_notify(" in cte_body(text, "completed_now_announced")
     assert "FOR UPDATE SKIP LOCKED" in cte_body(text, "due_jobs")
     assert claimed.startswith("UPDATE sqla_queue_jobs SET") and "FROM due_jobs" in claimed
     assert text.count("FOR UPDATE") == 1
     first, second = text.split(" UNION ALL ")
-    assert ") SELECT false AS claimed" in first and first.endswith("FROM completed_now")
+    assert ") SELECT false AS claimed" in first
+    assert first.endswith("FROM completed_now LEFT OUTER JOIN completed_now_announced ON true")
     assert second.startswith("SELECT true AS claimed") and second.endswith("FROM claimed_now")
     assert "pending" not in bound_strings(sql.complete_and_claim_jobs(TABLE))
 
 
 def test_the_round_claims_from_a_position_in_claim_order_as_an_index_condition():
-    """A row comparison on the pending index's own columns, so the scan starts at the position
-    (NULL: at the start) instead of reading every dead entry before it."""
-    due = cte_body(rendered(sql.complete_and_claim_jobs(TABLE)), "due_jobs")
-    assert ("(sqla_queue_jobs.run_at, sqla_queue_jobs.id) >= (coalesce(%(from_run_at)s::TIMESTAMP WITH TIME ZONE, "
-            "'-infinity'::timestamptz), coalesce(%(from_id)s::BIGINT, ") in due
-    assert "from_run_at" not in rendered(sql.claim_jobs(TABLE))  # Queue.claim always starts at the start
+    """Equality on the priority and a row comparison on the pending index's next columns, so
+    the scan starts at the position instead of reading every dead entry before it; the round
+    without a position (and `Queue.claim`) starts at the start of the claim order."""
+    due = cte_body(rendered(sql.complete_and_claim_jobs(TABLE, from_position=True)), "due_jobs")
+    assert "sqla_queue_jobs.priority = %(from_priority)s::SMALLINT" in due
+    assert ("(sqla_queue_jobs.run_at, sqla_queue_jobs.id) >= (%(from_run_at)s::TIMESTAMP WITH TIME ZONE, "
+            "%(from_id)s::BIGINT)") in due
+    assert "from_" not in rendered(sql.complete_and_claim_jobs(TABLE))
+    assert "from_" not in rendered(sql.claim_jobs(TABLE))
+
+
+def test_a_paused_queue_claims_nothing_by_a_check_inside_the_claim():
+    due = cte_body(rendered(sql.claim_jobs(TABLE)), "due_jobs")
+    assert ("NOT (EXISTS (SELECT * FROM sqla_queue_jobs_queues WHERE sqla_queue_jobs_queues.queue_name = "
+            "%(queue)s::VARCHAR AND sqla_queue_jobs_queues.paused_at IS NOT NULL))") in due
 
 
 # -- outcomes ---------------------------------------------------------------------------------
 
 OUTCOMES = {
-    "complete": (sql.complete_job, "completed_now", "completed"),
-    "retry": (sql.retry_job, "retried_now", None),
-    "fail": (sql.fail_job, "failed_now", "failed"),
+    "complete": (sql.complete_job, "completed_now", "('completed', 'cancelled')"),
+    "retry": (sql.retry_job, "retried_now", "('pending', 'failed', 'cancelled')"),
+    "fail": (sql.fail_job, "failed_now", "('failed', 'cancelled')"),
+    "snooze": (sql.snooze_job, "snoozed_now", "('pending', 'cancelled')"),
 }
 
 
@@ -171,10 +185,7 @@ def test_outcome_replay_branch_matches_the_finished_row_under_the_same_token(nam
 
     assert "sqla_queue_jobs.id = %(job_id)s" in replay
     assert "sqla_queue_jobs.claim_token = %(token)s" in replay
-    if finished:
-        assert f"sqla_queue_jobs.status = '{finished}'" in replay
-    else:
-        assert "sqla_queue_jobs.status IN ('pending', 'failed')" in replay
+    assert f"sqla_queue_jobs.status IN {finished}" in replay
     assert "'running'" not in replay
     assert "true AS replayed" in replay  # a replay fires no second lifecycle event
     assert "false AS replayed" in text.split("UNION ALL", 1)[0]
@@ -183,7 +194,6 @@ def test_outcome_replay_branch_matches_the_finished_row_under_the_same_token(nam
 @pytest.mark.parametrize(
     ("builder", "alias"),
     [
-        (sql.complete_jobs, "finished"),
         (sql.renew_leases, "held"),
         (sql.release_jobs, "released"),
     ],
@@ -199,6 +209,24 @@ def test_batch_statements_fence_each_row_with_its_own_token(builder, alias):
     assert "RETURNING sqla_queue_jobs.id" in text
 
 
+def test_batch_completion_fences_each_row_and_stores_its_own_result():
+    text = rendered(sql.complete_jobs(TABLE))
+    assert ("FROM unnest(%(job_ids)s::BIGINT[], %(tokens)s::TEXT[], %(results)s::TEXT[]) "
+            "AS finished(job_id, token, result)") in text
+    where = text.split(" WHERE ", 1)[1]
+    assert "sqla_queue_jobs.status = 'running'" in where
+    assert "sqla_queue_jobs.claim_token = finished.token" in where
+    assert "ELSE CAST(finished.result AS JSONB) END" in text
+
+
+@pytest.mark.parametrize("name", ["complete", "retry", "fail", "snooze"])
+def test_every_outcome_of_a_cancel_requested_job_is_cancelled(name):
+    builder, cte, _ = OUTCOMES[name]
+    body = cte_body(rendered(builder(TABLE)), cte)
+    assert body.split(" SET ", 1)[1].startswith("status=CASE WHEN (sqla_queue_jobs.cancel_requested_at IS NOT NULL)")
+    assert "cancelled_at=CASE WHEN (sqla_queue_jobs.cancel_requested_at IS NOT NULL) THEN clock_timestamp()" in body
+
+
 @pytest.mark.parametrize("name", OUTCOMES)
 def test_outcome_statuses_are_never_bound_as_predicate_parameters(name):
     builder, cte, _ = OUTCOMES[name]
@@ -208,7 +236,7 @@ def test_outcome_statuses_are_never_bound_as_predicate_parameters(name):
 
 def test_retry_goes_pending_at_the_chosen_time_only_while_attempts_remain():
     body = cte_body(rendered(sql.retry_job(TABLE)), "retried_now")
-    assert "status=CASE WHEN (sqla_queue_jobs.attempts < sqla_queue_jobs.max_attempts)" in body
+    assert "WHEN (sqla_queue_jobs.attempts < sqla_queue_jobs.max_attempts) THEN" in body.split(" SET ", 1)[1].split(", run_at=")[0]
     assert "coalesce(%(retry_at)s, clock_timestamp() + %(delay)s)" in body
     assert "last_error=%(error)s" in body
 
@@ -217,7 +245,7 @@ def test_complete_keeps_the_claim_token_on_the_finished_row():
     body = cte_body(rendered(sql.complete_job(TABLE)), "completed_now")
     assignments = body.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
     assert "claim_token" not in assignments
-    assert "completed_at=clock_timestamp()" in assignments
+    assert "completed_at=CASE WHEN (sqla_queue_jobs.cancel_requested_at IS NOT NULL) THEN NULL ELSE clock_timestamp() END" in assignments
 
 
 # -- recovery ---------------------------------------------------------------------------------
@@ -285,7 +313,7 @@ def test_active_key_lookup_covers_only_the_active_statuses():
 # -- every statement --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [n for n in sql.__all__ if n not in ("channel_name", "listen")])
+@pytest.mark.parametrize("name", [n for n in sql.__all__ if n not in ("channel_name", "finished_channel", "listen")])
 def test_every_statement_builder_is_pure_and_bound(name):
     statement = getattr(sql, name)(TABLE)
     text = rendered(statement)
