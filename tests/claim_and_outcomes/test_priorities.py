@@ -128,7 +128,7 @@ def test_a_tasks_default_priority_is_used_and_enqueues_own_wins(queue, job_row):
 
 @pytest.mark.parametrize("priority", [32768, True, 2.5, "high"], ids=repr)
 def test_a_bad_task_default_priority_is_refused_at_registration(queue, priority):
-    with pytest.raises(sq.InvalidInputError, match="priority"):
+    with pytest.raises(sq.ConfigurationError, match="priority of task 'bad_default'"):
         queue.task(lambda payload, ctx: None, name="bad_default", priority=priority)
 
 
