@@ -7,7 +7,9 @@ same table, indexes and server as sqla_queue, so the ratio isolates what the lib
 
 Placeholders are psycopg's ``%(name)s``; `pgbench_script` turns them into pgbench's ``:name``.
 The only adaptations of the reference text: the table is ``sqla_queue_jobs`` (which also has a
-``task`` column), and the guarded completion takes the whole claimed batch at once
+``task`` column), the claim orders by ``priority DESC, run_at, id`` (the key order of the pending
+index it walks, which serves priorities; ordered by ``run_at, id`` alone it would sort every
+pending job of the queue), and the guarded completion takes the whole claimed batch at once
 (``id = ANY(:ids)``, one statement and one commit per batch: "2 commits per batch", as measured
 in DESIGN.md), each row still guarded by status and the claim's token. The claim's batch size is
 written into the text (`inline_batch`) before it is prepared, as sqla_queue does: with ``LIMIT $n``
@@ -34,7 +36,7 @@ next_job AS (
     AND status = 'pending'
     AND run_at <= clock_timestamp()
     AND attempts < max_attempts
-  ORDER BY run_at, id
+  ORDER BY priority DESC, run_at, id
   FOR UPDATE SKIP LOCKED
   LIMIT %(batch)s
 )"""
