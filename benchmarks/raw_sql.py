@@ -146,14 +146,16 @@ SELECT %(queue)s, %(task)s, jsonb_build_object('i', g),
 FROM generate_series(1, %(n)s) AS g
 """
 
-# The same pending jobs with priorities in use: each job takes the next of %(priorities)s in turn,
-# so every priority's jobs are spread over the same hour of run_at.
+# Two queues of %(n)s pending jobs each, their rows interleaved, every job due and the jobs of
+# each queue spread over the same hour: on %(plain)s every job at the default priority, on
+# %(mixed)s each job at the next of %(priorities)s in turn (so every priority spans that hour).
 FILL_PENDING_PRIORITIES = f"""
 INSERT INTO {TABLE} (queue_name, task, payload, run_at, priority)
-SELECT %(queue)s, %(task)s, jsonb_build_object('i', g),
-       now() - interval '1 hour' + (g * interval '1 hour') / %(n)s,
-       (%(priorities)s::smallint[])[1 + mod(g, cardinality(%(priorities)s::smallint[]))]
-FROM generate_series(1, %(n)s) AS g
+SELECT CASE WHEN mod(g, 2) = 0 THEN %(plain)s ELSE %(mixed)s END, %(task)s, jsonb_build_object('i', g),
+       now() - interval '1 hour' + ((g / 2) * interval '1 hour') / %(n)s,
+       CASE WHEN mod(g, 2) = 0 THEN 0
+            ELSE (%(priorities)s::smallint[])[1 + mod(g / 2, cardinality(%(priorities)s::smallint[]))] END
+FROM generate_series(0, 2 * %(n)s - 1) AS g
 """
 
 # A finished history: completed jobs as a worker leaves them.

@@ -227,11 +227,13 @@ def _priorities_rows(p: dict | None) -> list[str]:
     if not p:
         return []
     levels = ", ".join(str(level) for level in p["priorities"])
-    lines = [f"Priorities in use: a second queue of {p['backlog']:,} pending jobs, each at the next of priorities "
-             f"{levels} in turn (so every priority's jobs span the same run_at range), added to the same table "
-             "and vacuumed; then the two queues measured in alternation (which goes first alternates). The claim "
-             "orders by `priority DESC, run_at, id` on the pending index `(queue_name, priority DESC, run_at, id)`; "
-             "the raw reference claim orders the same way. The ratio is the median of the per-repetition ratios.",
+    lines = [f"Priorities in use: the table emptied and filled again with the same history and two fresh queues of "
+             f"{p['backlog']:,} pending jobs each, their rows interleaved: one with every job at priority 0, one with "
+             f"its jobs at priorities {levels} in turn (every priority's jobs spanning the same run_at range); "
+             "vacuumed, then the claims on the two queues alternating one by one, so both see the same table and "
+             "the same moment of the machine. The claim orders by `priority DESC, run_at, id` on the pending index "
+             "`(queue_name, priority DESC, run_at, id)`; the raw reference claim orders the same way. The ratio is "
+             "the median of the per-repetition ratios.",
              "", "| Pending backlog | sqla_queue µs/claim | Raw µs/claim | Buffers/claim |", "|---|---|---|---|"]
     for key, label in (("plain", f"{p['backlog']:,}, one priority (0)"),
                        ("mixed", f"{p['backlog']:,}, priorities {levels}")):
