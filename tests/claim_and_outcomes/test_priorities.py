@@ -188,4 +188,6 @@ def test_a_higher_priority_job_runs_within_a_claim_order_restart_while_a_backlog
     assert ran and not runner.is_alive()
     waited = started["urgent"] - enqueued_at[0]
     assert left > backlog // 2, "the backlog ran out: the bound was not what let the urgent job in"
-    assert waited <= restart + 0.5, f"the priority-5 job waited {waited:.2f}s (restart every {restart}s)"
+    # The bound plus a round and a handler start, with room for a loaded machine; the backlog
+    # itself would take 10 s or more.
+    assert waited <= restart + 1.0, f"the priority-5 job waited {waited:.2f}s (restart every {restart}s)"
