@@ -150,44 +150,68 @@ def test_the_claim_position_keeps_to_one_priority(queue):
     assert [job.id for job in from_start] == [urgent]
 
 
-def test_a_higher_priority_job_runs_within_a_claim_order_restart_while_a_backlog_drains(queue, count_jobs):
+def test_a_higher_priority_job_runs_at_the_next_claim_order_restart_while_a_backlog_drains(queue, count_jobs):
     """A worker draining a priority-0 backlog claims from its position, which stays within
-    priority 0; a priority-5 job enqueued meanwhile waits for the next claim from the start of
-    the claim order (every `_RESTART_CLAIM_ORDER_EVERY` seconds), not for the backlog to end."""
+    priority 0; a priority-5 job enqueued meanwhile is taken by the worker's next claim from the
+    start of the claim order (one every `_RESTART_CLAIM_ORDER_EVERY` seconds), not after the
+    backlog. The worker's claims are recorded (position or none, jobs, when) to show which claim
+    took it; the wait is measured against the restart interval with room for a loaded machine,
+    while the backlog itself would take ten seconds or more."""
     restart = worker_module._RESTART_CLAIM_ORDER_EVERY
-    started: dict[str, float] = {}
-    enqueued_at: list[float] = []
-    drained = threading.Event()
+    urgent_started = threading.Event()
 
     @queue.task
     def work(payload, ctx):
         if payload.get("urgent"):
-            started["urgent"] = time.monotonic()
-            drained.set()
-            return
-        started.setdefault("backlog", time.monotonic())
-        time.sleep(0.002)
+            urgent_started.set()
+        else:
+            time.sleep(0.002)
 
-    backlog = 20_000  # far more than the worker gets through in a few seconds
+    backlog = 20_000
     queue.enqueue_many([{"task": "work", "payload": {"n": n}} for n in range(backlog)])
     worker = queue.worker(concurrency=4, batch_size=4, poll_interval=0.05, lease=timedelta(seconds=6))
+    claims = _record_claims(worker)
     runner = threading.Thread(target=worker.run)
     runner.start()
     try:
-        deadline = time.monotonic() + 10
-        while "backlog" not in started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)  # well into the drain: the worker claims from its position now
-        enqueued_at.append(time.monotonic())
-        queue.enqueue("work", {"urgent": True}, priority=5)
-        ran = drained.wait(restart + 5)
+        assert _wait_for(lambda: any(position for position, _, _ in claims))  # draining from a position
+        enqueued_at = time.monotonic()
+        urgent = queue.enqueue("work", {"urgent": True}, priority=5)
+        ran = urgent_started.wait(restart + 5)
         left = count_jobs("status = 'pending'")
     finally:
         worker.stop()
         runner.join(15)
     assert ran and not runner.is_alive()
-    waited = started["urgent"] - enqueued_at[0]
-    assert left > backlog // 2, "the backlog ran out: the bound was not what let the urgent job in"
-    # The bound plus a round and a handler start, with room for a loaded machine; the backlog
-    # itself would take 10 s or more.
-    assert waited <= restart + 1.0, f"the priority-5 job waited {waited:.2f}s (restart every {restart}s)"
+    assert left > backlog // 2, "the backlog ran out: that, not the restart, let the urgent job in"
+    after = [(position, ids, at) for position, ids, at in list(claims) if at > enqueued_at]
+    [(position, _, claimed_at)] = [claim for claim in after if urgent in claim[1]]
+    assert position is None, "taken from a position: the position did not keep to its priority"
+    from_start_before = [claim for claim in after if claim[0] is None and claim[2] < claimed_at]
+    assert from_start_before == [], "a claim from the start after the enqueue missed the urgent job"
+    waited = claimed_at - enqueued_at
+    assert waited <= restart + 1.0, f"the urgent job waited {waited:.2f} s for a claim (restart every {restart} s)"
+
+
+def _record_claims(worker) -> list[tuple]:
+    """Every claim of `worker` as ``(from_position, claimed ids, monotonic time it returned)``."""
+    claims: list[tuple] = []
+    real = worker.queue.complete_and_claim
+
+    def recorded(finished, queue_name="default", **options):
+        results, jobs = real(finished, queue_name, **options)
+        if options.get("limit"):
+            claims.append((options.get("from_position"), {job.id for job in jobs}, time.monotonic()))
+        return results, jobs
+
+    worker.queue.complete_and_claim = recorded
+    return claims
+
+
+def _wait_for(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
