@@ -70,6 +70,11 @@ class JobCancelledError(SqlaQueueError):
     held it: before its handler started, or when an async handler was cancelled."""
 
 
+class SnoozeLimitError(SqlaQueueError):
+    """A handler snoozed a job more often than its task's ``max_snoozes``: that attempt fails
+    with this error instead (retried like any error while attempts remain)."""
+
+
 class WaitTimeoutError(SqlaQueueError, TimeoutError):
     """`Queue.wait` gave up: the job had not finished within the timeout."""
 

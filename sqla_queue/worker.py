@@ -55,7 +55,7 @@ from ._worker_config import WorkerConfig, WorkerSummary
 from ._handler_loop import HandlerLoop
 from ._tasks import Task
 from . import _validate
-from .errors import DatabaseError, JobCancelledError, ResultError, Snooze, UnknownTaskError
+from .errors import DatabaseError, JobCancelledError, ResultError, Snooze, SnoozeLimitError, UnknownTaskError
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
 from .scheduling import Scheduler
@@ -525,8 +525,8 @@ class Worker:
         limit = task.max_snoozes if task is not None else 0
         if job.snoozes < limit:
             return None
-        return RuntimeError(f"task {job.task!r} snoozed job {job.id} {job.snoozes} times, its max_snoozes "
-                            f"({limit}): the attempt fails instead")
+        return SnoozeLimitError(f"job {job.id} of task {job.task!r} already snoozed {job.snoozes} times, "
+                                f"its task's max_snoozes: this attempt fails instead")
 
     def _count_outcome(self, outcome: Outcome | None, pending_means: str) -> None:
         if outcome is None:

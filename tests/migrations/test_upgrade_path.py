@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 from alembic.util import CommandError
-from migration_helpers import HEAD_ID, PREVIOUS_ID, schema_catalog, stamped, table_catalog, upgrade
+from migration_helpers import (
+    HEAD_ID,
+    PREVIOUS_ID,
+    downgrade,
+    schema_catalog,
+    stamped,
+    table_catalog,
+    upgrade,
+)
 from sqlalchemy import Engine, MetaData, Table, insert, select, text
 from sqlalchemy.exc import IntegrityError
 
@@ -104,3 +112,54 @@ def test_current_reads_without_leaving_a_transaction_open(empty_engine):
         assert migrations.current(conn) == HEAD_ID
         migrations.downgrade(conn, migrations.PREVIOUS)
         assert migrations.current(conn) == PREVIOUS_ID
+
+
+def test_upgrading_a_live_revision_4_queue_to_job_control_keeps_its_jobs_claimable_by_priority(empty_engine):
+    upgrade(empty_engine, "sqlaq_0004")
+    old_table = reflected_jobs(empty_engine)
+    with empty_engine.begin() as conn:
+        for n in range(3):
+            conn.execute(insert(old_table).values(queue_name="default", task="send_email", payload={"n": n}))
+    before = all_rows(empty_engine, old_table)
+
+    upgrade(empty_engine, "sqlaq_0005")
+
+    after = all_rows(empty_engine, reflected_jobs(empty_engine))
+    assert [{k: row[k] for k in before[0]} for row in after] == before
+    assert {(row["priority"], row["snoozes"], row["result"], row["cancelled_at"]) for row in after} == {(0, 0, None, None)}
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    urgent = queue.enqueue("send_email", {"n": "urgent"}, priority=10)
+    assert [job.id for job in queue.claim("default", worker_id="w", limit=2)] == [before[0]["id"], urgent]
+
+
+def test_revision_5_can_be_rerun_after_an_interrupted_claim_index_swap(make_engine):
+    """Its autocommit block commits step by step: interrupted after building the new claim index
+    (or after the rename), a re-run must still end in exactly the head schema."""
+    interrupted, clean = make_engine(), make_engine()
+    upgrade(clean)
+    upgrade(interrupted)
+    with interrupted.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("CREATE INDEX sqla_queue_jobs_pending_claim_idx_building ON sqla_queue_jobs (queue_name)"))
+    with interrupted.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'sqlaq_0004'"))
+
+    upgrade(interrupted)
+
+    assert schema_catalog(interrupted) == schema_catalog(clean)
+    assert stamped(interrupted) == {HEAD_ID}
+
+
+def test_downgrading_job_control_deletes_cancelled_jobs_the_old_schema_cannot_hold(empty_engine):
+    upgrade(empty_engine)
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    kept, cancelled = queue.enqueue("send_email", {}), queue.enqueue("send_email", {})
+    with empty_engine.begin() as conn:
+        conn.execute(text("UPDATE sqla_queue_jobs SET status = 'cancelled', cancelled_at = now() WHERE id = :id"),
+                     {"id": cancelled})
+
+    downgrade(empty_engine, "sqlaq_0004")
+
+    assert [row["id"] for row in all_rows(empty_engine, reflected_jobs(empty_engine))] == [kept]
+    assert stamped(empty_engine) == {"sqlaq_0004"}
