@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     size = SIZES[args.size].with_repeat(args.repeat)
     if args.update:  # refused before measuring anything, not after
-        report.check_update(Path(args.out).read_text(), size.name)
+        try:
+            report.check_update(Path(args.out).read_text(), size.name)
+        except (OSError, ValueError) as exc:
+            sys.exit(f"python -m benchmarks --update: {exc}")
     console = Console(stderr=True, width=160)
     t0 = time.monotonic()
 
