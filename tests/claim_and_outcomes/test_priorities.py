@@ -130,7 +130,7 @@ def test_a_tasks_default_priority_is_used_and_enqueues_own_wins(queue, job_row):
 def test_a_bad_task_default_priority_is_refused_at_registration(queue, priority):
     with pytest.raises(sq.ConfigurationError, match="priority of task 'bad_default'"):
         queue.task(lambda payload, ctx: None, name="bad_default", priority=priority)
-    assert "bad_default" not in queue.task_names()
+    assert "bad_default" not in queue.task_names
 
 
 # -- the worker: a higher priority while a lower-priority backlog drains ------------------------
