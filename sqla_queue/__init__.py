@@ -33,6 +33,7 @@ from .types import (
     JobView,
     Outcome,
     QueueHealth,
+    QueueState,
     QueueStats,
 )
 
@@ -60,6 +61,7 @@ __all__ = [
     "PluginError",
     "Queue",
     "QueueHealth",
+    "QueueState",
     "QueueStats",
     "ResultError",
     "Schedule",

@@ -69,10 +69,11 @@ from ._engine import (
     make_engine,
 )
 from .errors import ConfigurationError, InvalidInputError
-from .models import counters_table
+from .models import counters_table, queues_table
 from .sql import counters as counter_sql
 from .sql import operator_actions as ops_sql
 from .sql import prune as prune_sql
+from .sql import queues as queues_sql
 from .sql import stats as stats_sql
 from .sql.enqueue import INPUT_COLUMNS
 from .types import JobStatus
@@ -107,6 +108,7 @@ class Statements:
         self.fail_expired = sql.fail_exhausted_expired(table)
         self.cancel_expired = sql.cancel_expired(table)
         self.select_job = sql.select_job(table)
+        self.watch_job = sql.watch_job(table)
         self.claim_state = sql.claim_state(table)
         self.renew = sql.renew_leases(table)
         self.release = sql.release_jobs(table)
@@ -123,13 +125,21 @@ class Statements:
         self.job_state = ops_sql.job_state(table)
         self.key_holder = ops_sql.active_key_holder(table)
         self.retry_failed = ops_sql.retry_failed_job(table)
-        self.cancel_pending = ops_sql.cancel_pending_job(table)
         # queue control
+        queues = queues_table(table)
+        self.pause = queues_sql.pause_queue(queues)
+        self.resume = queues_sql.resume_queue(queues)
+        self.queue_states = queues_sql.queue_states(table, queues)
+        self.queue_state = queues_sql.queue_states(table, queues, one=True)
+        self.paused_queues = queues_sql.paused_queues(queues)
+        self.cancelled_in_window = stats_sql.cancelled_in_window(table)
+        self.cancel = ops_sql.cancel_job(table)
         # schedules
         # retention
         self.prune = {
             "completed": prune_sql.prune_finished(table, JobStatus.COMPLETED),
             "failed": prune_sql.prune_finished(table, JobStatus.FAILED),
+            "cancelled": prune_sql.prune_finished(table, JobStatus.CANCELLED),
             "counters": counter_sql.prune_counters(counters),
         }
         self._lists: dict[tuple, Any] = {}

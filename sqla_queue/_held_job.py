@@ -32,7 +32,8 @@ class HeldJob:
         self.started = False
         self.state = self.RUNNING
         self.cancel: Callable[[], None] | None = None  # an async handler's: cancels its coroutine
-        self.context = job.context()  # the handler's; a cancel request is set on it
+        self._cancel_requested = threading.Event()
+        self.context = job.context(self._cancel_requested)  # the handler's view of the request
         self.result: Any = None  # the handler's return value, stored with the completion
         self._lock = threading.Lock()
 
@@ -46,11 +47,10 @@ class HeldJob:
     def request_cancel(self) -> bool:
         """Someone asked to cancel the job: tell the handler (`JobContext.cancel_requested`)
         and cancel an async handler's coroutine. True the first time only."""
-        event = self.context._cancel_requested
         with self._lock:
-            if event.is_set():
+            if self._cancel_requested.is_set():
                 return False
-            event.set()
+            self._cancel_requested.set()
             cancel = self.cancel if self.state == self.RUNNING else None
         if cancel is not None:
             cancel()
@@ -58,7 +58,7 @@ class HeldJob:
 
     @property
     def cancel_requested(self) -> bool:
-        return self.context.cancel_requested
+        return self._cancel_requested.is_set()
 
     @property
     def settled(self) -> bool:

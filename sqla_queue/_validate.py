@@ -15,11 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .errors import ConfigurationError, InvalidInputError, PayloadError, ResultError, SqlaQueueError
-from .types import MAX_PRIORITY, MIN_PRIORITY
 
 MAX_NAME_LENGTH = 128
 MAX_KEY_LENGTH = 512
 MAX_ATTEMPTS_LIMIT = 1_000_000
+MIN_PRIORITY, MAX_PRIORITY = -32768, 32767
+"""A job's priority is a PostgreSQL ``smallint``; higher runs first, 0 is the default."""
 DEFAULT_MAX_RESULT_BYTES = 65_536
 """64 KiB of encoded JSON: a result is a summary (ids, counts, a URL), read back by `Queue.wait`."""
 DEFAULT_MAX_SNOOZES = 100

@@ -89,7 +89,7 @@ class Snooze(Exception):
     """
 
     def __init__(self, delay: timedelta | float) -> None:
-        from . import _validate
-
-        self.delay: timedelta = _validate.snooze_delay(delay)
-        super().__init__(f"snooze for {self.delay}")
+        # Checked where it is acted on (`Queue.snooze`, the worker): a bad delay fails that
+        # attempt with an error naming it, like any other mistake in a handler.
+        self.delay = delay
+        super().__init__(f"snooze for {delay!r}")

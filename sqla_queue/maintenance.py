@@ -34,6 +34,9 @@ DEFAULT_COUNTERS_AFTER = timedelta(days=1)
 DEFAULT_PRUNE_INTERVAL = 60.0
 DEFAULT_MAX_BATCHES = 10
 MAX_BATCH_SIZE = 100_000
+JOB_KINDS = ("completed", "failed", "cancelled")
+"""The finished states pruned, each by its own time (``completed_at``, ``failed_at``, ``cancelled_at``)."""
+JOB_KINDS_AFTER = tuple(f"{kind}_after" for kind in JOB_KINDS)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class PruneConfig:
         (a ``timedelta`` or seconds). None (the default) keeps them.
     :param failed_after: the same for failed jobs, by the time they failed. Keep them longer
         than completed ones: they are what an operator inspects and retries. Default None.
+    :param cancelled_after: the same for cancelled jobs, by the time they were cancelled.
+        Default None.
     :param counters_after: delete event counters (expired leases, retries, empty claims) older
         than this. Default one day; the stats window is minutes.
     :param batch_size: the most rows one statement deletes, each batch in a transaction of its
@@ -55,18 +60,19 @@ class PruneConfig:
 
     completed_after: timedelta | None = None
     failed_after: timedelta | None = None
+    cancelled_after: timedelta | None = None
     counters_after: timedelta = DEFAULT_COUNTERS_AFTER
     batch_size: int = DEFAULT_BATCH_SIZE
     max_batches: int = DEFAULT_MAX_BATCHES
     interval: float = DEFAULT_PRUNE_INTERVAL
 
     def __post_init__(self) -> None:
-        for name in ("completed_after", "failed_after", "counters_after"):
+        for name in (*JOB_KINDS_AFTER, "counters_after"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, _validate.as_config(_validate.duration, value, name, positive=True))
-        if self.completed_after is None and self.failed_after is None:
-            raise ConfigurationError("pruning needs completed_after or failed_after (or both)")
+        if all(getattr(self, name) is None for name in JOB_KINDS_AFTER):
+            raise ConfigurationError("pruning needs completed_after, failed_after or cancelled_after (any of them)")
         _validate.as_config(_validate.positive_int, self.batch_size, "batch_size")
         if self.batch_size > MAX_BATCH_SIZE:
             raise ConfigurationError(f"batch_size must be at most {MAX_BATCH_SIZE}, got {self.batch_size}")
@@ -82,19 +88,21 @@ class PruneConfig:
 
 @dataclass(frozen=True)
 class PruneResult:
-    """Rows deleted: completed jobs, failed jobs, counter rows; and the statements it took."""
+    """Rows deleted: completed, failed and cancelled jobs, counter rows; and the statements it
+    took. (`cancelled` came last, after the fields it joined.)"""
 
     completed: int = 0
     failed: int = 0
     counters: int = 0
     batches: int = 0
+    cancelled: int = 0
 
     def __add__(self, other: PruneResult) -> PruneResult:
         return PruneResult(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
     @property
     def jobs(self) -> int:
-        return self.completed + self.failed
+        return self.completed + self.failed + self.cancelled
 
 
 class Pruner:
@@ -105,7 +113,7 @@ class Pruner:
             raise ConfigurationError(f"pruning must be a PruneConfig, got {type(config).__name__}")
         self.queue = queue
         self.config = config
-        self._ages = {"completed": config.completed_after, "failed": config.failed_after}
+        self._ages = {kind: getattr(config, f"{kind}_after") for kind in JOB_KINDS}
         self._next_run = 0.0
 
     def run_once(self) -> PruneResult:
@@ -122,8 +130,7 @@ class Pruner:
         rounds = 0
         while todo and (max_batches is None or rounds < max_batches):
             step = {kind: self._batch(kind, age) for kind, age in todo.items()}
-            total += PruneResult(completed=step.get("completed", 0), failed=step.get("failed", 0),
-                                 batches=len(step))
+            total += PruneResult(**step, batches=len(step))
             todo = {kind: age for kind, age in todo.items() if step[kind] >= self.config.batch_size}
             rounds += 1
         counters = self._delete("counters", {"age": self.config.counters_after})
@@ -140,8 +147,9 @@ class Pruner:
         self._next_run = now + self.config.interval
         result = self.run(max_batches=self.config.max_batches)
         if result.jobs or result.counters:
-            logger.info("pruned %d completed and %d failed job(s), %d counter row(s) from %s",
-                        result.completed, result.failed, result.counters, self.queue.table.name)
+            logger.info("pruned %d completed, %d failed and %d cancelled job(s), %d counter row(s) from %s",
+                        result.completed, result.failed, result.cancelled, result.counters,
+                        self.queue.table.name)
         return result
 
     def _batch(self, kind: str, age: timedelta) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -23,6 +24,7 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    false,
     func,
     text,
 )
@@ -93,6 +95,9 @@ class JobMixin:
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The handler's return value, stored with the completion in the same statement.
     result: Mapped[Any | None] = mapped_column(JSONB)
+    # A `Queue.wait` call watches this job: the statement that finishes it sends a notification.
+    # Only watched jobs do, because every NOTIFY wakes every listening session of the database.
+    watched: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )

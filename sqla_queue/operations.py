@@ -1,7 +1,9 @@
-"""Operator-facing work on a Queue: health stats, listing, reading a job, retry-now, cancel.
+"""Operator-facing work on a Queue: health stats, listing, reading a job, retry-now, cancel,
+pausing and resuming queues.
 
 `Queue`'s methods of the same names delegate to an `Operations` on the queue's executor, which
-gives the table's statements and the transaction modes (with their call deadline).
+gives the table's statements and the transaction modes (with their call deadline), and its
+plugin manager, which hears of the jobs a cancel ends.
 """
 
 from __future__ import annotations
@@ -10,14 +12,26 @@ from collections import defaultdict
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+import pluggy
 from sqlalchemy import Connection
 
 from . import _validate
+from ._plugins import emit
 from ._counters import EMPTY_CLAIM_CLASSIFY_INTERVAL  # noqa: F401  (documented as operations.…)
 from ._executor import Executor, Statements
 from .errors import DatabaseError, InvalidInputError, JobStateError
 from .sql import counters as counter_sql
-from .types import DEFAULT_STATS_WINDOW, JobPage, JobStatus, JobView, QueueHealth, QueueStats
+from .types import (
+    DEFAULT_STATS_WINDOW,
+    FINISHED_STATUSES,
+    JobCancelled,
+    JobPage,
+    JobStatus,
+    JobView,
+    QueueHealth,
+    QueueState,
+    QueueStats,
+)
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -46,15 +60,17 @@ def job_view(row: Any) -> JobView:
 class Operations:
     """An operator's reads and writes on `executor`'s table."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, plugin_manager: pluggy.PluginManager) -> None:
         self.executor = executor
         self.statements = executor.statements
+        self.plugin_manager = plugin_manager
 
     def stats(self, window: timedelta | float = DEFAULT_STATS_WINDOW) -> QueueStats:
         """Every health signal per queue: active jobs now, finished jobs and events in `window`.
 
         One transaction, so every windowed statement ends at the same ``now()``. Each statement
         is served by one index and none reads finished jobs outside the window (see sql/stats.py).
+        A paused queue is listed with the queues that have jobs, even when it has none.
         """
         window = _validate.duration(window, "window", positive=True)
         s = self.statements
@@ -62,7 +78,8 @@ class Operations:
         with self.executor.transaction() as conn:
             measured_at = conn.execute(s.now).scalar_one()
             sources = [conn.execute(statement, params).all()
-                       for statement in (s.health, s.completed_in_window, s.failed_in_window)]
+                       for statement in (s.health, s.completed_in_window, s.failed_in_window,
+                                         s.cancelled_in_window, s.paused_queues)]
             counted = conn.execute(s.counted_in_window, params).all()
         signals: dict[str, dict[str, Any]] = defaultdict(dict)
         for rows in sources:
@@ -133,18 +150,55 @@ class Operations:
         return job_view(row)
 
     def cancel(self, job_id: int) -> JobView:
-        """Delete pending job `job_id` and return its last state.
+        """Cancel pending job `job_id`, or ask its worker to stop running job `job_id`; returns
+        the job's new state (``cancelled``, or ``running`` with ``cancel_requested_at`` set).
 
-        Raises `InvalidInputError` for an id no job has, and `JobStateError` when the job is
-        not pending (a running job belongs to its worker) or a transaction holds its row now.
+        Raises `InvalidInputError` for an id no job has, and `JobStateError` when the job has
+        finished (completed, failed or cancelled) or a transaction holds its row now.
         """
         job_id = _validate.job_id(job_id)
         s = self.statements
         with self.executor.transaction() as conn:
-            row = conn.execute(s.cancel_pending, {"job_id": job_id}).first()
+            row = conn.execute(s.cancel, {"job_id": job_id}).first()
             if row is None:
-                raise _refusal(conn, s, job_id, JobStatus.PENDING, "cancelled")
-        return job_view(row)
+                raise _cancel_refusal(conn, s, job_id)
+        view = job_view(row)
+        if view.status is JobStatus.CANCELLED:
+            emit(self.plugin_manager, "sqla_queue_job_cancelled", event=JobCancelled(
+                job_id=view.id, queue=view.queue, task=view.task, attempt=view.attempts,
+                requested_while_running=False,
+            ))
+        return view
+
+    # -- queue control -------------------------------------------------------------------
+
+    def pause(self, queue_name: str) -> QueueState:
+        """Stop every worker claiming from `queue_name`; it stays paused until `resume`."""
+        return self._set_pause(self.statements.pause, queue_name)
+
+    def resume(self, queue_name: str) -> QueueState:
+        """Let workers claim from `queue_name` again (a queue that was not paused stays so)."""
+        return self._set_pause(self.statements.resume, queue_name)
+
+    def _set_pause(self, statement: Any, queue_name: str) -> QueueState:
+        """Pause or resume, then read the queue's state in the same transaction."""
+        params = {"queue": _validate.name(queue_name, "queue")}
+        with self.executor.transaction() as conn:
+            conn.execute(statement, params)
+            row = conn.execute(self.statements.queue_state, params).first()
+        if row is None:  # resumed a queue with no jobs that was never paused
+            return QueueState(name=queue_name, paused=False, paused_at=None, pending=0, running=0)
+        return _queue_state(row)
+
+    def list_queues(self) -> list[QueueState]:
+        """Every queue with active jobs or a pause row, by name."""
+        with self.executor.connection() as conn:
+            return [_queue_state(row) for row in conn.execute(self.statements.queue_states).all()]
+
+
+def _queue_state(row: Any) -> QueueState:
+    return QueueState(name=row.queue_name, paused=row.paused_at is not None, paused_at=row.paused_at,
+                      pending=row.pending, running=row.running)
 
 
 def _status(value: Any) -> JobStatus | None:
@@ -178,6 +232,16 @@ def _refusal(conn: Connection, s: Statements, job_id: int, needed: JobStatus, ac
                 f"job {job_id}'s idempotency key is held by active job {holder}: retrying it "
                 "would run the same work twice"
             )
+    return JobStateError(f"job {job_id} is locked by another transaction right now; try again")
+
+
+def _cancel_refusal(conn: Connection, s: Statements, job_id: int) -> Exception:
+    """Why a cancel matched no row: no such job, a finished one, or a row someone holds."""
+    state = conn.execute(s.job_state, {"job_id": job_id}).first()
+    if state is None:
+        return InvalidInputError(f"job {job_id} does not exist")
+    if state.status in {status.value for status in FINISHED_STATUSES}:
+        return JobStateError(f"job {job_id} is {state.status}: only pending or running jobs can be cancelled")
     return JobStateError(f"job {job_id} is locked by another transaction right now; try again")
 
 

@@ -36,6 +36,7 @@ from .types import (
     JobStatus,
     JobView,
     Outcome,
+    QueueState,
     QueueStats,
 )
 
@@ -102,7 +103,7 @@ class Queue:
         self._enqueuer = Enqueuer(executor, self._tasks, self.plugin_manager, max_payload_bytes)
         self._counters = Counters(executor.statements, throttle)
         self._outcomes = Outcomes(executor, self.plugin_manager, self._counters)
-        self._operations = Operations(executor)
+        self._operations = Operations(executor, self.plugin_manager)
 
     def on_engine(self, engine: Engine, *, call_timeout: float | None = None) -> Queue:
         """This queue (same table, tasks and plugins) running its statements on `engine`,
@@ -437,6 +438,20 @@ class Queue:
 
     # -- queue control -------------------------------------------------------------------
 
+    def pause(self, queue_name: str) -> QueueState:
+        """Stop every worker claiming jobs of `queue_name`, within one poll interval, until
+        `resume`: stored in the database, so it reaches every process. Running jobs finish and
+        enqueues still land. Pausing a paused queue keeps its first pause time."""
+        return self._operations.pause(queue_name)
+
+    def resume(self, queue_name: str) -> QueueState:
+        """Let workers claim jobs of `queue_name` again (nothing changes if it was not paused)."""
+        return self._operations.resume(queue_name)
+
+    def list_queues(self) -> list[QueueState]:
+        """Every queue with active jobs or a pause record: its pause and its active jobs."""
+        return self._operations.list_queues()
+
     # -- results -------------------------------------------------------------------------
 
     # -- schedules -----------------------------------------------------------------------
@@ -452,8 +467,9 @@ class Queue:
         return self._schedules.all()
 
     def prune(self, **options: Any) -> maintenance.PruneResult:
-        """Delete finished jobs older than ``completed_after`` / ``failed_after`` in batches
-        until caught up; options are `sqla_queue.maintenance.PruneConfig`'s fields."""
+        """Delete finished jobs older than ``completed_after`` / ``failed_after`` /
+        ``cancelled_after`` in batches until caught up; options are
+        `sqla_queue.maintenance.PruneConfig`'s fields."""
         return maintenance.prune(self, **options)
 
     # -- self-fencing ----------------------------------------------------------------------

@@ -39,8 +39,6 @@ ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
 FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 """Terminal states: kept until pruned, never left again except by an operator's retry."""
 
-MIN_PRIORITY, MAX_PRIORITY = -32768, 32767
-"""A job's priority is a PostgreSQL ``smallint``; higher runs first, 0 is the default."""
 
 
 @dataclass(frozen=True)
@@ -65,14 +63,16 @@ class ClaimedJob:
     def is_last_attempt(self) -> bool:
         return self.attempts >= self.max_attempts
 
-    def context(self) -> JobContext:
+    def context(self, cancel_requested: threading.Event | None = None) -> JobContext:
         """The handler's view of this run. Without an explicit key, the idempotency key is
-        derived from the job id, which every attempt shares."""
+        derived from the job id, which every attempt shares. `cancel_requested` is the event
+        its worker sets when someone asks to cancel the job (`JobContext.cancel_requested`)."""
         return JobContext(
             job_id=self.id, attempt=self.attempts, max_attempts=self.max_attempts,
             queue=self.queue, task=self.task,
             idempotency_key=self.idempotency_key or f"sqla_queue-job-{self.id}",
             claim_token=self.claim_token, priority=self.priority, scheduled_at=self.scheduled_at,
+            _cancel_requested=cancel_requested or threading.Event(),
         )
 
 
@@ -228,6 +228,18 @@ class QueueStats:
 
     def __iter__(self):
         return iter(self.queues.values())
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """One queue as `Queue.list_queues` (and `pause`, `resume`) report it: whether workers may
+    claim from it (`paused`, since `paused_at`, database time) and its active jobs now."""
+
+    name: str
+    paused: bool
+    paused_at: datetime | None
+    pending: int
+    running: int
 
 
 @dataclass(frozen=True)

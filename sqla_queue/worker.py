@@ -55,7 +55,15 @@ from ._worker_config import WorkerConfig, WorkerSummary
 from ._handler_loop import HandlerLoop
 from ._tasks import Task
 from . import _validate
-from .errors import DatabaseError, JobCancelledError, ResultError, Snooze, SnoozeLimitError, UnknownTaskError
+from .errors import (
+    DatabaseError,
+    InvalidInputError,
+    JobCancelledError,
+    ResultError,
+    Snooze,
+    SnoozeLimitError,
+    UnknownTaskError,
+)
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
 from .scheduling import Scheduler
@@ -369,7 +377,9 @@ class Worker:
                 error = self._keep_result(held, task, result)
         except UnknownTaskError as exc:
             error = exc
-        except Exception as exc:  # a handler's failure is data: it decides retry, fail or snooze
+        except Snooze as snooze:
+            error = _checked_snooze(snooze)
+        except Exception as exc:  # a handler's failure is data: it decides retry or fail
             error = _from_the_handler_on(exc)
         settled = self._settle_handler(held, error)
         if settled == "record":
@@ -381,7 +391,7 @@ class Worker:
         returned `Snooze` snoozes, a value with no JSON form (or too large) fails the attempt.
         Checked here, in the handler's thread, so the claim loop never pays for a bad one."""
         if isinstance(result, Snooze):
-            return result
+            return _checked_snooze(result)
         if result is not None:
             try:
                 _validate.result_json(result, task.name, self.queue.max_result_bytes)
@@ -443,7 +453,9 @@ class Worker:
             error = JobCancelledError("cancelled on request while its handler ran")
         except TimeoutError as exc:
             error = exc if held.timeout is None else _timed_out(held)
-        except Exception as exc:  # a handler's failure is data: it decides retry, fail or snooze
+        except Snooze as snooze:
+            error = _checked_snooze(snooze)
+        except Exception as exc:  # a handler's failure is data: it decides retry or fail
             error = _from_the_handler_on(exc)
         settled = self._settle_handler(held, error)
         if settled == "record":
@@ -699,6 +711,15 @@ _HANDLER_CALLERS = (Worker._execute.__code__, Worker._run_coroutine.__code__)
 def _results_of(finished: Sequence[HeldJob]) -> dict[int, Any] | None:
     results = {h.job.id: h.result for h in finished if h.result is not None}
     return results or None
+
+
+def _checked_snooze(snooze: Snooze) -> BaseException:
+    """A snooze with a usable delay, or the error that fails the attempt instead."""
+    try:
+        snooze.delay = _validate.snooze_delay(snooze.delay)
+    except InvalidInputError as exc:
+        return exc
+    return snooze
 
 
 def _cancelled_before_start() -> JobCancelledError:

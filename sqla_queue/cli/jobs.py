@@ -26,7 +26,7 @@ class Refused(click.ClickException):
 
 @main.group()
 def jobs() -> None:
-    """List jobs, show one, retry a failed one now, cancel a pending one."""
+    """List jobs, show one, retry a failed one now, cancel one."""
 
 
 @jobs.command("list")
@@ -50,11 +50,14 @@ def list_(obj: CliContext, status, queue_name, task, limit, before_id, as_json) 
 
 def _jobs_table(page: JobPage) -> Table:
     table = Table(title_justify="left")
-    for column in ("id", "status", "queue", "task", "attempts", "run at / finished", "last error"):
-        table.add_column(column, no_wrap=column != "last error", justify="right" if column == "id" else "left")
+    for column in ("id", "status", "queue", "task", "priority", "attempts", "run at / finished", "last error"):
+        table.add_column(column, no_wrap=column != "last error",
+                         justify="right" if column in ("id", "priority") else "left")
     for job in page.jobs:
-        when = job.completed_at or job.failed_at or job.run_at
-        table.add_row(str(job.id), job.status.value, job.queue, job.task,
+        when = job.completed_at or job.failed_at or job.cancelled_at or job.run_at
+        status = "running, cancel requested" if job.cancel_requested_at and job.status is JobStatus.RUNNING \
+            else job.status.value
+        table.add_row(str(job.id), status, job.queue, job.task, str(job.priority),
                       f"{job.attempts}/{job.max_attempts}", timestamp(when), job.last_error or "")
     return table
 
@@ -90,17 +93,21 @@ def show(obj: CliContext, job_id: int, as_json: bool, full_payload: bool) -> Non
 
 def _job_text(job: JobView) -> str:
     rows = {
-        "status": job.status.value, "queue": job.queue, "task": job.task,
-        "attempts": f"{job.attempts}/{job.max_attempts}", "created": timestamp(job.created_at),
-        "run at": timestamp(job.run_at), "locked at": timestamp(job.locked_at),
+        "status": job.status.value, "queue": job.queue, "task": job.task, "priority": job.priority,
+        "attempts": f"{job.attempts}/{job.max_attempts}", "snoozes": job.snoozes,
+        "created": timestamp(job.created_at), "run at": timestamp(job.run_at),
+        "scheduled at": timestamp(job.scheduled_at), "locked at": timestamp(job.locked_at),
         "locked by": job.locked_by or "-", "completed at": timestamp(job.completed_at),
-        "failed at": timestamp(job.failed_at), "idempotency key": job.idempotency_key or "-",
+        "failed at": timestamp(job.failed_at), "cancel request": timestamp(job.cancel_requested_at),
+        "cancelled at": timestamp(job.cancelled_at), "idempotency key": job.idempotency_key or "-",
         "last error": job.last_error or "-",
     }
     lines = [f"job {job.id}", *(f"  {name + ':':<17}{value}" for name, value in rows.items())]
     if job.last_traceback:
         lines += ["traceback:", *(f"  {line}" for line in job.last_traceback.splitlines())]
     lines += ["payload:", payload_text(job.payload)]
+    if job.result is not None:
+        lines += ["result:", payload_text(job.result)]
     return "\n".join(lines)
 
 
@@ -121,11 +128,15 @@ def retry(obj: CliContext, job_id: int) -> None:
 @click.argument("job_id", type=int)
 @click.pass_obj
 def cancel(obj: CliContext, job_id: int) -> None:
-    """Delete pending job JOB_ID; prints what it was."""
+    """Cancel pending job JOB_ID, or ask the worker running it to stop; prints which."""
     try:
         job = obj.queue().cancel(job_id)
     except JobStateError as exc:
         raise Refused(str(exc)) from None
-    click.echo(f"cancelled job {job.id} ({job.task} on {job.queue}, created {timestamp(job.created_at)}, "
-               f"attempts {job.attempts}/{job.max_attempts}); payload: {payload_text(job.payload, indent=None)}")
+    what = f"{job.task} on {job.queue}, created {timestamp(job.created_at)}, attempts {job.attempts}/{job.max_attempts}"
+    if job.status is JobStatus.RUNNING:
+        click.echo(f"cancel requested for running job {job.id} ({what}, held by {job.locked_by}): it ends "
+                   f"cancelled when its handler returns or raises")
+        return
+    click.echo(f"cancelled job {job.id} ({what}); payload: {payload_text(job.payload, indent=None)}")
 

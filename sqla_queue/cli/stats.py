@@ -91,7 +91,7 @@ def stats_as_dict(result: QueueStats) -> dict:
 
 
 NOW_COLUMNS = ("pending", "eligible", "scheduled", "running", "oldest_eligible_age", "near_max_attempts")
-WINDOW_COLUMNS = ("completed", "failed", "retried", "lease_recoveries", "duration_p50", "duration_p95",
+WINDOW_COLUMNS = ("completed", "failed", "cancelled", "retried", "lease_recoveries", "duration_p50", "duration_p95",
                   "duration_max")
 EMPTY_COLUMNS = ("empty_claims_locked", "empty_claims_scheduled", "empty_claims_exhausted",
                  "empty_claims_other_queue")
@@ -99,7 +99,8 @@ EMPTY_COLUMNS = ("empty_claims_locked", "empty_claims_scheduled", "empty_claims_
 
 def stats_tables(result: QueueStats) -> Group:
     """Three tables: jobs now; what finished and happened in the window; claims that came back
-    empty while jobs were pending, by reason. Idle queues appear in the last two."""
+    empty while jobs were pending, by reason. Idle queues appear in the last two; a paused
+    queue is marked in all three."""
     window = format_duration(result.window)
     everyone = [*result, *result.idle.values()]
     return Group(
@@ -116,7 +117,7 @@ def _table(title: str, columns, healths, idle=(), strip: str = "") -> Table:
     for column in columns:
         table.add_column(column.removeprefix(strip).replace("_", " "), justify="right")
     for health in healths:
-        name = f"{health.queue} (idle)" if health.queue in idle else health.queue
+        name = health.queue + (" (idle)" if health.queue in idle else "") + (" (paused)" if health.paused else "")
         table.add_row(name, *(_cell(getattr(health, c)) for c in columns))
     return table
 

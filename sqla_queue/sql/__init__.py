@@ -10,7 +10,7 @@ indexes' predicates. `sql.session` holds the few statements about the database s
 
 from .claim import claim_jobs, complete_and_claim_jobs
 from .enqueue import find_active_keys, insert_job, insert_jobs
-from .jobs import claim_state, select_job
+from .jobs import claim_state, select_job, watch_job
 from .lease import release_jobs, renew_leases
 from .notify import channel_name, finished_channel, listen
 from .outcome import complete_job, complete_jobs, complete_jobs_announced, fail_job, retry_job, snooze_job
@@ -40,4 +40,5 @@ __all__ = [
     "retry_job",
     "select_job",
     "snooze_job",
+    "watch_job",
 ]

@@ -48,15 +48,19 @@ def finished_channel(table: Table) -> str:
 
 
 def announce_finished(table: Table, rows: Any, *, only: Any = None) -> Any:
-    """A CTE sending one ``pg_notify`` that lists the ids in `rows` (a CTE with ``id`` and
-    ``status``; `only` filters them), or none when there are none.
+    """A CTE sending one ``pg_notify`` that lists the watched ids in `rows` (a CTE with ``id``,
+    ``status`` and ``watched``; `only` filters them further), or none when there are none.
 
-    Join it into the statement that finished the jobs (`announced`): a CTE nobody reads is never
-    run. One notification per statement, not per job, and PostgreSQL sends it only at commit.
+    Only jobs a `Queue.wait` watches are announced: a notification wakes every session of the
+    database that listens on any channel (each idle worker's listener reads it in a transaction
+    of its own), which on every completion would double a busy worker's commits. Join the CTE
+    into the statement that finished the jobs (`announced`): a CTE nobody reads is never run.
+    One notification per statement, not per job, and PostgreSQL sends it only at commit.
     """
     ids = func.string_agg(cast(rows.c.id, Text), literal(","))
     payload = case((func.length(ids) <= MAX_FINISHED_PAYLOAD, ids), else_=literal(""))
-    sent = select(func.pg_notify(literal(finished_channel(table)), payload).label("sent")).select_from(rows)
+    sent = (select(func.pg_notify(literal(finished_channel(table)), payload).label("sent"))
+            .select_from(rows).where(rows.c.watched))
     if only is not None:
         sent = sent.where(only)
     return sent.having(func.count() > 0).cte(f"{rows.name}_announced")

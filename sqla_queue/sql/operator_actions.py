@@ -1,4 +1,4 @@
-"""Operator actions on single jobs: list jobs, retry a failed job now, cancel a pending one.
+"""Operator actions on single jobs: list jobs, retry a failed job now, cancel a job.
 
 None of them can fight a claim. Each write selects its target in a CTE with ``FOR UPDATE SKIP
 LOCKED`` and a literal status, so a row that a claim (or any other transaction) holds is
@@ -9,11 +9,12 @@ alone. Zero rows back means "not in that state, or busy": the caller reads the r
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, Table, bindparam, exists, func, select, update
+from sqlalchemy import ColumnElement, Table, bindparam, case, exists, func, literal, select, update
 from sqlalchemy.sql import Executable
 
 from ..types import ACTIVE_STATUSES, JobStatus
 from ._predicates import status_is
+from .notify import announce_finished, announced
 
 
 def list_jobs(
@@ -77,19 +78,44 @@ def retry_failed_job(table: Table) -> Executable:
     )
 
 
-def cancel_pending_job(table: Table) -> Executable:
-    """Delete pending job ``:job_id`` and return its row, unless a transaction holds it.
+def cancel_job(table: Table) -> Executable:
+    """Cancel job ``:job_id`` in one statement, unless a transaction holds its row; returns it.
 
-    Deleting is the cancel: the public states are pending, running, completed and failed, and a
-    cancel is no failure (it must not page anyone). The returned row is the caller's record.
+    A pending job becomes ``cancelled`` (terminal, kept and pruned like completed and failed
+    jobs) and its finish is announced in the same statement, so a ``wait`` on it wakes. A
+    running job belongs to its worker: it only gets ``cancel_requested_at`` (the first request's
+    time is kept), which the worker sees at its next lease renewal and which turns whatever
+    outcome the job then records into ``cancelled``. Which of the two is decided on the row as
+    locked, so a claim that committed meanwhile makes this a request, not a cancel.
     """
     target = (
         select(table.c.id)
-        .where(table.c.id == bindparam("job_id"), status_is(table, JobStatus.PENDING))
+        .where(table.c.id == bindparam("job_id"), status_is(table, *ACTIVE_STATUSES))
         .with_for_update(skip_locked=True)
         .cte("target")
     )
-    return table.delete().where(table.c.id == target.c.id).returning(*table.c)
+    was_pending = status_is(table, JobStatus.PENDING)
+    now = func.clock_timestamp()
+    changed = (
+        update(table)
+        .where(table.c.id == target.c.id)
+        .values(
+            status=case((was_pending, _literal(JobStatus.CANCELLED)), else_=table.c.status),
+            cancelled_at=case((was_pending, now), else_=table.c.cancelled_at),
+            cancel_requested_at=case(
+                (was_pending, table.c.cancel_requested_at),
+                else_=func.coalesce(table.c.cancel_requested_at, now),
+            ),
+        )
+        .returning(*table.c)
+        .cte("changed")
+    )
+    announcement = announce_finished(table, changed, only=changed.c.status == _literal(JobStatus.CANCELLED))
+    return select(*changed.c).select_from(announced(changed, announcement))
+
+
+def _literal(status: JobStatus) -> ColumnElement[str]:
+    return literal(status.value, literal_execute=True)
 
 
 def job_state(table: Table) -> Executable:

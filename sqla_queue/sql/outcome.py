@@ -173,8 +173,8 @@ def _identity_columns(table: Table) -> tuple:
 
 def _completed_columns(table: Table) -> tuple:
     duration = (table.c.completed_at - table.c.locked_at).label("duration")
-    return (*_identity_columns(table), duration, table.c.status)
+    return (*_identity_columns(table), duration, table.c.status, table.c.watched)
 
 
 def _retried_columns(table: Table) -> tuple:
-    return (*_identity_columns(table), table.c.status, table.c.run_at, table.c.last_error)
+    return (*_identity_columns(table), table.c.status, table.c.run_at, table.c.last_error, table.c.watched)

@@ -17,12 +17,16 @@ from ._predicates import status_is
 def prune_finished(table: Table, status: JobStatus) -> Executable:
     """Delete up to ``:limit`` `status` jobs that finished more than ``:age`` ago; returns how many.
 
-    `status` is completed or failed, inlined so the oldest rows come off that status's
-    finished-at partial index in order. Pending and running rows are not in that index and the
+    `status` is completed, failed or cancelled, inlined so the oldest rows come off that
+    status's finished-at partial index in order. Pending and running rows are not in that index and the
     status is re-checked under the row lock, so they can never be deleted. SKIP LOCKED leaves a
     row another transaction holds for the next batch.
     """
-    finished_at = {JobStatus.COMPLETED: table.c.completed_at, JobStatus.FAILED: table.c.failed_at}[status]
+    finished_at = {
+        JobStatus.COMPLETED: table.c.completed_at,
+        JobStatus.FAILED: table.c.failed_at,
+        JobStatus.CANCELLED: table.c.cancelled_at,
+    }[status]
     doomed = (
         select(table.c.id)
         .where(status_is(table, status), finished_at < func.now() - bindparam("age", type_=Interval))

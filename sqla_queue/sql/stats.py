@@ -84,6 +84,20 @@ def failed_in_window(table: Table) -> Executable:
     )
 
 
+def cancelled_in_window(table: Table) -> Executable:
+    """Jobs cancelled in the last ``:window`` per queue: a range scan on the cancelled-at index.
+
+    A running job whose cancel was requested counts once it ended cancelled, by that time."""
+    return (
+        select(table.c.queue_name, cast(func.count(), Integer).label("cancelled"))
+        .where(
+            status_is(table, JobStatus.CANCELLED),
+            table.c.cancelled_at >= func.now() - bindparam("window", type_=Interval),
+        )
+        .group_by(table.c.queue_name)
+    )
+
+
 def counted_in_window(counters: Table) -> Executable:
     """Counter totals per queue and kind since the minute ``:window`` ago began.
 

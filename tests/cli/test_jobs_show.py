@@ -125,7 +125,7 @@ def test_show_and_cancel_bound_a_multi_megabyte_payload(cli, queue):
     assert cancelled.returncode == 0, cancelled.stderr
     assert len(cancelled.stdout) < BOUNDED and cancelled.stdout.rstrip().endswith(said)
     assert cancelled.stdout.startswith(f"cancelled job {job_id} (send_email on default")
-    assert queue.get_job(job_id) is None
+    assert queue.get_job(job_id).status is sq.JobStatus.CANCELLED
 
 
 def test_cancel_prints_a_small_payload_whole_on_its_line(cli, queue):

@@ -100,7 +100,7 @@ def test_jobs_list_retry_and_cancel_from_a_url(cli, queue):
     assert queue.get_job(failed).status is sq.JobStatus.PENDING
     cancelled = cli("jobs", "cancel", str(pending))
     assert cancelled.returncode == 0, cancelled.stderr
-    assert queue.get_job(pending) is None
+    assert queue.get_job(pending).status is sq.JobStatus.CANCELLED
 
 
 def test_recover_and_prune_from_a_url(cli, queue, engine):
@@ -119,7 +119,7 @@ def test_recover_and_prune_from_a_url(cli, queue, engine):
     assert queue.get_job(expired).status is sq.JobStatus.PENDING
     pruned = cli("prune", "--completed-older-than", "7d")
     assert pruned.returncode == 0, pruned.stderr
-    assert pruned.stdout.startswith("pruned 1 completed and 0 failed job(s)")
+    assert pruned.stdout.startswith("pruned 1 completed, 0 failed and 0 cancelled job(s)")
     assert queue.get_job(old) is None
 
 

@@ -65,7 +65,10 @@ def test_stats_watch_refreshes_as_many_times_as_asked(cli, busy):
         (("stats", "--window", "-5m"), "'-5m' is not a duration"),
         (("stats", "--window", "0s"), "'0s' must be longer than zero"),
         (("stats", "--count", "2"), "--count needs --watch"),
-        (("prune",), "give --completed-older-than, --failed-older-than, or both"),
+        (("prune",), "give --completed-older-than, --failed-older-than or --cancelled-older-than"),
+        (("prune", "--cancelled-older-than", "soon"), "'soon' is not a duration"),
+        (("queues", "pause", " emails"), "queue 'emails' has leading or trailing whitespace"),
+        (("queues", "resume", ""), "queue must not be empty"),
         (("prune", "--completed-older-than", "a week"), "'a week' is not a duration"),
         (("prune", "--failed-older-than", "7d", "--batch-size", "0"), "batch_size must be a positive integer"),
         (("jobs", "list", "--status", "done"), "'done' is not one of"),
@@ -108,13 +111,14 @@ def test_jobs_retry_and_cancel(cli, busy):
     cancelled = cli("jobs", "cancel", "4")
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.startswith("cancelled job 4 (send_email on default") and '{"n": 3}' in cancelled.stdout
-    assert busy.get_job(3).status is sq.JobStatus.PENDING and busy.get_job(4) is None
+    assert busy.get_job(3).status is sq.JobStatus.PENDING
+    assert busy.get_job(4).status is sq.JobStatus.CANCELLED  # kept, not deleted
 
 
 def test_an_action_the_job_state_refuses_is_exit_1(cli, busy):
     result = cli("jobs", "cancel", "1")
     assert result.returncode == 1
-    assert result.stderr.strip() == "Error: job 1 is completed: only pending jobs can be cancelled"
+    assert result.stderr.strip() == "Error: job 1 is completed: only pending or running jobs can be cancelled"
     assert busy.get_job(1).status is sq.JobStatus.COMPLETED
 
 
@@ -122,7 +126,8 @@ def test_prune_reports_what_it_deleted(cli, busy, run_sql, count_jobs):
     run_sql("UPDATE sqla_queue_jobs SET completed_at = now() - interval '8 days' WHERE id = 1")
     result = cli("prune", "--completed-older-than", "7d", "--failed-older-than", "30d")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "pruned 1 completed and 0 failed job(s) and 0 counter row(s) in 3 batch(es)"
+    assert result.stdout.strip() == ("pruned 1 completed, 0 failed and 0 cancelled job(s) and 0 counter row(s) "
+                                     "in 3 batch(es)")
     assert count_jobs() == 4
 
 

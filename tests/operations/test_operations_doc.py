@@ -24,11 +24,14 @@ COMMANDS = {  # every command on the page, in page order, with the exit status i
     f"{APP} stats --json --window 1h": 0,
     f"{APP} stats --watch 5s": 0,
     f"{APP} doctor": 1,
-    f"{APP} prune --completed-older-than 7d --failed-older-than 30d": 0,
+    f"{APP} prune --completed-older-than 7d --failed-older-than 30d --cancelled-older-than 7d": 0,
     f"{APP} jobs list --status failed": 0,
     f"{APP} jobs show 7": 0,
     f"{APP} jobs retry 7": 0,
     f"{APP} jobs cancel 9": 0,
+    f"{APP} queues pause emails": 0,
+    f"{APP} queues list": 0,
+    f"{APP} queues resume emails": 0,
 }
 
 

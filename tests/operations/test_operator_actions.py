@@ -1,5 +1,5 @@
-"""Operator actions from Python: list jobs with paging, retry a failed job now, cancel a pending
-one; none of them can fight a claim, and every bad input writes nothing."""
+"""Operator actions from Python: list jobs with paging, retry a failed job now, cancel a job (its
+own file: test_cancel.py); none of them can fight a claim, and every bad input writes nothing."""
 
 from __future__ import annotations
 
@@ -89,21 +89,6 @@ def test_retry_now_will_not_duplicate_an_active_job_with_the_same_key(ops_queue,
     assert table_snapshot() == before
 
 
-def test_cancel_deletes_a_pending_job_and_returns_its_last_state(ops_queue, mixed, count_jobs):
-    view = ops_queue.cancel(1)
-    assert (view.id, view.status, view.payload) == (1, sq.JobStatus.PENDING, {"n": 0})
-    assert ops_queue.get_job(1) is None and count_jobs() == 7
-
-
-def test_a_running_job_cannot_be_cancelled_and_its_worker_finishes_it(ops_queue, mixed, table_snapshot):
-    before = table_snapshot()
-    with pytest.raises(sq.errors.JobStateError, match="is running: only pending jobs can be cancelled"):
-        ops_queue.cancel(mixed["running"])
-    assert table_snapshot() == before
-    claim = mixed["claims"][mixed["running"]]
-    assert ops_queue.complete(claim.id, claim.claim_token) is True
-
-
 @pytest.mark.parametrize("action", ["cancel", "retry_now"])
 def test_a_row_held_by_another_transaction_is_refused_not_waited_for(ops_queue, mixed, engine, action):
     target = 1 if action == "cancel" else mixed["failed"]
@@ -124,7 +109,7 @@ def test_a_row_held_by_another_transaction_is_refused_not_waited_for(ops_queue, 
         (lambda q: q.retry_now(True), sq.InvalidInputError, "job_id must be an integer, got bool"),
         (lambda q: q.cancel(0), sq.InvalidInputError, "job_id must be a positive integer, got 0"),
         (lambda q: q.list_jobs(status="done"), sq.InvalidInputError,
-         "unknown status 'done'; expected one of pending, running, completed, failed"),
+         "unknown status 'done'; expected one of pending, running, completed, failed, cancelled"),
         (lambda q: q.list_jobs(limit=0), sq.InvalidInputError, "limit must be a positive integer"),
         (lambda q: q.list_jobs(limit=5000), sq.InvalidInputError, "limit must be at most 1000"),
         (lambda q: q.list_jobs(before_id=-4), sq.InvalidInputError, "before_id must be a positive integer"),

@@ -98,7 +98,7 @@ def test_run_if_due_prunes_then_waits_for_its_interval(ops_queue, history):
     ("options", "message"),
     [
         ({"completed_afer": 60}, "unknown pruning option 'completed_afer'; did you mean 'completed_after'?"),
-        ({}, "pruning needs completed_after or failed_after"),
+        ({}, "pruning needs completed_after, failed_after or cancelled_after"),
         ({"failed_after": timedelta(days=-1)}, "failed_after must be positive"),
         ({"completed_after": 0}, "completed_after must be positive"),
         ({"completed_after": "7d"}, "completed_after must be a timedelta or seconds, got str"),

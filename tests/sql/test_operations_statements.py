@@ -64,13 +64,13 @@ def test_empty_claim_classification_is_one_statement_in_reason_order():
 
 
 @pytest.mark.parametrize(("builder", "status"), [
-    (operator_actions.retry_failed_job, "failed"),
-    (operator_actions.cancel_pending_job, "pending"),
+    (operator_actions.retry_failed_job, "= 'failed'"),
+    (operator_actions.cancel_job, "IN ('pending', 'running')"),
 ])
 def test_operator_writes_skip_locked_rows_and_inline_the_state_they_need(builder, status):
     text = rendered(builder(JOBS))
     assert "FOR UPDATE SKIP LOCKED" in text
-    assert f"sqla_queue_jobs.status = '{status}'" in text
+    assert f"sqla_queue_jobs.status {status}" in text
     assert "sqla_queue_jobs.id = %(job_id)s" in text
 
 

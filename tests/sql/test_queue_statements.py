@@ -332,3 +332,19 @@ def test_statements_follow_a_host_table_name():
 
     text = rendered(sql.claim_jobs(HostJob.__table__))
     assert "UPDATE host_jobs" in text and "sqla_queue_jobs" not in text
+
+
+@pytest.mark.parametrize("name", ["complete", "retry", "fail", "snooze"])
+def test_only_watched_jobs_are_announced_when_they_finish(name):
+    """A NOTIFY wakes every listening session of the database (each idle worker's listener
+    reads it in a transaction): announcing every completion doubled a busy worker's commits."""
+    builder, cte, _ = OUTCOMES[name]
+    announce = cte_body(rendered(builder(TABLE)), f"{cte}_announced")
+    assert "pg_notify(" in announce and f"WHERE {cte}.watched" in announce
+    assert "HAVING count(*) > %(" in announce
+
+
+def test_a_wait_watches_only_an_active_job():
+    text = rendered(sql.watch_job(TABLE))
+    assert text.startswith("UPDATE sqla_queue_jobs SET watched=true WHERE sqla_queue_jobs.id = %(job_id)s")
+    assert "sqla_queue_jobs.status IN ('pending', 'running')" in text

@@ -54,9 +54,34 @@ def test_passes_the_lifecycle_conformance_check(engine, metrics):
     assert set(report.hooks) == {
         "sqla_queue_job_enqueued", "sqla_queue_job_claimed", "sqla_queue_job_completed",
         "sqla_queue_job_retried", "sqla_queue_job_failed", "sqla_queue_job_recovered",
-        "sqla_queue_lost_claim", "sqla_queue_empty_claim",
+        "sqla_queue_lost_claim", "sqla_queue_empty_claim", "sqla_queue_job_cancelled",
+        "sqla_queue_job_snoozed",
     }
     assert report.loads_on_install is True
+
+
+def test_counts_cancelled_and_snoozed_jobs_and_shows_a_pause(queue, metrics):
+    name = f"control-{uuid.uuid4().hex[:8]}"
+    queue.task(name="ok", queue=name)(lambda payload, ctx: None)
+    queue.cancel(queue.enqueue("ok", {}))
+    running = queue.enqueue("ok", {})
+    (job,) = queue.claim(name, worker_id="w")
+    queue.snooze(job, 0)
+    (job,) = queue.claim(name, worker_id="w")
+    queue.cancel(running)
+    queue.complete(job.id, job.claim_token)  # ends cancelled: the request came first
+    value = metrics.registry.get_sample_value
+    ok = {"queue": name, "task": "ok"}
+    assert value("sqla_queue_jobs_cancelled_total", {**ok, "while_running": "false"}) == 1
+    assert value("sqla_queue_jobs_cancelled_total", {**ok, "while_running": "true"}) == 1
+    assert value("sqla_queue_jobs_snoozed_total", ok) == 1
+    assert value("sqla_queue_jobs", {"queue": name, "status": "cancelled"}) == 2
+    assert value("sqla_queue_paused", {"queue": name}) == 0
+    queue.pause(name)
+    try:
+        assert value("sqla_queue_paused", {"queue": name}) == 1
+    finally:
+        queue.resume(name)
 
 
 def test_counts_every_lifecycle_event_by_queue_and_task(queue, metrics):

@@ -1,4 +1,4 @@
-"""Scheduling and job control: priorities, cancelled, snoozes, results, paused queues, schedules.
+"""Scheduling and job control: priorities, cancelled, snoozes, results, waits, paused queues, schedules.
 
 Revision ID: sqlaq_0005
 Revises: sqlaq_0004
@@ -43,6 +43,7 @@ COLUMNS = (
     ("cancel_requested_at", sa.DateTime(timezone=True), True, None),
     ("cancelled_at", sa.DateTime(timezone=True), True, None),
     ("result", postgresql.JSONB(), True, None),
+    ("watched", sa.Boolean(), False, sa.false()),
 )
 
 

@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 logger = logging.getLogger("sqla_queue_prometheus")
 
-STATUS_FIELDS = ("pending", "running", "completed", "failed")
+STATUS_FIELDS = ("pending", "running", "completed", "failed", "cancelled")
 """Counts by status, exported together as ``sqla_queue_jobs{status=...}``."""
 
 NAMED_FIELDS = {
@@ -34,6 +34,7 @@ NAMED_FIELDS = {
     ),
     "near_max_attempts": (
         "sqla_queue_near_max_attempts_jobs", "Active jobs with at most one attempt left."),
+    "paused": ("sqla_queue_paused", "1 while the queue is paused (workers claim none of its jobs), else 0."),
 }
 ZERO_WHEN_MISSING = {"oldest_eligible_age"}
 """A missing age means "nothing waits": 0 keeps the series (and its alert) continuous."""
@@ -96,9 +97,10 @@ def _add(families: dict[str, GaugeMetricFamily], health: Any) -> None:
 
 
 def _number(value: Any) -> float | None:
+    """Durations in seconds, counts as they are, a flag as 1 or 0."""
     if isinstance(value, timedelta):
         return value.total_seconds()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)):
         return float(value)
     return None
 

@@ -14,12 +14,14 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 import sqla_queue
 from sqla_queue.types import (
     EmptyClaim,
+    JobCancelled,
     JobClaimed,
     JobCompleted,
     JobEnqueued,
     JobFailed,
     JobRecovered,
     JobRetried,
+    JobSnoozed,
     LostClaim,
 )
 
@@ -52,6 +54,11 @@ class PrometheusMetrics:
         self.completed = _counter("sqla_queue_jobs_completed", "Jobs completed.", _JOB, registry)
         self.retried = _counter("sqla_queue_jobs_retried", "Failed attempts scheduled for a retry.", _JOB, registry)
         self.failed = _counter("sqla_queue_jobs_failed", "Jobs that reached terminal failed.", _JOB, registry)
+        self.cancelled = _counter(
+            "sqla_queue_jobs_cancelled", "Jobs that ended cancelled, by whether they were running then.",
+            (*_JOB, "while_running"), registry)
+        self.snoozed = _counter(
+            "sqla_queue_jobs_snoozed", "Handler runs that snoozed their job (no attempt spent).", _JOB, registry)
         self.recovered = _counter(
             "sqla_queue_jobs_recovered", "Jobs taken back from an expired lease, by the status they got.",
             (*_JOB, "status"), registry)
@@ -92,6 +99,14 @@ class PrometheusMetrics:
     @sqla_queue.hookimpl
     def sqla_queue_job_failed(self, event: JobFailed) -> None:
         self.failed.labels(event.queue, event.task).inc()
+
+    @sqla_queue.hookimpl
+    def sqla_queue_job_cancelled(self, event: JobCancelled) -> None:
+        self.cancelled.labels(event.queue, event.task, "true" if event.requested_while_running else "false").inc()
+
+    @sqla_queue.hookimpl
+    def sqla_queue_job_snoozed(self, event: JobSnoozed) -> None:
+        self.snoozed.labels(event.queue, event.task).inc()
 
     @sqla_queue.hookimpl
     def sqla_queue_job_recovered(self, event: JobRecovered) -> None:
