@@ -24,8 +24,9 @@ listener) and how a statement reaches PostgreSQL. Its clients use only this inte
   path where the engine allows.
 - ``autocommit_enqueue()``: a context manager yielding ``(pooled connection, DriverStatements)``
   in autocommit for an enqueue that is all its call writes, or None where that is not safe.
-- ``listening(call_timeout)`` and ``probe(driver, call_timeout)``: the listener's connection
-  (LISTENing on the table's channel) and its liveness check.
+- ``listening(call_timeout, listen=None)`` and ``probe(driver, call_timeout)``: the listener's
+  connection (LISTENing on the table's channel, or on `listen`'s) and its liveness check;
+  ``listening_async(listen)``, the same on the queue's asyncio engine (`Queue.wait_async`).
 
 - The asyncio face: ``await run_async(work, session, connection)`` runs ``work(conn, fast)`` --
   the same synchronous code the modes above serve -- on an asyncio connection through
@@ -43,8 +44,8 @@ parameters) is free of I/O style, which is what lets both faces share it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import cached_property, lru_cache
 from typing import Any, TypeVar
 
@@ -53,6 +54,7 @@ from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.sql.expression import Executable
 
 from . import sql
 from ._deadline import deadline, driver_deadline
@@ -74,8 +76,10 @@ from .sql import counters as counter_sql
 from .sql import operator_actions as ops_sql
 from .sql import prune as prune_sql
 from .sql import queues as queues_sql
+from .sql import schedules as schedule_sql
 from .sql import stats as stats_sql
 from .sql.enqueue import INPUT_COLUMNS
+from .sql.notify import listen_finished
 from .types import JobStatus
 
 __all__ = ["Capabilities", "DriverStatements", "Executor", "Statements", "ARRAY_PARAMS"]
@@ -113,6 +117,7 @@ class Statements:
         self.renew = sql.renew_leases(table)
         self.release = sql.release_jobs(table)
         self.listen = sql.listen(table)
+        self.listen_finished = listen_finished(table)
         # counters
         self.count_events = counter_sql.count_events(counters)
         self.count_empty = counter_sql.count_empty_claim(table, counters)
@@ -135,6 +140,9 @@ class Statements:
         self.cancelled_in_window = stats_sql.cancelled_in_window(table)
         self.cancel = ops_sql.cancel_job(table)
         # schedules
+        self.advance_schedule = schedule_sql.advance_schedule(table)
+        self.schedule_last_tick_locked = schedule_sql.last_tick_locked(table)
+        self.schedule_last_ticks = schedule_sql.last_ticks(table)
         # retention
         self.prune = {
             "completed": prune_sql.prune_finished(table, JobStatus.COMPLETED),
@@ -364,19 +372,36 @@ class Executor:
     # -- the listener's connection ---------------------------------------------------------
 
     @contextmanager
-    def listening(self, call_timeout: float | None) -> Iterator[Any]:
-        """A connection of its own in autocommit, LISTENing on the table's channel; yields its
-        driver connection (for ``notifies()``). LISTEN runs under `call_timeout`; the wait for
+    def listening(self, call_timeout: float | None, listen: Executable | None = None) -> Iterator[Any]:
+        """A connection of its own in autocommit, LISTENing on the table's channel (enqueues;
+        `listen`, e.g. ``statements.listen_finished``, for another); yields its driver
+        connection (for ``notifies()``). LISTEN runs under `call_timeout`; the wait for
         notifications does not. The connection is closed afterwards, not pooled: it would go on
         LISTENing and collecting notifications for whoever checked it out next."""
         with self.engine.connect() as conn:
             try:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
                 with deadline(conn, call_timeout):
-                    conn.execute(self.statements.listen)
+                    conn.execute(self.statements.listen if listen is None else listen)
                 yield conn.connection.driver_connection
             finally:
                 conn.invalidate()
+
+    @asynccontextmanager
+    async def listening_async(self, listen: Executable) -> AsyncIterator[Any]:
+        """`listening` on the queue's asyncio engine: yields psycopg's asyncio connection, whose
+        ``notifies()`` is awaited on the event loop. Closed afterwards, never pooled."""
+        side = self._asyncio
+        if side is None:
+            raise ConfigurationError(_NO_ASYNC_ENGINE)
+        with database_errors():
+            async with side.engine.connect() as conn:
+                try:
+                    conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    await conn.execute(listen)
+                    yield (await conn.get_raw_connection()).driver_connection
+                finally:
+                    await conn.invalidate()
 
     @staticmethod
     def probe(driver_connection: Any, call_timeout: float | None) -> None:

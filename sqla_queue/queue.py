@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
-from . import _validate, maintenance, sql
+from . import _validate, _waiter, maintenance, sql
 from ._counters import Counters, EmptyClaimThrottle
 from ._enqueue import Enqueuer
 from ._executor import Executor
@@ -454,17 +454,67 @@ class Queue:
 
     # -- results -------------------------------------------------------------------------
 
+    def wait(self, job_id: int, timeout: timedelta | float | None = None) -> JobView:
+        """Block until job `job_id` is finished (completed, failed or cancelled) and return its
+        view, result included. `timeout` in seconds or a timedelta (None: no limit); when it
+        passes first, `WaitTimeoutError` names the job and its state. Woken by the finish
+        notification, with a read of the row every second in case one is lost
+        (docs/how-to/results-snooze-cancel.md)."""
+        return _waiter.wait(self, job_id, timeout)
+
+    async def wait_async(self, job_id: int, timeout: timedelta | float | None = None) -> JobView:
+        """`wait` for asyncio code, on the queue's asyncio engine: the event loop is free while
+        it waits."""
+        return await _waiter.wait_async(self, job_id, timeout)
+
     # -- schedules -----------------------------------------------------------------------
 
-    def periodic(self, task: Task | Handler | None = None, **options: Any) -> Any:
+    def periodic(
+        self,
+        task: Task | Handler | None = None,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        payload: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        timezone: str | None = None,
+        backfill: bool = False,
+        name: str | None = None,
+    ) -> Any:
         """Enqueue a task on a schedule: ``@queue.periodic(cron="*/5 * * * *")`` or
-        ``@queue.periodic(every=timedelta(seconds=30))`` above ``@queue.task``; options are
-        `sqla_queue.scheduling.Schedule`'s (docs/how-to/schedule-jobs.md)."""
-        return self._schedules.periodic(task, **options)
+        ``@queue.periodic(every=timedelta(seconds=30))`` above ``@queue.task`` (a plain handler
+        is registered with the task defaults). Returns the task.
+
+        Exactly one of `cron` (croniter's syntax; a sixth field counts seconds) and `every` (a
+        timedelta or seconds; ticks are multiples of it since the Unix epoch). `timezone` (an
+        IANA name, default UTC) is the zone a cron expression is read in. Each tick becomes one
+        job with `payload`, due at the tick, ``ctx.scheduled_at`` the tick, once across all
+        workers. Ticks missed while no worker ran are skipped unless `backfill` (then up to
+        `sqla_queue.scheduling.MAX_BACKFILL` of the latest). `name` (default: the task's) must
+        be unique. A bad option is a `ConfigurationError` (docs/how-to/schedule-jobs.md).
+        """
+        options = {"cron": cron, "every": every, "payload": payload, "queue": queue, "priority": priority,
+                   "timezone": timezone, "backfill": backfill, "name": name}
+
+        def declare(target: Task | Handler) -> Task:
+            return self._schedules.periodic(target, register=self.task,
+                                            max_payload_bytes=self.max_payload_bytes, **options)
+
+        return declare(task) if task is not None else declare
 
     @property
     def schedules(self) -> list[Schedule]:
+        """The schedules declared with `periodic`, in declaration order."""
         return self._schedules.all()
+
+    def enqueue_tick(self, schedule: Schedule, tick: datetime, *, connection: Connection) -> int:
+        """The job of one tick of `schedule` in the scheduler's transaction: due at the tick,
+        its ``scheduled_at`` the tick, validated and announced like any enqueue. For the
+        scheduler (`sqla_queue.scheduling.fire_tick`, which decides that the tick is ours);
+        not public API."""
+        options = {"queue": schedule.queue, "run_at": tick, "priority": schedule.priority, "scheduled_at": tick}
+        return self._enqueuer.enqueue(schedule.task, schedule.payload, options, None, connection)
 
     def prune(self, **options: Any) -> maintenance.PruneResult:
         """Delete finished jobs older than ``completed_after`` / ``failed_after`` /

@@ -1,22 +1,133 @@
-"""Periodic jobs: schedules declared on a queue, and the scheduler every worker runs.
+"""Periodic jobs: schedules declared on a queue (`Queue.periodic`), and the `Scheduler` every
+worker runs in its claim loop.
 
-SKELETON from the Foundation commit: the periodic-jobs work fills this in (see issue 14).
+A schedule's ticks are instants: an interval schedule's are multiples of its interval since
+the Unix epoch, a cron schedule's are croniter's matches of the expression in the schedule's
+time zone. Every worker computes the same ticks, and any of them may enqueue one: the
+schedule's row in ``<table>_schedules`` decides which (`sql.schedules.advance_schedule`, in the
+transaction that inserts the job), so each tick is enqueued once however many workers race it
+or restart (docs/how-to/schedule-jobs.md).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import logging
+import zoneinfo
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone as dt_timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from croniter import CroniterError, croniter
+
+from . import _validate
+from ._tasks import Task
+from .errors import ConfigurationError, DatabaseError, SqlaQueueError, UnknownTaskError
+
 if TYPE_CHECKING:
-    from ._tasks import Task, TaskRegistry
+    from ._tasks import TaskRegistry
     from .queue import Queue
+
+logger = logging.getLogger("sqla_queue.scheduling")
+
+MAX_BACKFILL = 1000
+"""The most missed ticks one pass enqueues for a ``backfill=True`` schedule (the latest ones):
+a long outage of a frequent schedule would otherwise enqueue without bound."""
+
+EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+# -- ticks ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Every:
+    """Ticks at every multiple of `interval` since the Unix epoch: the same instants on every
+    worker, whenever it started."""
+
+    interval: timedelta
+
+    def ticks(self, after: datetime, until: datetime, limit: int) -> list[datetime]:
+        """The ticks in ``(after, until]``, ascending; only the last `limit` of them."""
+        step = self.interval // _MICROSECOND
+        first = (after - EPOCH) // _MICROSECOND // step + 1
+        last = (until - EPOCH) // _MICROSECOND // step
+        first = max(first, last - limit + 1)
+        return [EPOCH + timedelta(microseconds=n * step) for n in range(first, last + 1)]
+
+    def next_after(self, after: datetime) -> datetime:
+        step = self.interval // _MICROSECOND
+        return EPOCH + timedelta(microseconds=((after - EPOCH) // _MICROSECOND // step + 1) * step)
+
+
+@dataclass(frozen=True)
+class Cron:
+    """Ticks where croniter matches `expression` on the wall clock of `zone`.
+
+    Daylight saving time, as cron daemons handle it: a wall time the spring change skips runs
+    at the first instant after the gap (croniter's answer); a wall time the autumn change
+    repeats runs once, at its first pass, when the expression names its hours (``30 2 * * *``),
+    and at both passes when the hour field is ``*`` (``*/15 * * * *`` keeps ticking every 15
+    real minutes)."""
+
+    expression: str
+    zone: tzinfo
+    every_hour: bool = field(default=False, compare=False)
+
+    @classmethod
+    def parse(cls, expression: str, zone: tzinfo) -> Cron:
+        """Checked by croniter, which also finds its next match (an expression that never
+        matches, like February 30th, is refused here rather than on a worker)."""
+        try:
+            iterator = croniter(expression, datetime.now(zone))
+            iterator.get_next(datetime)
+        except (CroniterError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigurationError(f"cron expression {expression!r} is not valid: {exc}") from None
+        return cls(expression, zone, every_hour=iterator.expanded[1] == ["*"])
+
+    def ticks(self, after: datetime, until: datetime, limit: int) -> list[datetime]:
+        """The ticks in ``(after, until]``, ascending; only the last `limit` of them (found
+        walking back from `until`, so a long gap costs `limit` steps at most)."""
+        found: list[datetime] = []
+        iterator = croniter(self.expression, (until + _MICROSECOND).astimezone(self.zone))
+        while len(found) < limit:
+            tick = iterator.get_prev(datetime).astimezone(dt_timezone.utc)
+            if tick <= after:
+                break
+            if self._runs(tick) and (not found or tick < found[-1]):
+                found.append(tick)
+        return found[::-1]
+
+    def next_after(self, after: datetime) -> datetime:
+        iterator = croniter(self.expression, after.astimezone(self.zone))
+        while True:
+            tick = iterator.get_next(datetime).astimezone(dt_timezone.utc)
+            if tick > after and self._runs(tick):
+                return tick
+
+    def _runs(self, tick: datetime) -> bool:
+        """False for the second pass of a repeated wall time, unless the hour field is ``*``."""
+        local = tick.astimezone(self.zone)
+        if self.every_hour or not local.fold:
+            return True
+        return local.replace(fold=0).utcoffset() == local.utcoffset()
+
+
+# -- schedules -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """One periodic schedule of a task."""
+    """One periodic schedule of a task, as declared with `Queue.periodic`, checked when built
+    (a `ConfigurationError` names the bad field).
+
+    Exactly one of `cron` and `every` (a timedelta; seconds are accepted and converted).
+    `timezone` is the IANA zone a cron expression is read in; interval ticks are multiples of
+    `every` since the Unix epoch, the same in every zone, so they take no other zone than UTC.
+    `queue` and `priority` None mean the task's own. `payload` is kept as a copy."""
 
     name: str
     task: str
@@ -27,31 +138,243 @@ class Schedule:
     priority: int | None = None
     timezone: str = "UTC"
     backfill: bool = False
+    timing: Every | Cron = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_field = functools.partial(object.__setattr__, self)
+        set_field("name", _validate.as_config(_validate.name, self.name, "schedule name"))
+        set_field("payload", _payload_copy(self.payload))
+        if self.queue is not None:
+            _validate.as_config(_validate.name, self.queue, "queue of a schedule")
+        if self.priority is not None:
+            _validate.as_config(_validate.priority, self.priority, "priority of a schedule")
+        if not isinstance(self.backfill, bool):
+            raise ConfigurationError(f"backfill must be True or False, got {type(self.backfill).__name__}")
+        if (self.cron is None) == (self.every is None):
+            raise ConfigurationError("a schedule needs exactly one of cron= (an expression) or every= (an interval)")
+        zone = _zone(self.timezone)
+        if self.every is not None:
+            if zone is not dt_timezone.utc:
+                raise ConfigurationError(
+                    "timezone= applies to cron= schedules; every= ticks are multiples of the interval "
+                    "since the Unix epoch, the same in every zone"
+                )
+            set_field("every", _validate.as_config(_validate.duration, self.every, "every", positive=True))
+            set_field("timing", Every(self.every))
+        elif not isinstance(self.cron, str) or not self.cron.strip():
+            raise ConfigurationError(f"cron must be a non-empty string, got {self.cron!r}")
+        else:
+            set_field("timing", Cron.parse(self.cron, zone))
+
+    @property
+    def spec(self) -> str:
+        """The schedule as declared: the cron expression, or ``every 30s``."""
+        if self.cron is not None:
+            return self.cron
+        return f"every {_format_interval(self.every)}"  # type: ignore[arg-type]
+
+    def next_tick(self, after: datetime) -> datetime:
+        """The first tick strictly after `after` (UTC)."""
+        return self.timing.next_after(after)
+
+    def due_ticks(self, after: datetime, until: datetime, limit: int = 1) -> list[datetime]:
+        """The ticks in ``(after, until]`` (UTC, ascending), at most the latest `limit`."""
+        return self.timing.ticks(after, until, limit)
 
 
 class Schedules:
-    """The schedules declared on one queue (`Queue.periodic`)."""
+    """The schedules declared on one queue (`Queue.periodic`); shared by every copy of the
+    queue (`Queue.on_engine`), as its tasks are."""
 
     def __init__(self, tasks: TaskRegistry) -> None:
         self._tasks = tasks
         self._by_name: dict[str, Schedule] = {}
 
-    def periodic(self, task: Task | Any = None, **options: Any) -> Any:
-        raise NotImplementedError("periodic jobs are being built (issue 14)")
+    def periodic(self, target: Task | Callable[..., Any], *, register: Callable[[Any], Task],
+                 max_payload_bytes: int, name: str | None = None, timezone: str | None = None,
+                 payload: Any = None, **options: Any) -> Task:
+        """Declare a schedule of `target` (a Task, or a handler that `register` makes one) and
+        return the task. Every option is checked before a handler is registered; the payload's
+        size last, against the limit of the task it is for."""
+        fields = {"timezone": "UTC" if timezone is None else timezone,
+                  "payload": {} if payload is None else payload, **options}
+        draft = Schedule(name=(_task_name_of(target) or "unnamed") if name is None else name, task="",
+                         **fields)
+        self._refuse_taken(draft.name)
+        task = self._task_for(target, register)
+        schedule = Schedule(name=task.name if name is None else name, task=task.name, **fields)
+        self._refuse_taken(schedule.name)
+        size, limit = len(_validate.payload_json(schedule.payload)), task.max_payload_bytes or max_payload_bytes
+        if size > limit:
+            raise ConfigurationError(f"schedule {schedule.name!r}: {_validate.payload_too_large(task.name, size, limit)}")
+        self._by_name[schedule.name] = schedule
+        return task
 
     def all(self) -> list[Schedule]:
         return list(self._by_name.values())
 
+    def _refuse_taken(self, name: str) -> None:
+        if name in self._by_name:
+            raise ConfigurationError(
+                f"a schedule named {name!r} is already declared; give this one its own name= "
+                "(a task with two schedules needs a name for each)"
+            )
+
+    def _task_for(self, target: Any, register: Callable[[Any], Task]) -> Task:
+        """A Task is looked up (one of another queue is unknown here); a handler is this
+        queue's task if registered, else registered now with the task defaults."""
+        if isinstance(target, Task):
+            return self._tasks.resolve(target)
+        try:
+            return self._tasks.resolve(target)
+        except UnknownTaskError:
+            return register(target)
+
+
+def _zone(name: Any) -> tzinfo:
+    """The zone named; UTC needs no time zone database (slim containers may lack one)."""
+    if not isinstance(name, str):
+        raise ConfigurationError(f"timezone must be an IANA zone name such as 'Europe/Berlin', got {type(name).__name__}")
+    if name == "UTC":
+        return dt_timezone.utc
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ConfigurationError(
+            f"unknown timezone {name!r}; use an IANA zone name such as 'Europe/Berlin' (where the "
+            "system has no time zone database, install the tzdata package)"
+        ) from None
+
+
+def _payload_copy(payload: Any) -> dict[str, Any]:
+    """The payload as every tick's job gets it, checked like an enqueue's; a copy, so changing
+    the dict afterwards changes no tick."""
+    try:
+        return json.loads(_validate.payload_json(payload))
+    except SqlaQueueError as exc:
+        raise ConfigurationError(f"schedule payload: {exc}") from None
+
+
+def _task_name_of(target: Any) -> str | None:
+    """The task name a target will have, as far as it is known before registering it."""
+    return target.name if isinstance(target, Task) else getattr(target, "__name__", None)
+
+
+def _format_interval(interval: timedelta) -> str:
+    seconds = interval.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+# -- the worker's scheduler ----------------------------------------------------------------
+
 
 class Scheduler:
-    """Enqueues the due ticks of `queue`'s schedules; one per worker."""
+    """Enqueues the due ticks of `queue`'s schedules; one per worker.
 
-    def __init__(self, queue: Queue) -> None:
+    Between ticks it costs a clock read: it knows when each schedule's next tick comes (local
+    clock) and touches the database only then. A tick is enqueued by `fire_tick`, whose
+    transaction the schedule's row decides. Without backfill, ticks that came due before this
+    scheduler started (a worker's downtime) are never enqueued by it; with backfill, a pass
+    enqueues every tick since the schedule's last one (at most `MAX_BACKFILL`).
+    """
+
+    def __init__(self, queue: Queue, *, clock: Callable[[], datetime] | None = None) -> None:
         self.queue = queue
+        self._clock = clock or _utc_now
+        self._started: datetime | None = None
+        self._due: dict[str, datetime] = {}
 
-    def run_if_due(self) -> None:
-        """Enqueue every tick that came due since the last pass (cheap when none did)."""
+    def run_if_due(self) -> int:
+        """Enqueue the ticks that came due since the last pass; returns how many this worker
+        enqueued (ticks another worker got first are not counted)."""
+        now = self._clock()
+        enqueued = 0
+        for schedule in self.queue.schedules:
+            if self._due_of(schedule, now) <= now:
+                enqueued += self._pass(schedule, now)
+                self._due[schedule.name] = schedule.next_tick(now)
+        return enqueued
 
     def seconds_until_due(self) -> float | None:
         """Seconds until the next tick of any schedule; None without schedules."""
-        return None
+        schedules = self.queue.schedules
+        if not schedules:
+            return None
+        now = self._clock()
+        soonest = min(self._due_of(schedule, now) for schedule in schedules)
+        return max(0.0, (soonest - now).total_seconds())
+
+    def _due_of(self, schedule: Schedule, now: datetime) -> datetime:
+        """When `schedule` next comes due; at first, its first tick after this scheduler's
+        first look (which is when it started)."""
+        if self._started is None:
+            self._started = now
+        due = self._due.get(schedule.name)
+        if due is None:
+            due = self._due[schedule.name] = schedule.next_tick(self._started)
+        return due
+
+    def _pass(self, schedule: Schedule, now: datetime) -> int:
+        """One schedule's due ticks. A database error propagates (the claim loop backs off and
+        the tick is tried again); anything else (a job the enqueue refuses: a plugin, a payload
+        over a limit lowered since) is logged and the tick skipped: a schedule must not stop the
+        worker's claims."""
+        try:
+            return fire_tick(self.queue, schedule, now, not_before=self._started or now)
+        except DatabaseError:
+            raise
+        except SqlaQueueError as exc:
+            logger.error("schedule %r: could not enqueue its tick: %s", schedule.name, exc)
+        except Exception:
+            logger.exception("schedule %r: could not enqueue its tick", schedule.name)
+        return 0
+
+
+def fire_tick(queue: Queue, schedule: Schedule, now: datetime, *, not_before: datetime) -> int:
+    """Enqueue `schedule`'s due ticks as of `now`, once across every worker; returns how many
+    jobs this call inserted.
+
+    One transaction: without backfill, the latest tick in ``(not_before, now]``; with backfill,
+    the ticks since the schedule's last one (its row locked while they are counted; the first
+    time, only the latest, as without). The conditional upsert of the latest tick then decides:
+    it returns the row only if the stored tick was older, and only then are the jobs inserted.
+    A racing worker's upsert waits for this transaction and then finds its tick taken.
+    """
+    statements = queue.executor.statements
+    with queue.executor.transaction() as conn:
+        after = not_before
+        limit = 1
+        if schedule.backfill:
+            last = conn.execute(statements.schedule_last_tick_locked, {"name": schedule.name}).scalar_one_or_none()
+            if last is not None:
+                after, limit = last, MAX_BACKFILL
+        ticks = schedule.due_ticks(after, now, limit)
+        if not ticks:
+            return 0
+        advanced = conn.execute(statements.advance_schedule, {"name": schedule.name, "tick": ticks[-1]}).first()
+        if advanced is None:
+            return 0
+        for tick in ticks:
+            queue.enqueue_tick(schedule, tick, connection=conn)
+    if len(ticks) > 1:
+        logger.info("schedule %r: enqueued %d missed ticks, the last for %s", schedule.name, len(ticks), ticks[-1])
+    else:
+        logger.debug("schedule %r: enqueued the tick of %s", schedule.name, ticks[0])
+    return len(ticks)
+
+
+def last_ticks(queue: Queue) -> dict[str, datetime]:
+    """The last tick enqueued of each of `queue`'s schedules that has run (the CLI's view)."""
+    names = [s.name for s in queue.schedules]
+    if not names:
+        return {}
+    with queue.executor.connection() as conn:
+        rows = conn.execute(queue.executor.statements.schedule_last_ticks, {"names": names}).all()
+    return {row.name: row.last_tick for row in rows}
+
+
+def _utc_now() -> datetime:
+    return datetime.now(dt_timezone.utc)

@@ -7,7 +7,9 @@ group when imported here.
 
 from __future__ import annotations
 
-from . import alembic_cmd, db, doctor, enqueue, jobs, plugins, prune, queues, recover, stats, worker  # noqa: F401
+from . import (  # noqa: F401
+    alembic_cmd, db, doctor, enqueue, jobs, plugins, prune, queues, recover, schedules, stats, worker,
+)
 from .root import EXIT_PROBLEM, EXIT_USAGE, CliContext, load_app, main, run
 
 __all__ = ["EXIT_PROBLEM", "EXIT_USAGE", "CliContext", "load_app", "main", "run"]

@@ -47,6 +47,11 @@ def finished_channel(table: Table) -> str:
     return f"{table.name}_finished"
 
 
+def listen_finished(table: Table) -> Executable:
+    """``LISTEN`` on `finished_channel`: what `Queue.wait` waits on."""
+    return Listen(finished_channel(table))
+
+
 def announce_finished(table: Table, rows: Any, *, only: Any = None) -> Any:
     """A CTE sending one ``pg_notify`` that lists the watched ids in `rows` (a CTE with ``id``,
     ``status`` and ``watched``; `only` filters them further), or none when there are none.
