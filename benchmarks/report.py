@@ -6,6 +6,8 @@ beyond what the caller asks for, so tests render it from a hand-made dict.
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.table import Table
 
@@ -216,6 +218,29 @@ def _claim_cost_section(results: dict) -> list[str]:
     raw = targets.ratio(c["large"]["raw_us"]["median"], c["small"]["raw_us"]["median"])
     if ours is not None and raw is not None:
         lines.append(f"| large / small | {ours:.2f}x | {raw:.2f}x | |")
+    return lines + [""] + _priorities_rows(c.get("priorities"))
+
+
+def _priorities_rows(p: dict | None) -> list[str]:
+    """The large backlog with priorities in use beside one without (absent from runs made
+    before priorities existed)."""
+    if not p:
+        return []
+    levels = ", ".join(str(level) for level in p["priorities"])
+    lines = [f"Priorities in use: the table emptied and filled again with the same history and two fresh queues of "
+             f"{p['backlog']:,} pending jobs each, their rows interleaved: one with every job at priority 0, one with "
+             f"its jobs at priorities {levels} in turn (every priority's jobs spanning the same run_at range); "
+             "vacuumed, then the claims on the two queues alternating one by one, so both see the same table and "
+             "the same moment of the machine. The claim orders by `priority DESC, run_at, id` on the pending index "
+             "`(queue_name, priority DESC, run_at, id)`; the raw reference claim orders the same way. The ratio is "
+             "the median of the per-repetition ratios.",
+             "", "| Pending backlog | sqla_queue µs/claim | Raw µs/claim | Buffers/claim |", "|---|---|---|---|"]
+    for key, label in (("plain", f"{p['backlog']:,}, one priority (0)"),
+                       ("mixed", f"{p['backlog']:,}, priorities {levels}")):
+        s = p[key]
+        lines.append(f"| {label} | {fmt_stat(s['ours_us'])} | {fmt_stat(s['raw_us'])} | {s['buffers']} |")
+    lines.append(f"| with / without priorities | {fmt_stat(p['ratio'], '.2f', 'x')} | "
+                 f"{fmt_stat(p['raw_ratio'], '.2f', 'x')} | |")
     return lines + [""]
 
 
@@ -325,3 +350,77 @@ def print_summary(results: dict, console: Console | None = None) -> None:
             table.add_row(f"idle, {f['workers']} worker(s)", f"{f['xact_per_s_per_worker']:.2f} commits/s per worker",
                           f"CPU {f['cpu_percent']['median']:.2f} % per worker", "")
     console.print(table)
+
+
+# -- updating a report with a run of some sections -----------------------------------------------
+
+REMEASURED = "Re-measured since: "
+
+
+def update_markdown(old: str, results: dict) -> str:
+    """`old` (a report written earlier) with the sections `results` measured, and their target
+    rows, replaced by this run's; everything else kept as it was, and a header line that says
+    what was measured again, when, and on which commit. Refused across sizes: a target's wording
+    and a section's figures mean something else at another size."""
+    check_update(old, results["meta"]["size"])
+    lines = old.rstrip("\n").split("\n")
+    lines = _update_header(lines, results["meta"])
+    lines = _update_targets(lines, results)
+    for key, section in _SECTIONS:
+        if results.get(key) is not None:
+            lines = _replace_section(lines, section(results))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def check_update(old: str, size: str) -> None:
+    found = re.search(r"^Size: `(\w+)`", old, flags=re.M)
+    if not found or found.group(1) != size:
+        raise ValueError(f"the report was measured at size {found and found.group(1)!r}, this run at {size!r}: "
+                         "update a report only with a run of the same size")
+
+
+def _update_header(lines: list[str], meta: dict) -> list[str]:
+    sections = ", ".join(meta["sections"])
+    note = (f"{REMEASURED}{sections}, by `{meta['command']}` on {meta.get('code_version', 'an unrecorded library')} "
+            f"({meta['started']} → {meta['finished']}; load average at start {_load(meta['load_start'])}, at end "
+            f"{_load(meta['load_end'])}); the figures and target rows of {sections} are from that run.  ")
+    kept = [line for line in lines if not line.startswith(f"{REMEASURED}{sections},")]
+    at = next(i for i, line in enumerate(kept) if line.startswith("Size: ")) + 1
+    return kept[:at] + [note] + kept[at:]
+
+
+def _target_of(line: str) -> str:
+    return line.split(" | ")[0].removeprefix("| ")
+
+
+def _update_targets(lines: list[str], results: dict) -> list[str]:
+    """Each measured target row replaces the old row with the same wording or, when there is
+    none (a new target), goes after the row that precedes it in `targets.evaluate`'s order."""
+    start = lines.index("## Targets") + 4  # heading, blank, header row, separator
+    end = start
+    while end < len(lines) and lines[end].startswith("| "):
+        end += 1
+    table = lines[start:end]
+    new = _targets_section(results)[4:-1]
+    previous = None
+    for row, line in zip(targets.evaluate(results), new):
+        texts = [_target_of(t) for t in table]
+        if row["met"] is not None:
+            if row["target"] in texts:
+                table[texts.index(row["target"])] = line
+            else:
+                at = texts.index(previous) + 1 if previous in texts else len(table)
+                table.insert(at, line)
+        previous = row["target"]
+    return lines[:start] + table + lines[end:]
+
+
+def _replace_section(lines: list[str], section: list[str]) -> list[str]:
+    """Swap the section's block (its heading up to the next ``## ``) for `section`; a section the
+    report lacks is added at the end."""
+    heading = section[0]
+    if heading not in lines:
+        return lines + [""] + section
+    start = lines.index(heading)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return lines[:start] + section + lines[end:]

@@ -30,6 +30,13 @@ def fill(conn, *, pending: int = 0, completed: int = 0) -> None:
         conn.execute(raw_sql.FILL_PENDING, {**params, "n": pending})
 
 
+def fill_priorities(conn, *, plain: str, mixed: str, pending: int, priorities: tuple[int, ...]) -> None:
+    """`pending` due jobs on each of two queues, rows interleaved: `plain` at the default
+    priority, `mixed` at `priorities` in turn."""
+    conn.execute(raw_sql.FILL_PENDING_PRIORITIES, {"plain": plain, "mixed": mixed, "task": raw_sql.TASK,
+                                                   "n": pending, "priorities": list(priorities)})
+
+
 def settle(conn) -> None:
     conn.execute(raw_sql.VACUUM_ANALYZE)
     conn.execute(raw_sql.CHECKPOINT)

@@ -90,12 +90,36 @@ def evaluate(results: dict) -> list[dict]:
     backlogs = (f"{cost['large']['backlog']:,} pending within 1.3x of {cost['small']['backlog']:,}" if cost
                 else "a large backlog within 1.3x of a small one")
     rows.append(_row(f"Claim cost at {backlogs}", growth, growth, lambda r: r <= 1.3, "{:.2f}x"))
+    rows.append(priorities_row(results))
     default = (results.get("sustained") or {}).get("default", {})
     keep = default.get("last_over_first", {}).get("median")
     rows.append(_row("Sustained drain: last window >= 80 % of the first (default table)", keep, keep,
                      lambda r: r >= 0.8, "{:.0%}",
                      note="run stopped at the time cap" if default.get("capped") else None))
     return rows + asyncio_rows(results)
+
+
+# The priorities the claim-cost section puts in use (each pending job takes the next in turn);
+# named in its target, whose wording stays the same whatever was measured.
+CLAIM_PRIORITIES = (-1, 0, 5)
+PRIORITIES_TARGET = (f"Claim cost at the large backlog with priorities {'/'.join(map(str, CLAIM_PRIORITIES))} in use "
+                     "within 1.2x of the same backlog at one priority, same run")
+
+
+def priorities_row(results: dict) -> dict:
+    """Claim cost with priorities in use against the same backlog at one priority, measured in
+    alternation in the same run: the median of the per-repetition ratios."""
+    p = (results.get("claim_cost") or {}).get("priorities") or {}
+    value = _median(p, "ratio")
+    note = p and f"{p['backlog']:,} pending: " + _pair_note_us(_median(p["mixed"], "ours_us"),
+                                                               _median(p["plain"], "ours_us"))
+    return _row(PRIORITIES_TARGET, value, value, lambda r: r <= 1.2, "{:.2f}x", note=note or None)
+
+
+def _pair_note_us(mixed: float | None, plain: float | None) -> str:
+    if mixed is None or plain is None:
+        return "–"
+    return f"{mixed:,.0f} µs with priorities, {plain:,.0f} µs without"
 
 
 # The asyncio section's enqueue pairs: each async figure against the sync one on the same kind

@@ -144,7 +144,8 @@ def fake_results() -> dict:
                     "jobs": 200, "concurrency": 10},
         "claim_cost": {"history": 1_000_000,
                        "small": {"backlog": 10_000, "ours_us": _stat(500.0), "raw_us": _stat(200.0), "buffers": 6},
-                       "large": {"backlog": 1_000_000, "ours_us": _stat(600.0), "raw_us": _stat(250.0), "buffers": 8}},
+                       "large": {"backlog": 1_000_000, "ours_us": _stat(600.0), "raw_us": _stat(250.0), "buffers": 8},
+                       "priorities": fake_priorities()},
         "sustained": {"default": variant, "autovacuum": {**variant, "last_over_first": _stat(0.9)},
                       "_config": {"processes": 2, "concurrency": 10, "jobs": 1_000_000, "window_s": 10.0,
                                   "max_seconds": 90.0, "autovacuum_options": "x = 0"}},
@@ -156,6 +157,14 @@ def fake_results() -> dict:
                  20: {"workers": 20, "seconds": 30.0, "commits": 1800, "xact_per_s": 60.0,
                       "xact_per_s_per_worker": 3.0, "cpu_percent": _stat(0.3, 0.2, 0.5)}},
     }
+
+
+def fake_priorities() -> dict:
+    """Claim cost with priorities -1/0/5 in use beside one priority (numbers invented): 1.10x."""
+    return {"backlog": 1_000_000, "priorities": [-1, 0, 5],
+            "plain": {"ours_us": _stat(600.0), "raw_us": _stat(250.0), "buffers": 8},
+            "mixed": {"ours_us": _stat(660.0), "raw_us": _stat(260.0), "buffers": 9},
+            "ratio": _stat(1.1, 1.05, 1.15), "raw_ratio": _stat(1.04)}
 
 
 def fake_asyncio() -> dict:
@@ -179,7 +188,7 @@ def fake_asyncio() -> dict:
 
 def test_targets_are_judged_from_the_results():
     rows = {row["target"]: row for row in targets.evaluate(fake_results())}
-    assert len(rows) == 12
+    assert len(rows) == 13
     assert all(set(row) == {"target", "measured", "ratio", "met", "note"} for row in rows.values())
     met = {name.split(" >=")[0].split(" <=")[0].split(" within")[0]: row["met"] for name, row in rows.items()}
     assert met["Drain, 1 process x concurrency 10"] is True  # 10,000 >= 6,000
@@ -336,3 +345,79 @@ def test_without_the_asyncio_section_its_targets_are_not_measured():
     assert [row["met"] for row in rows] == [None, None, None]
     assert "## 8. asyncio" not in report.render_markdown(results)
     assert parse_args(["--sections", "asyncio", "--out", "/tmp/x.md"]).sections == ("asyncio",)
+
+
+PRIORITIES_TARGET = ("Claim cost at the large backlog with priorities -1/0/5 in use within 1.2x of the same backlog "
+                     "at one priority, same run")
+
+
+def test_claim_cost_with_priorities_is_judged_against_one_priority_in_the_same_run():
+    rows = {row["target"]: row for row in targets.evaluate(fake_results())}
+    row = rows[PRIORITIES_TARGET]
+    assert row["met"] is True and row["ratio"] == pytest.approx(1.1)  # the median per-repetition ratio
+    assert row["measured"] == "1.10x" and row["note"] == "1,000,000 pending: 660 µs with priorities, 600 µs without"
+    slow = fake_results()
+    slow["claim_cost"]["priorities"]["ratio"] = _stat(1.3)
+    assert targets.priorities_row(slow)["met"] is False
+    old = fake_results()
+    del old["claim_cost"]["priorities"]  # results written before priorities existed
+    assert targets.priorities_row(old)["met"] is None
+
+
+def test_the_claim_cost_section_shows_priorities_beside_one_priority():
+    for data in (fake_results(), json.loads(json.dumps(fake_results()))):
+        text = report.render_markdown(data)
+        assert "| 1,000,000, one priority (0) | 600 | 250 | 8 |" in text
+        assert "| 1,000,000, priorities -1, 0, 5 | 660 | 260 | 9 |" in text
+        assert "| with / without priorities | 1.10x (1.05–1.15) | 1.04x | |" in text
+    old = fake_results()
+    del old["claim_cost"]["priorities"]
+    assert "priorities" not in "\n".join(report._claim_cost_section(old))
+
+
+def _claim_cost_only(results: dict) -> dict:
+    meta = {**results["meta"], "command": "python -m benchmarks --sections claim_cost --update",
+            "sections": ["claim_cost"], "code_version": "commit abc1234", "started": "2026-02-02 10:00 UTC"}
+    return {"meta": meta, "claim_cost": results["claim_cost"]}
+
+
+def test_update_replaces_only_the_sections_measured_and_their_target_rows():
+    before = fake_results()
+    del before["claim_cost"]["priorities"]  # a report from before priorities
+    before["claim_cost"]["large"]["ours_us"] = _stat(900.0)
+    old = report.render_markdown(before, "performance.png")
+    later = _claim_cost_only(fake_results())
+
+    new = report.update_markdown(old, later)
+
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    assert report._claim_cost_section(later)[0] in new_lines
+    assert "| 1,000,000 | 600 | 250 | 8 |" in new and "| 1,000,000 | 900 | 250 | 8 |" not in new
+    assert "| with / without priorities | 1.10x (1.05–1.15) | 1.04x | |" in new
+    for heading in ("## 3. Drain", "## 6. Sustained drain"):  # the others exactly as they were
+        assert _block(new_lines, heading) == _block(old_lines, heading)
+    assert "![performance plot](performance.png)" in new and "This run: `python -m benchmarks --size tiny`" in new
+    [note] = [line for line in new_lines if line.startswith(report.REMEASURED)]
+    assert "claim_cost, by `python -m benchmarks --sections claim_cost --update` on commit abc1234" in note
+    table = _block(new_lines, "## Targets")
+    texts = [line.split(" | ")[0] for line in table if line.startswith("| ") and "---" not in line][1:]
+    at = texts.index("| Claim cost at 1,000,000 pending within 1.3x of 10,000")
+    assert texts[at + 1] == f"| {PRIORITIES_TARGET}"  # the new target right after its neighbour
+    assert len(texts) == len(targets.evaluate(fake_results()))  # the 'not measured' row was replaced
+    assert _block(new_lines, "## Targets")[3:at + 3] == _block(old_lines, "## Targets")[3:at + 3]
+    assert report.update_markdown(new, later).count(report.REMEASURED) == 1  # the same sections again
+
+
+def test_update_refuses_a_run_of_another_size():
+    old = report.render_markdown(fake_results())
+    later = _claim_cost_only(fake_results())
+    later["meta"]["size"] = "full"
+    with pytest.raises(ValueError, match="measured at size 'tiny', this run at 'full'"):
+        report.update_markdown(old, later)
+    assert parse_args(["--sections", "claim_cost", "--update"]).out == "docs/performance.md"
+
+
+def _block(lines: list[str], heading: str) -> list[str]:
+    start = lines.index(heading)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return lines[start:end]

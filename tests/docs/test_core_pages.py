@@ -20,6 +20,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = [
     "explanation/state-machine.md",
     "explanation/delivery-semantics.md",
+    "explanation/priorities.md",
     "reference/api.md",
 ]
 API = DOCS / "reference" / "api.md"

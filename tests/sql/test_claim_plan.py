@@ -4,13 +4,16 @@ partial index, with a custom plan and with a generic (prepared, parameter-blind)
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 import pytest
+from plan_helpers import indexes_used, plan_nodes, plan_of, seq_scanned
 from sqlalchemy import create_engine, event, text
 
 import sqla_queue as sq
 from sqla_queue import sql
 
+JOBS = sq.Job.__table__
 INDEX = "sqla_queue_jobs_pending_claim_idx"
 CLAIM_PARAMS = {"queue": "default", "worker_id": "plan-test", "limit": 10, "token": "t"}
 
@@ -126,4 +129,118 @@ def _sql_literal(value) -> str:
         return "NULL"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, list):
+        return "'{" + ",".join(str(v) for v in value) + "}'"
+    if isinstance(value, datetime):
+        return f"'{value.isoformat()}'"
     return "'" + str(value).replace("'", "''") + "'"
+
+
+# -- priorities in use: a large backlog, several priorities ---------------------------------------
+
+PRIORITIES = (-1, 0, 5, 10)
+
+
+@pytest.fixture(scope="module")
+def priorities_engine(create_database):
+    """Its own database: 240,000 pending jobs over two queues at priorities -1, 0, 5 and 10 (each
+    priority's jobs spread over the same hour of run_at, all due), beside 60,000 completed ones;
+    vacuumed and analyzed."""
+    engine = create_engine(create_database())
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at,"
+            " locked_at, completed_at)"
+            " SELECT 'default', 'send_email', '{}'::jsonb, 'completed', 1, now() - interval '1 day',"
+            " now(), now() FROM generate_series(1, 60000) AS g"
+        ))
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at, priority)"
+            " SELECT CASE WHEN mod(g, 2) = 0 THEN 'images' ELSE 'default' END, 'send_email',"
+            " jsonb_build_object('n', g), now() - interval '1 hour' + make_interval(secs => g * 0.015),"
+            " (CAST(:priorities AS smallint[]))[1 + mod(g / 2, 4)] FROM generate_series(1, 240000) AS g"
+        ), {"priorities": list(PRIORITIES)})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE sqla_queue_jobs"))
+    yield engine
+    engine.dispose()
+
+
+def _assert_claim_walks_the_index(plan: dict) -> None:
+    nodes = [node["Node Type"] for node in plan_nodes(plan)]
+    assert INDEX in indexes_used(plan), plan
+    assert not {"Sort", "Incremental Sort"} & set(nodes), nodes
+    assert seq_scanned(plan) == set(), plan
+
+
+def test_the_large_table_has_what_the_plan_tests_need(priorities_engine):
+    with priorities_engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT priority, count(*) FROM sqla_queue_jobs WHERE status = 'pending' GROUP BY priority"
+        )).all()
+    assert dict(rows) == {p: 60_000 for p in PRIORITIES}
+
+
+def test_claim_with_priorities_in_use_walks_the_index_in_claim_order(priorities_engine):
+    plan = plan_of(priorities_engine, sql.claim_jobs(JOBS), CLAIM_PARAMS)
+    _assert_claim_walks_the_index(plan)
+
+
+@pytest.fixture(scope="module")
+def position(priorities_engine) -> dict:
+    """A worker's claim position well into priority 0 of queue ``default``: a real pending job's
+    ``(priority, run_at, id)``."""
+    with priorities_engine.connect() as conn:
+        run_at, job_id = conn.execute(text(
+            "SELECT run_at, id FROM sqla_queue_jobs WHERE queue_name = 'default' AND status = 'pending'"
+            " AND priority = 0 ORDER BY run_at, id OFFSET 10000 LIMIT 1"
+        )).one()
+    return {"from_priority": 0, "from_run_at": run_at, "from_id": job_id}
+
+
+ROUND_PARAMS = {**CLAIM_PARAMS, "job_ids": [], "tokens": [], "results": []}  # nothing finished
+
+
+@pytest.mark.parametrize("from_position", [False, True], ids=["from the start", "from a position"])
+def test_the_workers_round_with_priorities_in_use_walks_the_index_in_claim_order(
+    priorities_engine, position, from_position
+):
+    statement = sql.complete_and_claim_jobs(JOBS, from_position=from_position)
+    params = {**ROUND_PARAMS, **(position if from_position else {})}
+    plan = plan_of(priorities_engine, statement, params)
+    _assert_claim_walks_the_index(plan)
+    if from_position:  # the scan starts at the position: an index condition, not a filter
+        [scan] = [node for node in plan_nodes(plan) if node.get("Index Name") == INDEX]
+        assert "priority = " in scan["Index Cond"] and "ROW(run_at, id) >= " in scan["Index Cond"], scan
+
+
+@pytest.mark.parametrize("from_position", [False, True], ids=["from the start", "from a position"])
+def test_the_workers_prepared_round_keeps_the_index_in_its_generic_plan(priorities_engine, position, from_position):
+    """The worker's round runs as a prepared statement, whose generic plan knows neither the
+    queue, nor the position's priority and run_at: it must still walk the index in order."""
+    statement = sql.complete_and_claim_jobs(JOBS, from_position=from_position)
+    params = {**ROUND_PARAMS, **(position if from_position else {})}
+    text_sent, params_sent = _sent(priorities_engine, statement, params)
+    prepared, names = _positional(text_sent)
+
+    plan = _generic_plan(priorities_engine, prepared, [params_sent[name] for name in names])
+
+    assert "$" in plan  # the generic plan: parameters still unknown
+    assert INDEX in plan, plan
+    assert "Sort" not in plan and "Seq Scan" not in plan, plan
+
+
+def _sent(engine, statement, params) -> tuple[str, dict]:
+    """`statement`'s SQL text and parameters as SQLAlchemy hands them to psycopg (run, then
+    rolled back)."""
+    captured = []
+    with engine.connect() as conn:
+        listener = lambda c, cursor, stmt, sent, ctx, many: captured.append((stmt, sent))
+        event.listen(conn, "before_cursor_execute", listener)
+        try:
+            conn.execute(statement, params).all()
+        finally:
+            event.remove(conn, "before_cursor_execute", listener)
+            conn.rollback()
+    [(text_sent, params_sent)] = captured
+    return text_sent, params_sent
