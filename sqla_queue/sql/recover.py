@@ -23,53 +23,37 @@ LEASE_EXPIRED_CANCELLED = "claim lease expired after a cancel request"
 
 
 def requeue_expired(table: Table) -> Executable:
-    expired = _expired(table, table.c.attempts < table.c.max_attempts, "expired_jobs")
-    return (
-        update(table)
-        .where(table.c.id == expired.c.id)
-        .values(
-            status=JobStatus.PENDING.value,
-            run_at=func.clock_timestamp(),
-            locked_at=None,
-            locked_by=None,
-            claim_token=None,
-            last_error=LEASE_EXPIRED,
-            last_traceback=None,
-        )
-        .returning(table.c.id, table.c.queue_name, table.c.task)
+    return _take_back(
+        table, _expired(table, table.c.attempts < table.c.max_attempts, "expired_jobs"),
+        status=JobStatus.PENDING.value, run_at=func.clock_timestamp(), locked_at=None, locked_by=None,
+        last_error=LEASE_EXPIRED,
     )
 
 
 def fail_exhausted_expired(table: Table) -> Executable:
-    expired = _expired(table, table.c.attempts >= table.c.max_attempts, "exhausted_jobs")
-    return (
-        update(table)
-        .where(table.c.id == expired.c.id)
-        .values(
-            status=JobStatus.FAILED.value,
-            failed_at=func.clock_timestamp(),
-            locked_at=None,
-            locked_by=None,
-            claim_token=None,
-            last_error=LEASE_EXPIRED_LAST_ATTEMPT,
-            last_traceback=None,
-        )
-        .returning(table.c.id, table.c.queue_name, table.c.task)
+    return _take_back(
+        table, _expired(table, table.c.attempts >= table.c.max_attempts, "exhausted_jobs"),
+        status=JobStatus.FAILED.value, failed_at=func.clock_timestamp(), locked_at=None, locked_by=None,
+        last_error=LEASE_EXPIRED_LAST_ATTEMPT,
     )
 
 
 def cancel_expired(table: Table) -> Executable:
-    expired = _expired(table, None, "cancelled_jobs")
+    """``locked_at``/``locked_by`` stay, as on every cancelled row: the claim it ended under."""
+    return _take_back(
+        table, _expired(table, None, "cancelled_jobs"),
+        status=JobStatus.CANCELLED.value, cancelled_at=func.clock_timestamp(),
+        last_error=LEASE_EXPIRED_CANCELLED,
+    )
+
+
+def _take_back(table: Table, expired, **values) -> Executable:
+    """The expired jobs updated with `values`, their claim token cleared (so the expired
+    worker's late outcome is a lost claim) and the last traceback with it."""
     return (
         update(table)
         .where(table.c.id == expired.c.id)
-        .values(
-            status=JobStatus.CANCELLED.value,
-            cancelled_at=func.clock_timestamp(),
-            claim_token=None,
-            last_error=LEASE_EXPIRED_CANCELLED,
-            last_traceback=None,
-        )
+        .values(**values, claim_token=None, last_traceback=None)
         .returning(table.c.id, table.c.queue_name, table.c.task)
     )
 

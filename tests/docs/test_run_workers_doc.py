@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -13,16 +12,18 @@ from pathlib import Path
 
 import pytest
 
+import doc_blocks
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "run-workers.md"
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 
 
 def blocks(kind: str) -> list[str]:
-    return re.findall(rf"```{kind}\n(.*?)```", DOC.read_text(), flags=re.S)
+    return doc_blocks.blocks(DOC, kind)
 
 
 def commands() -> list[str]:
-    return [line[2:] for block in blocks("console") for line in block.splitlines() if line.startswith("$ ")]
+    return doc_blocks.console_commands(DOC)
 
 
 @pytest.fixture

@@ -37,15 +37,6 @@ def cq(ops_queue, heard):
     return ops_queue
 
 
-@pytest.fixture
-def table_snapshot(engine):
-    def read():
-        with engine.connect() as conn:
-            return [tuple(row) for row in conn.execute(text("SELECT * FROM sqla_queue_jobs ORDER BY id"))]
-
-    return read
-
-
 def test_a_pending_job_becomes_cancelled_and_is_kept(cq, heard, count_jobs):
     job_id = cq.enqueue("send_email", {"to": "a@b.c"}, delay=3600)
 
@@ -82,26 +73,26 @@ def test_a_running_job_gets_a_cancel_request_and_stays_with_its_worker(cq, heard
 
 
 @pytest.mark.parametrize("end", ["completed", "failed", "cancelled"])
-def test_a_finished_job_is_refused_naming_its_state(cq, table_snapshot, end):
+def test_a_finished_job_is_refused_naming_its_state(cq, table_rows, end):
     job_id = cq.enqueue("send_email", {})
     if end == "cancelled":
         cq.cancel(job_id)
     else:
         [job] = cq.claim(worker_id="w")
         (cq.complete if end == "completed" else lambda i, t: cq.fail(i, t, error="x"))(job.id, job.claim_token)
-    before = table_snapshot()
+    before = table_rows()
     with pytest.raises(sq.errors.JobStateError,
                        match=f"job {job_id} is {end}: only pending or running jobs can be cancelled"):
         cq.cancel(job_id)
-    assert table_snapshot() == before
+    assert table_rows() == before
 
 
-def test_an_unknown_job_is_invalid_input(cq, table_snapshot):
+def test_an_unknown_job_is_invalid_input(cq, table_rows):
     cq.enqueue("send_email", {})
-    before = table_snapshot()
+    before = table_rows()
     with pytest.raises(sq.InvalidInputError, match="job 999 does not exist"):
         cq.cancel(999)
-    assert table_snapshot() == before
+    assert table_rows() == before
 
 
 def test_cancelling_a_pending_job_wakes_whoever_waits_for_it(cq, engine):

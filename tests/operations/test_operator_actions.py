@@ -69,24 +69,24 @@ def test_retry_now_gives_an_exhausted_job_exactly_one_more_attempt(ops_queue):
 
 
 @pytest.mark.parametrize("state", ["done", "running"])
-def test_only_failed_jobs_can_be_retried_now(ops_queue, mixed, table_snapshot, state):
-    before = table_snapshot()
+def test_only_failed_jobs_can_be_retried_now(ops_queue, mixed, table_rows, state):
+    before = table_rows()
     status = "completed" if state == "done" else "running"
     with pytest.raises(sq.errors.JobStateError, match=f"job {mixed[state]} is {status}: only failed jobs"):
         ops_queue.retry_now(mixed[state])
-    assert table_snapshot() == before
+    assert table_rows() == before
 
 
-def test_retry_now_will_not_duplicate_an_active_job_with_the_same_key(ops_queue, table_snapshot):
+def test_retry_now_will_not_duplicate_an_active_job_with_the_same_key(ops_queue, table_rows):
     first = ops_queue.enqueue("send_email", {}, idempotency_key="receipt-7")
     [job] = ops_queue.claim(worker_id="w")
     ops_queue.fail(job.id, job.claim_token, error="smtp down")
     second = ops_queue.enqueue("send_email", {}, idempotency_key="receipt-7")  # the key is free again
-    before = table_snapshot()
+    before = table_rows()
 
     with pytest.raises(sq.errors.JobStateError, match=f"held by active job {second}"):
         ops_queue.retry_now(first)
-    assert table_snapshot() == before
+    assert table_rows() == before
 
 
 @pytest.mark.parametrize("action", ["cancel", "retry_now"])
@@ -117,17 +117,10 @@ def test_a_row_held_by_another_transaction_is_refused_not_waited_for(ops_queue, 
         (lambda q: q.list_jobs(task=" x"), sq.InvalidInputError, "task 'x' has leading or trailing"),
     ],
 )
-def test_bad_input_is_a_clear_error_and_writes_nothing(ops_queue, mixed, table_snapshot, call, error, message):
-    before = table_snapshot()
+def test_bad_input_is_a_clear_error_and_writes_nothing(ops_queue, mixed, table_rows, call, error, message):
+    before = table_rows()
     with pytest.raises(error, match=message):
         call(ops_queue)
-    assert table_snapshot() == before
+    assert table_rows() == before
 
 
-@pytest.fixture
-def table_snapshot(engine):
-    def read():
-        with engine.connect() as conn:
-            return [tuple(row) for row in conn.execute(text("SELECT * FROM sqla_queue_jobs ORDER BY id"))]
-
-    return read

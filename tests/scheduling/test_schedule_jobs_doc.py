@@ -4,7 +4,6 @@ five-second schedule has ticked, and `sqla-queue schedules`, whose output the pa
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -14,6 +13,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+
+import doc_blocks
 from sqlalchemy import text
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "schedule-jobs.md"
@@ -21,11 +22,11 @@ SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 
 
 def blocks(kind: str) -> list[str]:
-    return re.findall(rf"```{kind}\n(.*?)```", DOC.read_text(), flags=re.S)
+    return doc_blocks.blocks(DOC, kind)
 
 
 def commands() -> list[str]:
-    return [line[2:] for block in blocks("console") for line in block.splitlines() if line.startswith("$ ")]
+    return doc_blocks.console_commands(DOC)
 
 
 def argv(command: str) -> list[str]:

@@ -48,18 +48,7 @@ def sent_claim(big_engine):
     Captured by running the real claim (built by sqla_queue.sql.claim_jobs) in a transaction
     that is rolled back.
     """
-    captured = []
-    statement = sql.claim_jobs(sq.Job.__table__)
-    with big_engine.connect() as conn:
-        listener = lambda c, cursor, stmt, params, ctx, many: captured.append((stmt, params))
-        event.listen(conn, "before_cursor_execute", listener)
-        try:
-            conn.execute(statement, CLAIM_PARAMS).all()
-        finally:
-            event.remove(conn, "before_cursor_execute", listener)
-            conn.rollback()
-    [(text_sent, params_sent)] = captured
-    return text_sent, params_sent
+    return _sent(big_engine, sql.claim_jobs(sq.Job.__table__), CLAIM_PARAMS)
 
 
 def _plan(big_engine, statement: str, params) -> str:

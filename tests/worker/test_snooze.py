@@ -20,21 +20,8 @@ from sqla_queue.types import JobSnoozed
 FAST = {"poll_interval": 0.05, "concurrency": 2}
 
 
-class Recorder(EventRecorder):
-    """The shared recorder, plus the snoozed event."""
-
-    @sq.hookimpl
-    def sqla_queue_job_snoozed(self, event):
-        self.events.append(("snoozed", event))
-
-
 @pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-def queue(engine: Engine, clean_jobs: None, recorder: Recorder) -> sq.Queue:
+def queue(engine: Engine, clean_jobs: None, recorder: EventRecorder) -> sq.Queue:
     return sq.Queue(engine, load_entrypoints=False, plugins=[recorder])
 
 
