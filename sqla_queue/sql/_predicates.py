@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, ColumnElement, Table, Text, and_, bindparam, column, func, literal
+from sqlalchemy import BigInteger, ColumnElement, Table, Text, and_, any_, bindparam, column, func, literal
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from ..types import JobStatus
@@ -31,8 +31,14 @@ def held_pairs(name: str, *, with_results: bool = False):
 
 
 def held_in(table: Table, pairs) -> ColumnElement[bool]:
-    """The batch form of `held_by`: the row is one of `pairs`, running, under its own token."""
+    """The batch form of `held_by`: the row is one of `pairs`, running, under its own token.
+
+    ``id = ANY(:job_ids)`` repeats what the join says so that the planner finds the rows by
+    primary key. Without it, it may read them through the running-jobs index, whose entries
+    for every job claimed since the last VACUUM are still there: each round then reads all of
+    them, and a long drain slows down as it goes."""
     return and_(
+        table.c.id == any_(bindparam("job_ids", type_=ARRAY(BigInteger))),
         table.c.id == pairs.c.job_id,
         status_is(table, JobStatus.RUNNING),
         table.c.claim_token == pairs.c.token,

@@ -233,3 +233,49 @@ def _sent(engine, statement, params) -> tuple[str, dict]:
             conn.rollback()
     [(text_sent, params_sent)] = captured
     return text_sent, params_sent
+
+
+# -- completing held jobs after a long drain ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def drained_engine(create_database):
+    """Its own database after a drain without VACUUM: 20,000 jobs claimed and completed (each
+    left a dead entry in the running-jobs index) and 10 running, analyzed while they were few."""
+    engine = create_engine(create_database())
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, locked_at, claim_token)"
+            " SELECT 'default', 'send_email', '{}'::jsonb, 'running', 1, now(), 'held-' || g"
+            " FROM generate_series(1, 20010) AS g"
+        ))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE sqla_queue_jobs"))
+        conn.execute(text("UPDATE sqla_queue_jobs SET status = 'completed', completed_at = now() WHERE id <= 20000"))
+        conn.execute(text("ANALYZE sqla_queue_jobs"))
+    yield engine
+    engine.dispose()
+
+
+HELD = {"job_ids": list(range(20001, 20011)), "tokens": [f"held-{n}" for n in range(20001, 20011)],
+        "results": [None] * 10}
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom plan", "generic plan"])
+def test_the_round_finds_the_jobs_it_completes_by_id_not_by_reading_every_running_entry(drained_engine, generic):
+    """Without ``id = ANY(:job_ids)`` the planner read the held rows through the running-jobs
+    index, whose dead entries (every job claimed since the last VACUUM) it then read on every
+    round: a long drain slowed down as it went."""
+    statement = sql.complete_and_claim_jobs(JOBS)
+    params = {**CLAIM_PARAMS, **HELD}
+    if generic:
+        text_sent, params_sent = _sent(drained_engine, statement, params)
+        prepared, names = _positional(text_sent)
+        plan = _generic_plan(drained_engine, prepared, [params_sent[name] for name in names])
+        completion = plan.split("CTE completed_now", 1)[1].split("CTE ", 1)[0]
+        assert "$" in plan and "Index Cond: (id = ANY (" in completion, plan
+    else:
+        plan = plan_of(drained_engine, statement, params)
+        [update] = [node for node in plan_nodes(plan) if node.get("Subplan Name") == "CTE completed_now"]
+        conditions = [node.get("Index Cond", "") for node in plan_nodes(update)]
+        assert any("id = ANY (" in condition for condition in conditions), update
