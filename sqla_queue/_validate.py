@@ -81,20 +81,21 @@ def snooze_delay(value: Any) -> timedelta:
     return duration(value, "snooze delay")
 
 
-def result_json(value: Any, task: str, limit: int) -> str:
+def result_json(value: Any, whose: str, limit: int) -> str:
     """A handler's return value as JSON text jsonb accepts unchanged, at most `limit` bytes.
 
     Refused rather than truncated: a cut JSON document is not a result. The errors become the
-    attempt's error, so the message names the task and what to do, never the value itself.
+    attempt's error, so the message names `whose` value it is (``"task 'x'"``, ``"job 7"``) and
+    what to do, never the value itself.
     """
     try:
         _reject_nul(value)
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (PayloadError, ValueError, TypeError, RecursionError) as exc:
-        raise ResultError(f"the return value of task {task!r} cannot be stored as JSON: {_why(exc)}") from None
+        raise ResultError(f"the return value of {whose} cannot be stored as JSON: {_why(exc)}") from None
     if len(text) > limit:
         raise ResultError(
-            f"the return value of task {task!r} is {len(text):,} bytes of JSON; the limit is "
+            f"the return value of {whose} is {len(text):,} bytes of JSON; the limit is "
             f"{limit:,} (max_result_bytes): store large results elsewhere and return a reference"
         )
     return text

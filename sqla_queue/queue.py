@@ -312,7 +312,7 @@ class Queue:
 
         Safe to call again with the same token after a lost reply: it reports True.
         """
-        text = None if result is None else _validate.result_json(result, "?", self.max_result_bytes)
+        text = None if result is None else _validate.result_json(result, f"job {job_id}", self.max_result_bytes)
         return self._outcomes.complete(job_id, claim_token, text)
 
     def complete_many(self, jobs: Iterable[ClaimedJob], *, results: Mapping[int, Any] | None = None) -> dict[int, bool]:
@@ -330,8 +330,8 @@ class Queue:
         """Every result checked before anything is written (`ResultError` names the task)."""
         if not results:
             return {}
-        tasks = {job.id: job.task for job in jobs}
-        return {job_id: _validate.result_json(value, tasks.get(job_id, "?"), self.max_result_bytes)
+        whose = {job.id: f"task {job.task!r}" for job in jobs}
+        return {job_id: _validate.result_json(value, whose.get(job_id, f"job {job_id}"), self.max_result_bytes)
                 for job_id, value in results.items() if value is not None}
 
     def snooze(self, job: ClaimedJob, delay: timedelta | float) -> Outcome | None:

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone as dt_timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from croniter import CroniterError, croniter
-
 from . import _validate
 from ._tasks import Task
 from .errors import ConfigurationError, DatabaseError, SqlaQueueError, UnknownTaskError
@@ -81,8 +79,10 @@ class Cron:
     def parse(cls, expression: str, zone: tzinfo) -> Cron:
         """Checked by croniter, which also finds its next match (an expression that never
         matches, like February 30th, is refused here rather than on a worker)."""
+        from croniter import CroniterError
+
         try:
-            iterator = croniter(expression, datetime.now(zone))
+            iterator = _croniter(expression, datetime.now(zone))
             iterator.get_next(datetime)
         except (CroniterError, ValueError, KeyError, TypeError) as exc:
             raise ConfigurationError(f"cron expression {expression!r} is not valid: {exc}") from None
@@ -92,7 +92,7 @@ class Cron:
         """The ticks in ``(after, until]``, ascending; only the last `limit` of them (found
         walking back from `until`, so a long gap costs `limit` steps at most)."""
         found: list[datetime] = []
-        iterator = croniter(self.expression, (until + _MICROSECOND).astimezone(self.zone))
+        iterator = _croniter(self.expression, (until + _MICROSECOND).astimezone(self.zone))
         while len(found) < limit:
             tick = iterator.get_prev(datetime).astimezone(dt_timezone.utc)
             if tick <= after:
@@ -102,7 +102,7 @@ class Cron:
         return found[::-1]
 
     def next_after(self, after: datetime) -> datetime:
-        iterator = croniter(self.expression, after.astimezone(self.zone))
+        iterator = _croniter(self.expression, after.astimezone(self.zone))
         while True:
             tick = iterator.get_next(datetime).astimezone(dt_timezone.utc)
             if tick > after and self._runs(tick):
@@ -114,6 +114,14 @@ class Cron:
         if self.every_hour or not local.fold:
             return True
         return local.replace(fold=0).utcoffset() == local.utcoffset()
+
+
+def _croniter(expression: str, start: datetime) -> Any:
+    """croniter, imported on first use: a worker or command without cron schedules (most) does
+    not pay its import (with dateutil's, some 40 ms) at start-up."""
+    from croniter import croniter
+
+    return croniter(expression, start)
 
 
 # -- schedules -----------------------------------------------------------------------------

@@ -394,7 +394,7 @@ class Worker:
             return _checked_snooze(result)
         if result is not None:
             try:
-                _validate.result_json(result, task.name, self.queue.max_result_bytes)
+                _validate.result_json(result, f"task {task.name!r}", self.queue.max_result_bytes)
             except ResultError as exc:
                 return exc
             held.result = result

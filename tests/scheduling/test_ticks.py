@@ -118,3 +118,13 @@ def test_next_after_is_the_first_of_ticks(expression):
     first = schedule.next_after(start)
     assert schedule.ticks(start, first, limit=5) == [first]
     assert schedule.ticks(start, first - timedelta(microseconds=1), limit=5) == []
+
+
+def test_a_worker_without_cron_schedules_never_imports_croniter():
+    """Start-up time: croniter (with dateutil) is imported by the first cron schedule only."""
+    import subprocess
+    import sys
+
+    probe = "import sys, sqla_queue.worker, sqla_queue.cli; print('croniter' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"

@@ -132,3 +132,11 @@ def test_a_failed_attempt_keeps_no_result_and_a_later_success_stores_it(queue):
 def test_max_result_bytes_must_be_a_positive_integer(engine, bad):
     with pytest.raises(sq.ConfigurationError, match="max_result_bytes"):
         sq.Queue(engine, load_entrypoints=False, max_result_bytes=bad)
+
+
+def test_complete_refuses_a_result_with_no_json_form_naming_the_job_and_writes_nothing(committed_queue):
+    job_id = committed_queue.enqueue("send_email", {})
+    (job,) = committed_queue.claim(worker_id="w")
+    with pytest.raises(sq.ResultError, match=f"the return value of job {job_id} cannot be stored as JSON"):
+        committed_queue.complete(job.id, job.claim_token, result={"tags": {"a", "b"}})
+    assert committed_queue.get_job(job_id).status is sq.JobStatus.RUNNING
