@@ -18,36 +18,68 @@ input that broke the contract. See docs/how-to/write-a-backoff-plugin.md.
 `start_embedded_server` starts (or reuses) one on a data directory you keep.
 """
 
-from ._harness import ConformanceError
-from .conformance import (
-    BackoffReport,
-    DedupeReport,
-    LifecycleReport,
-    check_backoff_plugin,
-    check_dedupe_plugin,
-    check_lifecycle_plugin,
-)
-from .database import (
-    EmbeddedServer,
-    embedded_server,
-    embedded_tools_dir,
-    migrated_database,
-    server_url,
-    start_embedded_server,
-)
+from __future__ import annotations
 
-__all__ = [
-    "BackoffReport",
-    "ConformanceError",
-    "DedupeReport",
-    "EmbeddedServer",
-    "LifecycleReport",
-    "check_backoff_plugin",
-    "check_dedupe_plugin",
-    "check_lifecycle_plugin",
-    "embedded_server",
-    "embedded_tools_dir",
-    "migrated_database",
-    "server_url",
-    "start_embedded_server",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported on first use (PEP 562): pytest imports this package in every session through the
+# plugin (``sqla_queue.testing.pytest_plugin``), which must cost next to nothing.
+_EXPORTS = {
+    "ConformanceError": "_harness",
+    "BackoffReport": "conformance",
+    "DedupeReport": "conformance",
+    "LifecycleReport": "conformance",
+    "check_backoff_plugin": "conformance",
+    "check_dedupe_plugin": "conformance",
+    "check_lifecycle_plugin": "conformance",
+    "EmbeddedServer": "database",
+    "copied_database": "database",
+    "embedded_server": "database",
+    "embedded_tools_dir": "database",
+    "migrated_database": "database",
+    "server_url": "database",
+    "start_embedded_server": "database",
+    "DrainLimitError": "handlers",
+    "Enqueued": "handlers",
+    "drain": "handlers",
+    "drain_async": "handlers",
+    "enqueued": "handlers",
+    "run_job": "handlers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from ._harness import ConformanceError
+    from .conformance import (
+        BackoffReport,
+        DedupeReport,
+        LifecycleReport,
+        check_backoff_plugin,
+        check_dedupe_plugin,
+        check_lifecycle_plugin,
+    )
+    from .database import (
+        EmbeddedServer,
+        copied_database,
+        embedded_server,
+        embedded_tools_dir,
+        migrated_database,
+        server_url,
+        start_embedded_server,
+    )
+    from .handlers import DrainLimitError, Enqueued, drain, drain_async, enqueued, run_job
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sqla_queue.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
