@@ -1,0 +1,60 @@
+"""Setup for the tests of the testing helpers (`sqla_queue.testing.handlers`) and the pytest
+plugin: each test gets a database of its own from the plugin's ``sqla_queue_database_url``
+fixture (the helpers read and write committed data), and ``queue`` is a Queue on it with a few
+tasks that record what they were given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, create_engine
+
+import sqla_queue as sq
+
+
+@pytest.fixture
+def own_engine(sqla_queue_database_url: str) -> Iterator[Engine]:
+    engine = create_engine(sqla_queue_database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def calls() -> list[tuple[str, dict, sq.JobContext]]:
+    """What the tasks of ``queue`` were called with, in order: (task, payload, ctx)."""
+    return []
+
+
+@pytest.fixture
+def queue(own_engine: Engine, calls) -> sq.Queue:
+    """A Queue on the test's own database: ``send_receipt`` (queue "mail"), ``resize`` (queue
+    "images", 2 attempts), ``flaky`` (fails until its payload's ``succeed_on`` attempt, retried
+    after 10 minutes) and ``remind`` (snoozes for an hour the first time)."""
+    q = sq.Queue(own_engine, load_entrypoints=False)
+
+    @q.task(queue="mail")
+    def send_receipt(payload, ctx):
+        calls.append(("send_receipt", payload, ctx))
+        return {"sent": payload["order_id"]}
+
+    @q.task(queue="images", max_attempts=2)
+    def resize(payload, ctx):
+        calls.append(("resize", payload, ctx))
+
+    @q.task(retry_delay=timedelta(minutes=10), max_attempts=3)
+    def flaky(payload, ctx):
+        calls.append(("flaky", payload, ctx))
+        if ctx.attempt < payload["succeed_on"]:
+            raise RuntimeError(f"attempt {ctx.attempt} fails")
+        return ctx.attempt
+
+    @q.task
+    def remind(payload, ctx):
+        calls.append(("remind", payload, ctx))
+        if not payload.get("snoozed") and len([c for c in calls if c[0] == "remind"]) == 1:
+            return ctx.snooze(timedelta(hours=1))
+        return "reminded"
+
+    return q
