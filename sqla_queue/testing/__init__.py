@@ -42,6 +42,7 @@ _EXPORTS = {
     "start_embedded_server": "database",
     "DrainLimitError": "handlers",
     "Enqueued": "handlers",
+    "Ran": "handlers",
     "drain": "handlers",
     "drain_async": "handlers",
     "enqueued": "handlers",
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
         server_url,
         start_embedded_server,
     )
-    from .handlers import DrainLimitError, Enqueued, drain, drain_async, enqueued, run_job
+    from .handlers import DrainLimitError, Enqueued, Ran, drain, drain_async, enqueued, run_job
 
 
 def __getattr__(name: str) -> Any:

@@ -28,7 +28,7 @@ import os
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -41,17 +41,13 @@ from ..sql.claim import claim_job_by_id
 from ..sql.operator_actions import active_key_holder
 from ..sql.stats import database_now
 from ..sql.time_travel import advance_due_jobs
+from ..running import Ran, run_claimed_job
 from ..types import ClaimedJob, JobView
-
-try:  # until the foundation lands
-    from .._job_run import run_claimed_job
-except ImportError:  # pragma: no cover
-    run_claimed_job = None
 
 if TYPE_CHECKING:
     from ..queue import Queue
 
-__all__ = ["DEFAULT_MAX_JOBS", "DrainLimitError", "Enqueued", "drain", "drain_async", "enqueued", "run_job"]
+__all__ = ["DEFAULT_MAX_JOBS", "DrainLimitError", "Enqueued", "Ran", "drain", "drain_async", "enqueued", "run_job"]
 
 DEFAULT_MAX_JOBS = 1000
 """How many jobs one `drain` runs before it decides a job keeps re-enqueueing itself."""
@@ -63,6 +59,7 @@ RUN_JOB_CONTEXT = ("attempt", "max_attempts", "priority", "queue", "idempotency_
 """The parts of a job's context `run_job` lets a test choose."""
 
 _SHOWN = 10  # jobs an `Enqueued` lists in its repr
+_BEGINNING = datetime(1, 1, 1, tzinfo=timezone.utc)
 
 
 class DrainLimitError(SqlaQueueError, AssertionError):
@@ -184,7 +181,7 @@ def _plural(count: int) -> str:
 
 
 def drain(queue: Queue, *, queues: Iterable[str] | None = None, advance: timedelta | float = timedelta(0),
-          until_empty: bool = True, max_jobs: int = DEFAULT_MAX_JOBS) -> list[Any]:
+          until_empty: bool = True, max_jobs: int = DEFAULT_MAX_JOBS) -> list[Ran]:
     """Run `queue`'s due jobs one at a time in the calling thread, as a worker would, and
     return what ran (`Ran`: the job, its ``outcome`` -- ``"completed"``, ``"retried"``,
     ``"failed"``, ``"cancelled"``, ``"snoozed"`` or ``"lost"`` -- its result and error), in the
@@ -195,9 +192,9 @@ def drain(queue: Queue, *, queues: Iterable[str] | None = None, advance: timedel
         `queue`'s registered tasks, by name, looked up again before each claim (so a queue a
         handler enqueues into is drained too).
     :param advance: time travel (a timedelta or seconds): before each claim, pending jobs due
-        within `advance` from now (database time) are moved back by `advance`, so a delayed
-        job, a retry or a snooze that falls within it runs now. Nothing else is changed: jobs
-        already due keep their time, jobs due later than `advance` wait.
+        within `advance` from now (database time) are moved back by `advance`, each job once,
+        so a delayed job, or a retry or snooze that falls within it, runs now, and jobs still
+        run in the order of their original due times. Jobs due later than that wait.
     :param until_empty: True runs until no job is due, including the jobs the drained ones
         enqueue, retry or snooze. False runs one pass: only the jobs due when the drain began
         (after the time travel), each once.
@@ -213,7 +210,7 @@ def drain(queue: Queue, *, queues: Iterable[str] | None = None, advance: timedel
 
 async def drain_async(queue: Queue, *, queues: Iterable[str] | None = None,
                       advance: timedelta | float = timedelta(0), until_empty: bool = True,
-                      max_jobs: int = DEFAULT_MAX_JOBS) -> list[Any]:
+                      max_jobs: int = DEFAULT_MAX_JOBS) -> list[Ran]:
     """`drain` for asyncio tests: the drain runs in a thread while the event loop stays free,
     and each ``async def`` handler runs on the caller's event loop, where the test's own async
     engines and sessions live."""
@@ -226,7 +223,7 @@ async def drain_async(queue: Queue, *, queues: Iterable[str] | None = None,
 
 
 def _drain(queue: Queue, queues: Iterable[str] | None, advance: timedelta | float, until_empty: bool,
-           max_jobs: int, await_coroutine: Callable[[Any], Any]) -> list[Any]:
+           max_jobs: int, await_coroutine: Callable[[Any], Any]) -> list[Ran]:
     chosen = _queue_names(queues)
     advance = _advance(advance)
     if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
@@ -234,10 +231,11 @@ def _drain(queue: Queue, queues: Iterable[str] | None, advance: timedelta | floa
     if not isinstance(until_empty, bool):
         raise InvalidInputError(f"until_empty must be True or False, got {until_empty!r}")
     statements = _statements(queue.table)
-    ran: list[Any] = []
+    ran: list[Ran] = []
+    travel = _TimeTravel(queue, statements, advance)
     if not until_empty:
         names = chosen if chosen is not None else _default_queues(queue, statements)
-        _travel(queue, statements, names, advance)
+        travel(names)
         with queue.engine.connect() as conn:
             due = conn.execute(statements.due_jobs, {"queues": names}).scalars().all()
         if len(due) > max_jobs:
@@ -249,7 +247,7 @@ def _drain(queue: Queue, queues: Iterable[str] | None, advance: timedelta | floa
         return ran
     while True:
         names = chosen if chosen is not None else _default_queues(queue, statements)
-        _travel(queue, statements, names, advance)
+        travel(names)
         job = next((claimed[0] for name in names
                     if (claimed := queue.claim(name, worker_id=WORKER_ID, limit=1))), None)
         if job is None:
@@ -297,16 +295,31 @@ def _default_queues(queue: Queue, statements: _Statements) -> list[str]:
         return list(conn.execute(statements.pending_queues, {"tasks": queue.task_names}).scalars())
 
 
-def _travel(queue: Queue, statements: _Statements, names: list[str], advance: timedelta) -> None:
-    if advance and names:
-        with queue.engine.begin() as conn:
-            conn.execute(statements.advance, {"queues": names, "advance": advance})
+class _TimeTravel:
+    """`drain`'s ``advance``: before each claim, the jobs of the drained queues that are or
+    became due within `advance` since the last move are moved back by it, each job once
+    (`sql.time_travel.advance_due_jobs`)."""
+
+    def __init__(self, queue: Queue, statements: _Statements, advance: timedelta) -> None:
+        self.queue = queue
+        self.statements = statements
+        self.advance = advance
+        self.since = _BEGINNING
+
+    def __call__(self, names: list[str]) -> None:
+        if not self.advance or not names:
+            return
+        with self.queue.engine.begin() as conn:
+            now = conn.execute(self.statements.now).scalar_one()
+            conn.execute(self.statements.advance, {"queues": names, "advance": self.advance,
+                                                   "since": self.since, "now": now})
+        self.since = now
 
 
 # -- run_job -------------------------------------------------------------------------------
 
 
-def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], **context: Any) -> Any:
+def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], **context: Any) -> Ran:
     """Run one job of `task` with `payload` now, in the calling thread, as a worker would: the
     job is enqueued (committed), claimed by its id and run with a real `JobContext`
     (``ctx.transaction()`` included), and its outcome recorded. Returns the `Ran`.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, text
 
 import sqla_queue as sq
 
@@ -58,3 +58,25 @@ def queue(own_engine: Engine, calls) -> sq.Queue:
         return "reminded"
 
     return q
+
+
+@pytest.fixture
+def effects(own_engine: Engine):
+    """An application table (``effects``: job_id, note) and a reader of its rows."""
+    with own_engine.begin() as conn:
+        conn.execute(text("CREATE TABLE effects (id bigserial PRIMARY KEY, job_id bigint, note text)"))
+
+    def rows() -> list[tuple]:
+        with own_engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text("SELECT job_id, note FROM effects ORDER BY id"))]
+
+    return rows
+
+
+@pytest.fixture
+def job_row(own_engine: Engine):
+    def read(job_id: int):
+        with own_engine.connect() as conn:
+            return conn.execute(text("SELECT * FROM sqla_queue_jobs WHERE id = :id"), {"id": job_id}).one()
+
+    return read

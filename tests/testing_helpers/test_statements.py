@@ -3,7 +3,7 @@ compiled and run against real PostgreSQL."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 import sqla_queue as sq
 from sqla_queue.sql import jobs as job_sql
 from sqla_queue.sql.claim import claim_job_by_id
+from sqla_queue.sql.stats import database_now
 from sqla_queue.sql.time_travel import advance_due_jobs
 
 TABLE = sq.Job.__table__
@@ -37,8 +38,8 @@ def test_time_travel_moves_only_pending_jobs_due_within_the_window():
     text = rendered(advance_due_jobs(TABLE))
     assert "sqla_queue_jobs.status = 'pending'" in text
     assert "sqla_queue_jobs.queue_name = ANY (%(queues)s::TEXT[])" in text
-    assert "sqla_queue_jobs.run_at > clock_timestamp()" in text
-    assert "sqla_queue_jobs.run_at <= clock_timestamp() + %(advance)s::INTERVAL" in text
+    assert "sqla_queue_jobs.run_at > %(since)s::TIMESTAMP WITH TIME ZONE" in text
+    assert "sqla_queue_jobs.run_at <= %(now)s::TIMESTAMP WITH TIME ZONE + %(advance)s::INTERVAL" in text
     assert "SET run_at=(sqla_queue_jobs.run_at - %(advance)s::INTERVAL)" in text
 
 
@@ -61,22 +62,37 @@ def test_pending_reads_use_literal_status_and_bound_values():
 
 
 def test_time_travel_against_postgresql(queue, own_engine):
-    now_job = queue.enqueue("resize", {"n": 0})
+    """Every job within the window moves once and by the same amount: the order of due times
+    is kept; a job scheduled after the move moves at the next one."""
+    due = queue.enqueue("resize", {"n": 0})
     soon = [queue.enqueue("resize", {"n": n}, delay=timedelta(minutes=n)) for n in (10, 20)]
     late = queue.enqueue("resize", {"n": 3}, delay=timedelta(hours=2))
     other_queue = queue.enqueue("resize", {"n": 4}, delay=timedelta(minutes=5), queue="elsewhere")
     before = _run_at(own_engine)
+    hour = timedelta(hours=1)
 
-    with own_engine.begin() as conn:
-        moved = conn.execute(advance_due_jobs(TABLE), {"queues": ["images"], "advance": timedelta(hours=1)})
-        assert sorted(moved.scalars()) == soon
+    first = _advance(own_engine, since=datetime(1, 1, 1, tzinfo=timezone.utc), advance=hour)
+    assert sorted(first.moved) == [due, *soon]
     after = _run_at(own_engine)
-    assert [after[i] - before[i] for i in soon] == [-timedelta(hours=1)] * 2  # order kept
-    assert after[now_job] == before[now_job] and after[late] == before[late]
-    assert after[other_queue] == before[other_queue]
+    assert {i: after[i] - before[i] for i in [due, *soon]} == dict.fromkeys([due, *soon], -hour)
+    assert after[late] == before[late] and after[other_queue] == before[other_queue]
 
-    with own_engine.begin() as conn:  # again: the moved jobs are due now, nothing moves twice
-        assert conn.execute(advance_due_jobs(TABLE), {"queues": ["images"], "advance": timedelta(hours=1)}).all() == []
+    retried = queue.enqueue("resize", {"n": 5}, delay=timedelta(minutes=1))  # after the first move
+    second = _advance(own_engine, since=first.now, advance=hour)
+    assert second.moved == [retried]  # the moved ones are not moved twice
+
+
+class _Moved:
+    def __init__(self, moved, now):
+        self.moved, self.now = moved, now
+
+
+def _advance(engine, *, since, advance):
+    with engine.begin() as conn:
+        now = conn.execute(database_now()).scalar_one()
+        moved = conn.execute(advance_due_jobs(TABLE), {"queues": ["images"], "advance": advance,
+                                                       "since": since, "now": now}).scalars().all()
+    return _Moved(moved, now)
 
 
 def _run_at(engine):
