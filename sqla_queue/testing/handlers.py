@@ -47,7 +47,8 @@ from ..types import ClaimedJob, JobView
 if TYPE_CHECKING:
     from ..queue import Queue
 
-__all__ = ["DEFAULT_MAX_JOBS", "DrainLimitError", "Enqueued", "Ran", "drain", "drain_async", "enqueued", "run_job"]
+__all__ = ["DEFAULT_MAX_JOBS", "DrainLimitError", "Enqueued", "Ran", "claim_one", "drain", "drain_async", "enqueued",
+           "run_job"]
 
 DEFAULT_MAX_JOBS = 1000
 """How many jobs one `drain` runs before it decides a job keeps re-enqueueing itself."""
@@ -241,7 +242,7 @@ def _drain(queue: Queue, queues: Iterable[str] | None, advance: timedelta | floa
         if len(due) > max_jobs:
             raise DrainLimitError(f"{len(due)} jobs are due, more than max_jobs={max_jobs}", ran)
         for job_id in due:
-            job = _claim_by_id(queue, statements, job_id)
+            job = claim_one(queue, job_id)
             if job is not None:  # gone meanwhile: cancelled, or run by another job's handler
                 ran.append(run_claimed_job(queue, job, await_coroutine=await_coroutine))
         return ran
@@ -319,7 +320,7 @@ class _TimeTravel:
 # -- run_job -------------------------------------------------------------------------------
 
 
-def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], **context: Any) -> Ran:
+def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], /, **context: Any) -> Ran:
     """Run one job of `task` with `payload` now, in the calling thread, as a worker would: the
     job is enqueued (committed), claimed by its id and run with a real `JobContext`
     (``ctx.transaction()`` included), and its outcome recorded. Returns the `Ran`.
@@ -357,7 +358,7 @@ def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], **context: Any)
                                     "run_job runs a new job, with a key of its own")
     job_id = queue.enqueue(registered, payload, queue=context.get("queue"), max_attempts=max_attempts,
                            idempotency_key=key, priority=context.get("priority"))
-    job = _claim_by_id(queue, statements, job_id, attempt=attempt, scheduled_at=scheduled_at)
+    job = claim_one(queue, job_id, attempt=attempt, scheduled_at=scheduled_at)
     if job is None:
         raise SqlaQueueError(f"job #{job_id} was taken by someone else before run_job could claim it "
                              "(is a worker running on this database?)")
@@ -367,8 +368,12 @@ def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], **context: Any)
     return ran
 
 
-def _claim_by_id(queue: Queue, statements: _Statements, job_id: int, *, attempt: int | None = None,
-                 scheduled_at: datetime | None = None) -> ClaimedJob | None:
+def claim_one(queue: Queue, job_id: int, *, attempt: int | None = None,
+              scheduled_at: datetime | None = None) -> ClaimedJob | None:
+    """Claim pending job `job_id` of `queue`'s table, due or not (None: not pending, or busy),
+    for this process to run (`run_job`, one pass of `drain`, inline mode). `attempt` and
+    `scheduled_at` replace what its context will say."""
+    statements = _statements(queue.table)
     params = {"job_id": job_id, "worker_id": WORKER_ID, "token": secrets.token_urlsafe(24),
               "attempt": attempt, "scheduled_at": scheduled_at}
     with queue.engine.begin() as conn:
