@@ -86,19 +86,22 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
     return _claimed(table, table.c.id == due.c.id)
 
 
-def claim_job_by_id(table: Table) -> Executable:
-    """Claim pending job ``:job_id`` (due or not, paused queue or not) for ``:worker_id``
-    under ``:token``, as `claim_jobs` marks a job: the testing helpers' way to run exactly
-    one job (`sqla_queue.testing.run_job`, one pass of `drain`).
+def claim_job_by_id(table: Table, *, due_only: bool = False) -> Executable:
+    """Claim pending job ``:job_id`` (paused queue or not; due or not, unless `due_only`) for
+    ``:worker_id`` under ``:token``, as `claim_jobs` marks a job: the testing helpers' way to
+    run exactly one job (`sqla_queue.testing.run_job`, one pass of `drain`, inline mode).
 
     ``:attempt`` (NULL: the next one, as a claim counts it) and ``:scheduled_at`` (NULL: the
     job's own) let a test run the job as a later attempt or a given tick. ``FOR UPDATE SKIP
     LOCKED`` as in the claim: a job another claim holds is not waited for, and no row back means
     it is not pending (any more), or busy.
     """
+    conditions = [table.c.id == bindparam("job_id", type_=BigInteger), status_is(table, JobStatus.PENDING)]
+    if due_only:
+        conditions.append(table.c.run_at <= func.clock_timestamp())
     target = (
         select(table.c.id)
-        .where(table.c.id == bindparam("job_id", type_=BigInteger), status_is(table, JobStatus.PENDING))
+        .where(*conditions)
         .with_for_update(skip_locked=True)
         .cte("target_job")
     )

@@ -64,12 +64,13 @@ def pending_queues(table: Table) -> Executable:
 
 
 def due_jobs(table: Table) -> Executable:
-    """Ids of the jobs of ``:queues`` a claim could take now (pending, due, attempts left,
-    queue not paused), in claim order: what one pass of `drain` runs."""
+    """Ids and queues of the jobs of ``:queues`` a claim could take now (pending, due, attempts
+    left, queue not paused), in claim order, up to ``:limit`` (NULL: all): what one pass of
+    `drain` runs, and the queue a drain claims from next."""
     queues = queues_table(table)
     paused = exists().where(queues.c.queue_name == table.c.queue_name, queues.c.paused_at.is_not(None))
     return (
-        select(table.c.id)
+        select(table.c.id, table.c.queue_name)
         .where(
             table.c.queue_name == any_(bindparam("queues", type_=ARRAY(Text))),
             status_is(table, JobStatus.PENDING),
@@ -78,4 +79,5 @@ def due_jobs(table: Table) -> Executable:
             ~paused,
         )
         .order_by(table.c.priority.desc(), table.c.run_at, table.c.id)
+        .limit(bindparam("limit", type_=Integer))
     )

@@ -49,7 +49,29 @@ _EXPORTS = {
     "run_job": "handlers",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "BackoffReport",
+    "ConformanceError",
+    "DedupeReport",
+    "DrainLimitError",
+    "EmbeddedServer",
+    "Enqueued",
+    "LifecycleReport",
+    "Ran",
+    "check_backoff_plugin",
+    "check_dedupe_plugin",
+    "check_lifecycle_plugin",
+    "copied_database",
+    "drain",
+    "drain_async",
+    "embedded_server",
+    "embedded_tools_dir",
+    "enqueued",
+    "migrated_database",
+    "run_job",
+    "server_url",
+    "start_embedded_server",
+]
 
 if TYPE_CHECKING:
     from ._harness import ConformanceError

@@ -101,7 +101,8 @@ class Enqueued(list):
             return f"<no pending job {self.searched}; no job is pending at all>"
         shown = "; ".join(_describe(job, self._now) for job in self.pending)
         more = "; and more" if self._more_pending else ""
-        return f"<no pending job {self.searched}; pending instead: {shown}{more}>"
+        count = f"{len(self.pending)}+" if self._more_pending else str(len(self.pending))
+        return f"<no pending job {self.searched}; pending instead ({count}): {shown}{more}>"
 
     __str__ = __repr__
 
@@ -152,14 +153,18 @@ def _searched(task: str | None, queue_name: str | None, payload: Mapping[str, An
     if queue_name is not None:
         words.append(f"in queue {queue_name!r}")
     if payload is not None:
-        words.append(f"with a payload containing {_json(payload)}")
+        words.append(f"with payload containing {_json(payload)}")
     return " ".join(words)
 
 
 def _describe(job: JobView, now: datetime) -> str:
-    due = "due" if job.run_at <= now else f"due in {_duration(job.run_at - now)}"
-    return (f"#{job.id} {job.task} in queue {job.queue!r} payload={_json(job.payload)} "
-            f"({due}, attempt {job.attempts + 1} of {job.max_attempts})")
+    """One job in a few words, what matters first (pytest shortens a long repr in the middle)."""
+    words = f"#{job.id} {job.task} {_json(job.payload)} in {job.queue!r}"
+    if job.run_at > now:
+        words += f", due in {_duration(job.run_at - now)}"
+    if job.attempts:
+        words += f", {job.attempts} of {job.max_attempts} attempts made"
+    return words
 
 
 def _duration(delta: timedelta) -> str:
@@ -188,10 +193,10 @@ def drain(queue: Queue, *, queues: Iterable[str] | None = None, advance: timedel
     ``"failed"``, ``"cancelled"``, ``"snoozed"`` or ``"lost"`` -- its result and error), in the
     order they ran.
 
-    :param queues: the queue names to drain, in order of precedence: after each job the first
-        queue with a due job gives the next one. Default: every queue holding pending jobs of
-        `queue`'s registered tasks, by name, looked up again before each claim (so a queue a
-        handler enqueues into is drained too).
+    :param queues: the queue names to drain. Default: every queue holding pending jobs of
+        `queue`'s registered tasks, looked up again before each claim (so a queue a handler
+        enqueues into is drained too). Jobs run one at a time in claim order across these
+        queues: highest priority first, then by due time.
     :param advance: time travel (a timedelta or seconds): before each claim, pending jobs due
         within `advance` from now (database time) are moved back by `advance`, each job once,
         so a delayed job, or a retry or snooze that falls within it, runs now, and jobs still
@@ -238,7 +243,7 @@ def _drain(queue: Queue, queues: Iterable[str] | None, advance: timedelta | floa
         names = chosen if chosen is not None else _default_queues(queue, statements)
         travel(names)
         with queue.engine.connect() as conn:
-            due = conn.execute(statements.due_jobs, {"queues": names}).scalars().all()
+            due = conn.execute(statements.due_jobs, {"queues": names, "limit": None}).scalars().all()
         if len(due) > max_jobs:
             raise DrainLimitError(f"{len(due)} jobs are due, more than max_jobs={max_jobs}", ran)
         for job_id in due:
@@ -249,14 +254,23 @@ def _drain(queue: Queue, queues: Iterable[str] | None, advance: timedelta | floa
     while True:
         names = chosen if chosen is not None else _default_queues(queue, statements)
         travel(names)
-        job = next((claimed[0] for name in names
-                    if (claimed := queue.claim(name, worker_id=WORKER_ID, limit=1))), None)
+        job = _claim_next(queue, statements, names)
         if job is None:
             return ran
         if len(ran) == max_jobs:
             queue.release([job])
             raise DrainLimitError(_limit_message(ran, job, max_jobs), ran)
         ran.append(run_claimed_job(queue, job, await_coroutine=await_coroutine))
+
+
+def _claim_next(queue: Queue, statements: _Statements, names: list[str]) -> ClaimedJob | None:
+    """The next job in claim order across `names`, claimed by the real claim of its queue."""
+    with queue.engine.connect() as conn:
+        head = conn.execute(statements.due_jobs, {"queues": names, "limit": 1}).first()
+    if head is None:
+        return None
+    claimed = queue.claim(head.queue_name, worker_id=WORKER_ID, limit=1)
+    return claimed[0] if claimed else None
 
 
 def _limit_message(ran: list[Any], next_job: ClaimedJob, max_jobs: int) -> str:
@@ -369,15 +383,16 @@ def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], /, **context: A
 
 
 def claim_one(queue: Queue, job_id: int, *, attempt: int | None = None,
-              scheduled_at: datetime | None = None) -> ClaimedJob | None:
-    """Claim pending job `job_id` of `queue`'s table, due or not (None: not pending, or busy),
-    for this process to run (`run_job`, one pass of `drain`, inline mode). `attempt` and
-    `scheduled_at` replace what its context will say."""
+              scheduled_at: datetime | None = None, due_only: bool = False) -> ClaimedJob | None:
+    """Claim pending job `job_id` of `queue`'s table, due or not unless `due_only` (None: not
+    pending, not due, or busy), for this process to run (`run_job`, one pass of `drain`,
+    inline mode). `attempt` and `scheduled_at` replace what its context will say."""
     statements = _statements(queue.table)
+    statement = statements.claim_due_by_id if due_only else statements.claim_by_id
     params = {"job_id": job_id, "worker_id": WORKER_ID, "token": secrets.token_urlsafe(24),
               "attempt": attempt, "scheduled_at": scheduled_at}
     with queue.engine.begin() as conn:
-        row = conn.execute(statements.claim_by_id, params).first()
+        row = conn.execute(statement, params).first()
     if row is None:
         return None
     return ClaimedJob(id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
@@ -397,6 +412,7 @@ class _Statements:
         self.now = database_now()
         self.advance = advance_due_jobs(table)
         self.claim_by_id = claim_job_by_id(table)
+        self.claim_due_by_id = claim_job_by_id(table, due_only=True)
         self.due_jobs = job_sql.due_jobs(table)
         self.pending_queues = job_sql.pending_queues(table)
         self.key_holder = active_key_holder(table)

@@ -8,12 +8,13 @@ as soon as the transaction that enqueued it commits, in the committing thread.
   nothing left to do.
 * neither: right after the enqueue's own commit, before `enqueue` returns.
 
-A rollback drops the jobs of that transaction. Each job is claimed by its id (due or not) and
-run by the worker's run of a claimed job, so its context, ``ctx.transaction()``, result and
-outcome are a worker's. When a handler raises, its outcome (a retry, or failed) is recorded
-and the first such exception is raised from the committing call (``session.commit()``,
-``connection.commit()``, the end of ``engine.begin()``, or `enqueue`). A retry is not run
-inline: the job stays pending for `sqla_queue.testing.drain`.
+A rollback drops the jobs of that transaction. Each due job is claimed by its id and run by the
+worker's run of a claimed job, so its context, ``ctx.transaction()``, result and outcome are a
+worker's; jobs its handler enqueues run after it, one at a time. A job scheduled for later
+(``delay=``, ``run_at=``) is left pending, as is a retry: `sqla_queue.testing.drain` with
+``advance`` runs them. When a handler raises, its outcome (a retry, or failed) is recorded and
+the first such exception is raised from the committing call (``session.commit()``,
+``connection.commit()``, the end of ``engine.begin()``, or `enqueue`).
 
 Not for production: handlers run inside the request that enqueued them, and a handler's
 failure fails the commit's caller. `enqueue_async` is not inline (use `drain_async`).
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -40,15 +42,15 @@ INLINE = "inline"
 MODES = (INLINE,)
 """The values ``Queue(testing=...)`` accepts besides None."""
 
-MAX_DEPTH = 50
-"""How deep jobs enqueued inline by inline jobs may nest before `InlineDepthError`."""
+MAX_JOBS = 1000
+"""How many jobs one commit may run inline (its jobs, theirs, ...) before `InlineLimitError`."""
 
 _PENDING = "sqla_queue.inline.pending"
 _COMMITTED = "sqla_queue.inline.committed"
 _LISTENING = "sqla_queue.inline.listening"
 
 
-class InlineDepthError(SqlaQueueError):
+class InlineLimitError(SqlaQueueError):
     """Inline jobs kept enqueueing inline jobs (a handler that enqueues its own task?)."""
 
 
@@ -64,7 +66,7 @@ class InlineRunner:
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
-        self._depth = threading.local()
+        self._state = threading.local()
 
     def enqueued(self, ids: Sequence[int], session: Session | None, connection: Connection | None) -> None:
         """`Queue.enqueue` / `enqueue_many` wrote `ids` in the caller's transaction (or its own)."""
@@ -123,23 +125,35 @@ class InlineRunner:
     # -- what ------------------------------------------------------------------------------
 
     def run(self, ids: Sequence[int]) -> list[Ran]:
-        """Claim and run each job of `ids`; raise the first handler error once all ran."""
-        depth = getattr(self._depth, "value", 0)
-        if depth >= MAX_DEPTH:
-            raise InlineDepthError(f"inline jobs nested {MAX_DEPTH} deep (job ids {list(ids)[:5]}): does a "
-                                   "handler enqueue its own task? Test it with sqla_queue.testing.drain and max_jobs")
-        self._depth.value = depth + 1
+        """Claim and run each job of `ids` that is due; raise the first handler error once all
+        ran. Jobs enqueued while a job runs (by its handler) wait until it has finished and
+        run next, as they would with a worker: never inside the transaction of the handler
+        that enqueued them."""
+        state = self._state
+        if getattr(state, "todo", None) is not None:  # called from a handler we are running
+            state.todo.extend(ids)
+            return []
+        state.todo = deque(ids)
+        ran: list[Ran] = []
         try:
-            ran = [r for r in (self._run_one(job_id) for job_id in dict.fromkeys(ids)) if r is not None]
+            while state.todo:
+                if len(ran) >= MAX_JOBS:
+                    raise InlineLimitError(
+                        f"inline mode ran {MAX_JOBS} jobs for one commit and jobs keep coming (next: job "
+                        f"{state.todo[0]}): does a handler enqueue its own task? Test it with "
+                        "sqla_queue.testing.drain and its max_jobs")
+                one = self._run_one(state.todo.popleft())
+                if one is not None:
+                    ran.append(one)
         finally:
-            self._depth.value = depth
+            state.todo = None
         for r in ran:
             if r.error is not None and r.outcome in ("retried", "failed", "lost"):
                 raise r.error
         return ran
 
     def _run_one(self, job_id: int) -> Ran | None:
-        job = claim_one(self.queue, job_id)
+        job = claim_one(self.queue, job_id, due_only=True)
         if job is None:
             if self.queue.get_job(job_id) is None:
                 raise SqlaQueueError(
@@ -147,5 +161,5 @@ class InlineRunner:
                     "connection can see it: is the session or connection inside an outer transaction "
                     "that has not committed (a test's rolled-back connection)? Inline mode runs jobs "
                     "once they are really committed.")
-            return None  # not pending: an idempotency key's holder already running, or finished
+            return None  # not due yet (left for drain), or an idempotency key's holder, running or finished
         return run_claimed_job(self.queue, job, await_coroutine=asyncio.run)

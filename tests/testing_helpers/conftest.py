@@ -13,6 +13,9 @@ from sqlalchemy import Engine, create_engine, text
 
 import sqla_queue as sq
 
+# A separate project that test_plugin_project.py copies and runs with pytest in a subprocess.
+collect_ignore = ["shop_project"]
+
 
 @pytest.fixture
 def own_engine(sqla_queue_database_url: str) -> Iterator[Engine]:

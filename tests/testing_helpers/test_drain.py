@@ -39,18 +39,25 @@ def test_by_default_every_queue_with_pending_jobs_of_the_registered_tasks(queue,
     ran = drain(queue)
 
     assert [(r.job.task, r.outcome) for r in ran] == [
-        ("place_order", "completed"), ("resize", "completed"), ("send_receipt", "completed")]
-    assert [r.job.queue for r in ran] == ["default", "images", "mail"]  # queues by name
+        ("resize", "completed"), ("place_order", "completed"), ("send_receipt", "completed")]
+    assert [r.job.queue for r in ran] == ["images", "default", "mail"]  # in due order, across queues
 
 
-def test_named_queues_only_in_the_order_given(queue):
+def test_across_queues_higher_priority_then_earlier_due_runs_first(queue):
+    first = queue.enqueue("send_receipt", {"order_id": 1})
+    urgent = queue.enqueue("resize", {"n": 1}, priority=5)
+    second = queue.enqueue("flaky", {"succeed_on": 1})
+    assert [r.job.id for r in drain(queue)] == [urgent, first, second]
+
+
+def test_named_queues_only(queue):
     queue.enqueue("resize", {"n": 1})
     queue.enqueue("send_receipt", {"order_id": 1})
     queue.enqueue("flaky", {"succeed_on": 1})
 
     ran = drain(queue, queues=["mail", "images"])
 
-    assert [r.job.task for r in ran] == ["send_receipt", "resize"]
+    assert [r.job.task for r in ran] == ["resize", "send_receipt"]
     assert [j.task for j in enqueued(queue)] == ["flaky"]
 
 

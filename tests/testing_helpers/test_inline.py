@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 import sqla_queue as sq
 from sqla_queue.testing import enqueued
-from sqla_queue.testing.inline import InlineDepthError
+from sqla_queue.testing.inline import InlineLimitError
 
 
 @pytest.fixture
@@ -90,14 +90,39 @@ def test_a_job_invisible_after_the_commit_is_an_error_not_silence(inline, own_en
         outer.rollback()
 
 
-def test_jobs_that_enqueue_themselves_stop_at_a_depth(own_engine):
+def test_jobs_a_handler_enqueues_run_after_it_and_delayed_ones_wait(own_engine, job_row):
+    q = sq.Queue(own_engine, load_entrypoints=False, testing="inline")
+    order = []
+
+    @q.task
+    def parent(payload, ctx):
+        with ctx.transaction() as session:
+            q.enqueue("child", {"n": 1}, session=session)  # runs once this transaction commits
+            q.enqueue("child", {"n": 2})  # committed already, still runs after the parent
+            q.enqueue("child", {"n": 3}, delay=timedelta(hours=1))  # not due: left pending
+            order.append("parent")
+
+    @q.task
+    def child(payload, ctx):
+        order.append(f"child {payload['n']}")
+
+    q.enqueue("parent", {})
+    assert order == ["parent", "child 2", "child 1"]
+    [waiting] = enqueued(q, "child")
+    assert waiting.payload == {"n": 3}
+    assert [r.job.task for r in sq.testing.drain(q, advance=timedelta(hours=2))] == ["child"]
+
+
+def test_jobs_that_enqueue_themselves_stop_at_a_limit(own_engine, monkeypatch):
+    monkeypatch.setattr("sqla_queue.testing.inline.MAX_JOBS", 5)
     q = sq.Queue(own_engine, load_entrypoints=False, testing="inline")
 
     @q.task
     def again(payload, ctx):
         q.enqueue("again", {})
 
-    with pytest.raises(InlineDepthError, match="does a handler enqueue its own task"):
+    with pytest.raises(InlineLimitError, match="ran 5 jobs for one commit and jobs keep coming .next: job 6.: "
+                                               "does a handler enqueue its own task"):
         q.enqueue("again", {})
 
 
