@@ -155,7 +155,8 @@ class HandlerTransaction:
 
     def _new_session(self) -> Any:
         factory = self._task.session_factory if self._task is not None else None
-        return factory() if factory is not None else Session(self._sessions.engine)
+        # Objects read in the block stay readable after it (not expired by the commit).
+        return factory() if factory is not None else Session(self._sessions.engine, expire_on_commit=False)
 
     def _new_async_session(self) -> Any:
         factory = self._task.session_factory if self._task is not None else None
@@ -169,7 +170,7 @@ class HandlerTransaction:
                 "build the Queue from a URL or an AsyncEngine, or give the task "
                 "session_factory=async_sessionmaker(...)"
             )
-        return AsyncSession(engine)
+        return AsyncSession(engine, expire_on_commit=False)
 
     def _complete(self, conn: Any) -> Any:
         return self._outcomes.complete_in_transaction(conn, self._job, self._result)

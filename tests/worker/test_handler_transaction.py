@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 import sqla_queue as sq
 from sqla_queue._job_run import run_claimed_job
@@ -271,3 +271,34 @@ def test_async_with_on_a_queue_without_an_asyncio_engine_names_the_fix(engine, c
 
     assert ran.outcome == "failed" and "async_sessionmaker" in str(ran.error)
     assert effects() == []
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Effect(Base):
+    __tablename__ = "handler_effects"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int | None]
+    note: Mapped[str | None]
+
+
+def test_objects_written_in_the_block_stay_readable_after_it(engine, clean_jobs, effects):
+    """The default session does not expire them at commit: the handler may use what it wrote
+    (to send the mail, say) once the block has committed."""
+    queue = sq.Queue(engine, load_entrypoints=False)
+    after: list[tuple] = []
+
+    @queue.task(name="write")
+    def write(payload, ctx):
+        with ctx.transaction() as session:
+            effect = Effect(job_id=ctx.job_id, note="orm")
+            session.add(effect)
+        after.append((effect.id, effect.note))  # the session is closed by now
+
+    job_id = queue.enqueue("write", {})
+    [claimed] = queue.claim(worker_id="w", limit=1)
+    assert run_claimed_job(queue, claimed).outcome == "completed"
+    assert after[0][1] == "orm" and after[0][0] is not None
+    assert effects(job_id) == [(job_id, "orm")]
