@@ -34,7 +34,9 @@ def calls() -> list[tuple[str, dict, sq.JobContext]]:
 def queue(own_engine: Engine, calls) -> sq.Queue:
     """A Queue on the test's own database: ``send_receipt`` (queue "mail"), ``resize`` (queue
     "images", 2 attempts), ``flaky`` (fails until its payload's ``succeed_on`` attempt, retried
-    after 10 minutes) and ``remind`` (snoozes for an hour the first time)."""
+    after 10 minutes), ``remind`` (snoozes for an hour the first time) and ``record`` (writes
+    its ``note`` to the ``effects`` table inside ``ctx.transaction()``, result "recorded", and
+    raises in the block when the payload says ``fail``)."""
     q = sq.Queue(own_engine, load_entrypoints=False)
 
     @q.task(queue="mail")
@@ -59,6 +61,15 @@ def queue(own_engine: Engine, calls) -> sq.Queue:
         if not payload.get("snoozed") and len([c for c in calls if c[0] == "remind"]) == 1:
             return ctx.snooze(timedelta(hours=1))
         return "reminded"
+
+    @q.task
+    def record(payload, ctx):
+        with ctx.transaction() as session:
+            session.execute(text("INSERT INTO effects (job_id, note) VALUES (:j, :n)"),
+                            {"j": ctx.job_id, "n": payload["note"]})
+            ctx.set_result("recorded")
+            if payload.get("fail"):
+                raise RuntimeError("inside the block")
 
     return q
 

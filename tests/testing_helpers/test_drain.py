@@ -8,7 +8,6 @@ import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import text
 
 import sqla_queue as sq
 from sqla_queue.testing import DrainLimitError, drain, drain_async, enqueued
@@ -127,14 +126,6 @@ def test_a_job_that_enqueues_itself_forever_stops_at_max_jobs(queue, job_row):
 
 
 def test_the_handler_transaction_commits_with_the_completion(queue, effects, job_row):
-    @queue.task(name="record")
-    def record(payload, ctx):
-        with ctx.transaction() as session:
-            session.execute(text("INSERT INTO effects (job_id, note) VALUES (:j, :n)"),
-                            {"j": ctx.job_id, "n": payload["note"]})
-            if payload.get("fail"):
-                raise RuntimeError("after the write")
-
     kept = queue.enqueue("record", {"note": "kept"})
     dropped = queue.enqueue("record", {"note": "dropped", "fail": True})
 
