@@ -1,7 +1,15 @@
-"""Test helpers: conformance checks for plugin authors, and a real PostgreSQL to run tests on
-(the same bootstrap sqla_queue's own tests, its demo and its benchmark use).
+"""Test helpers: for an application's own handlers, conformance checks for plugin authors, and
+a real PostgreSQL to run tests on (the same bootstrap sqla_queue's own tests, its demo and its
+benchmark use).
 
-::
+For handlers (`handlers`, docs/how-to/test-your-handlers.md): `enqueued` (the pending jobs that
+match, for ``assert``), `drain` / `drain_async` (run due jobs in the test as a worker would,
+``advance=`` moving due times back in the database), `run_job` (one handler with a real
+context), and inline mode (``Queue(..., testing="inline")``, `inline`). The pytest plugin
+(`pytest_plugin`, loaded through the ``pytest11`` entry point) gives each test a fresh database:
+the fixture ``sqla_queue_database_url``.
+
+For plugin authors::
 
     from sqla_queue.testing import check_backoff_plugin, migrated_database
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table
 
-from ..errors import InvalidInputError, SqlaQueueError
+from ..errors import ConfigurationError, InvalidInputError, SqlaQueueError
 from ..operations import job_view
 from ..sql import jobs as job_sql
 from ..sql.claim import claim_job_by_id
@@ -230,6 +230,7 @@ async def drain_async(queue: Queue, *, queues: Iterable[str] | None = None,
 
 def _drain(queue: Queue, queues: Iterable[str] | None, advance: timedelta | float, until_empty: bool,
            max_jobs: int, await_coroutine: Callable[[Any], Any]) -> list[Ran]:
+    _check_runnable(queue, "drain")
     chosen = _queue_names(queues)
     advance = _advance(advance)
     if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
@@ -271,6 +272,14 @@ def _claim_next(queue: Queue, statements: _Statements, names: list[str]) -> Clai
         return None
     claimed = queue.claim(head.queue_name, worker_id=WORKER_ID, limit=1)
     return claimed[0] if claimed else None
+
+
+def _check_runnable(queue: Queue, helper: str) -> None:
+    if queue.executor.sync_refused:
+        raise ConfigurationError(
+            f"{helper} claims and records jobs with synchronous calls, which a Queue built from an "
+            "AsyncEngine refuses: build the test's Queue from the database URL instead (it serves "
+            "enqueue_async and async def handlers too)")
 
 
 def _limit_message(ran: list[Any], next_job: ClaimedJob, max_jobs: int) -> str:
@@ -350,6 +359,7 @@ def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], /, **context: A
     if unknown:
         raise TypeError(f"run_job() got unexpected context {', '.join(map(repr, unknown))}; "
                         f"allowed: {', '.join(RUN_JOB_CONTEXT)}")
+    _check_runnable(queue, "run_job")
     registered = queue.get_task(task)
     attempt = context.get("attempt")
     max_attempts = context.get("max_attempts")

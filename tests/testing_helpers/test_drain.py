@@ -8,6 +8,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import text
 
 import sqla_queue as sq
 from sqla_queue.testing import DrainLimitError, drain, drain_async, enqueued
@@ -160,6 +161,40 @@ def test_drain_async_runs_async_handlers_on_the_callers_loop(queue):
     loop, ran = asyncio.run(scenario())
     assert [(r.outcome, r.result) for r in ran] == [("completed", 1), ("completed", 2)]
     assert seen == [loop, loop]
+
+
+def test_drain_async_with_the_async_handler_transaction(sqla_queue_database_url, effects):
+    queue = sq.Queue(sqla_queue_database_url, load_entrypoints=False)  # a URL serves both faces
+
+    @queue.task(name="record_async")
+    async def record_async(payload, ctx):
+        async with ctx.transaction() as session:
+            await session.execute(text("INSERT INTO effects (job_id, note) VALUES (:j, 'async')"),
+                                  {"j": ctx.job_id})
+
+    async def scenario():
+        job_id = await queue.enqueue_async("record_async", {})
+        try:
+            return job_id, await drain_async(queue)
+        finally:
+            await queue.dispose_async()
+
+    job_id, ran = asyncio.run(scenario())
+    queue.engine.dispose()
+    assert [r.outcome for r in ran] == ["completed"] and effects() == [(job_id, "async")]
+
+
+def test_a_queue_built_from_an_async_engine_is_refused_clearly(sqla_queue_database_url):
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(sqla_queue_database_url.replace("+psycopg", "+psycopg_async"))
+    queue = sq.Queue(engine, load_entrypoints=False)
+    queue.task(name="t")(lambda payload, ctx: None)
+    with pytest.raises(sq.ConfigurationError, match="build the test's Queue from the database URL"):
+        drain(queue)
+    with pytest.raises(sq.ConfigurationError, match="^run_job claims and records jobs"):
+        sq.testing.run_job(queue, "t", {})
+    asyncio.run(engine.dispose())
 
 
 def test_the_sync_drain_runs_an_async_handler_in_its_own_loop(queue):
