@@ -24,7 +24,7 @@ def advance_due_jobs(table: Table) -> Executable:
     ``:now`` of its previous move as ``:since`` (the start of time the first time): a job moved
     then sits at or before that ``:now`` and is not moved again, while a job enqueued,
     retried or snoozed since has a later ``run_at`` and is. Jobs due later than the window keep
-    their time until it reaches them. Served by the pending index (queue, priority, run_at).
+    their time until it reaches them. For test databases: no index was chosen for it.
     """
     advance = bindparam("advance", type_=INTERVAL)
     return (
