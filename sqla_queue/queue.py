@@ -537,12 +537,15 @@ class Queue:
         return self._enqueuer.enqueue(schedule.task, schedule.payload, options, None, connection)
 
     def handler_transaction(self, job: ClaimedJob, cancel_requested: threading.Event,
-                            sessions: HandlerSessions) -> HandlerTransaction:
+                            sessions: HandlerSessions, *,
+                            on_settled: Callable[[str], None] | None = None) -> HandlerTransaction:
         """What ``ctx.transaction()`` returns for one run of `job`, completing it on this
-        queue's table. For whoever runs handlers (the worker, `sqla_queue.testing`); not public
-        API."""
+        queue's table; `on_settled` hears ``"completed"`` or ``"lost"`` the moment a block
+        settles the job. For whoever runs handlers (the worker, `sqla_queue.testing`); not
+        public API."""
         return HandlerTransaction(self._outcomes, job, self._tasks.get(job.task), sessions,
-                                  cancel_requested, max_result_bytes=self.max_result_bytes)
+                                  cancel_requested, max_result_bytes=self.max_result_bytes,
+                                  on_settled=on_settled)
 
     def prune(self, **options: Any) -> maintenance.PruneResult:
         """Delete finished jobs older than ``completed_after`` / ``failed_after`` /

@@ -320,8 +320,16 @@ class Worker:
                 self._work.extend(threaded)
                 self._work_ready.notify(len(threaded))
 
-    def _transaction_for(self, job: ClaimedJob, cancel_requested: threading.Event) -> HandlerTransaction:
-        return self.queue.handler_transaction(job, cancel_requested, self._sessions)
+    def _transaction_for(self, held: HeldJob) -> HandlerTransaction:
+        return self.queue.handler_transaction(held.job, held.cancel_event, self._sessions,
+                                              on_settled=functools.partial(self._settled_in_transaction, held))
+
+    def _settled_in_transaction(self, held: HeldJob, outcome: str) -> None:
+        """Its ``ctx.transaction()`` completed the job (or found the claim lost): settled now,
+        so the lease keeper neither renews it nor times it out, nor cancels its handler while
+        that runs on after the block. The slot stays taken until the handler returns."""
+        if held.move(HeldJob.SETTLED):
+            self._count(outcome)
 
     def _task_of(self, task_name: str) -> Task | None:
         try:
@@ -406,11 +414,8 @@ class Worker:
         loop's next transaction), ``"record"`` (a failure whose outcome the caller records), or
         ``"done"`` (its ``ctx.transaction()`` settled it, or it timed out, was fenced or lost
         meanwhile: that path decided the outcome)."""
-        by_transaction = settled_by_transaction(held.transaction, held.job, held.result, error)
-        if by_transaction is not None:
-            if held.move(HeldJob.SETTLED):
-                self._count(by_transaction)
-            return "done"
+        if settled_by_transaction(held.transaction, held.job, held.result, error) is not None:
+            return "done"  # counted when the block settled it (`_settled_in_transaction`)
         if error is not None:
             return "record" if held.move(HeldJob.SETTLED) else "done"
         if not held.move(HeldJob.COMPLETING):
