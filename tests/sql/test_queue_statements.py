@@ -332,6 +332,9 @@ def test_claim_by_id_locks_its_one_pending_row_and_marks_it_as_the_claim_does():
     assert "attempts=coalesce(%(attempt)s::INTEGER, sqla_queue_jobs.attempts + " in text
     claim = rendered(sql.claim_jobs(TABLE))
     assert claim[claim.index("RETURNING"):] == text[text.index("RETURNING"):]  # one ClaimedJob shape
+    assert "run_at <= clock_timestamp()" not in text  # run_job runs a job whenever it is due
+    assert "sqla_queue_jobs.status = 'pending' AND sqla_queue_jobs.run_at <= clock_timestamp() FOR UPDATE" \
+        in rendered(claim_job_by_id(TABLE, due_only=True))  # inline mode leaves later jobs pending
 
 
 def test_pending_reads_use_literal_status_and_bound_values():
