@@ -48,7 +48,6 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
     __version__ = "0+unknown"
 
 
-
 def __getattr__(name: str) -> Any:
     """``sq.testing`` (the helpers for tests: `sqla_queue.testing`) is imported on first use,
     never by ``import sqla_queue``: an application's import does not load its test helpers."""

@@ -72,6 +72,7 @@ class HandlerTransaction:
         self._cancel_requested = cancel_requested
         self._session: Any = None
         self._result: str | None = None
+        self.result: Any = None  # what set_result recorded, stored by a committed block
         self.outcome: str | None = None
 
     # -- what the handler calls (through JobContext) ------------------------------------
@@ -86,6 +87,7 @@ class HandlerTransaction:
             )
         self._result = None if value is None else _validate.result_json(
             value, f"task {self._job.task!r}", self._max_result_bytes)
+        self.result = value
 
     def __enter__(self) -> Session:
         session = self._open(self._new_session(), Session, "with", "a Session (a sessionmaker)")

@@ -563,7 +563,6 @@ class Queue:
         plugins see one shape whoever noticed the loss."""
         self._outcomes.report_fenced(job, reason)
 
-
     def _refuse_inline(self, method: str) -> None:
         if self._inline is not None:
             raise ConfigurationError(f"{method} does not run jobs inline (testing='inline' covers enqueue "

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from ._engine import worker_engine
 from ._handler_transaction import HandlerSessions, HandlerTransaction
 from ._held_job import HeldJob
-from ._job_run import (
+from .running import (
     calls_handlers,
     checked_result,
     checked_snooze,

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 import sqla_queue as sq
-from sqla_queue._job_run import run_claimed_job
+from sqla_queue.running import run_claimed_job
 
 FAST = {"poll_interval": 0.05, "concurrency": 2}
 INSERT = text("INSERT INTO handler_effects (job_id, note) VALUES (:job_id, :note)")
@@ -337,3 +337,17 @@ def test_a_handler_running_on_after_its_commit_is_neither_lost_nor_cancelled(dat
     assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED
     assert effects(job_id) == [(job_id, "marked")]
     queue.engine.dispose()
+
+
+def test_the_run_reports_the_result_stored_with_the_completion(engine, clean_jobs, effects):
+    queue = sq.Queue(engine, load_entrypoints=False)
+
+    @queue.task(name="write")
+    def write(payload, ctx):
+        write_in_transaction({"note": "r"}, ctx)
+        return "returned after the commit, not stored"
+
+    job_id = queue.enqueue("write", {})
+    [claimed] = queue.claim(worker_id="w", limit=1)
+    ran = run_claimed_job(queue, claimed)
+    assert ran.result == {"wrote": "r"} == queue.get_job(job_id).result
