@@ -86,10 +86,11 @@ def library_engine(engine_or_url: Engine | str) -> Engine:
 
 def make_engine(url: str | URL) -> Engine:
     """An engine for a PostgreSQL URL; ``postgresql://`` means psycopg 3, and an asyncio
-    driver's URL (``postgresql+psycopg_async://``) gets its synchronous twin."""
+    driver's URL (``postgresql+psycopg_async://``) gets its synchronous twin. The URL may carry
+    psycopg's ``prepare_threshold`` (`driver_options`)."""
     parsed = sync_url(url)
     try:
-        engine = create_engine(parsed, hide_parameters=True)
+        engine = create_engine(parsed, hide_parameters=True, connect_args=driver_options(parsed))
     except (sa_exc.ArgumentError, ImportError) as exc:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
     event.listen(engine, "connect", _note_default_isolation)
@@ -99,12 +100,18 @@ def make_engine(url: str | URL) -> Engine:
     return engine
 
 
+def engine_of(engine_or_url: Engine | str) -> Engine:
+    """`engine_or_url` itself, or `make_engine`'s engine for a URL."""
+    return make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
+
+
 def make_async_engine(url: str | URL) -> AsyncEngine:
     """An asyncio engine for a PostgreSQL URL: a synchronous driver's URL (``postgresql://``,
-    ``postgresql+psycopg://``) gets psycopg 3's asyncio twin, so one URL serves both."""
+    ``postgresql+psycopg://``) gets psycopg 3's asyncio twin, so one URL serves both. The URL
+    may carry psycopg's ``prepare_threshold`` (`driver_options`)."""
     parsed = async_url(url)
     try:
-        engine = create_async_engine(parsed, hide_parameters=True)
+        engine = create_async_engine(parsed, hide_parameters=True, connect_args=driver_options(parsed))
     except (sa_exc.ArgumentError, ImportError) as exc:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
     # The same checkout ping as `make_engine`'s: SQLAlchemy runs pool events of an asyncio
@@ -112,6 +119,33 @@ def make_async_engine(url: str | URL) -> AsyncEngine:
     event.listen(engine.sync_engine, "checkin", _note_checkin)
     event.listen(engine.sync_engine, "checkout", _ping_if_idle_or_signalled)
     return engine
+
+
+PREPARE_THRESHOLD = "prepare_threshold"
+_NEVER = ("none", "")
+
+
+def driver_options(url: URL) -> dict:
+    """Connection options a URL's query gives psycopg 3 beyond libpq's: ``prepare_threshold``.
+
+    psycopg prepares a statement server-side once a connection has run it that many times
+    (default 5). PgBouncer in transaction pooling mode before 1.21 hands each transaction to any
+    server connection, where that prepared statement does not exist (or another client's of the
+    same name does), so behind it a URL says ``?prepare_threshold=none``: never prepare.
+    SQLAlchemy would pass the query's text through as it is, which psycopg cannot compare with
+    its counter; here ``none`` (or nothing) means None and a number its integer. Only for
+    psycopg URLs: another driver gets its query untouched."""
+    if url.get_driver_name() not in ("psycopg", "psycopg_async") or PREPARE_THRESHOLD not in url.query:
+        return {}
+    value = url.query[PREPARE_THRESHOLD]
+    if isinstance(value, str) and value.strip().lower() in _NEVER:
+        return {PREPARE_THRESHOLD: None}
+    if isinstance(value, str) and value.strip().isdigit():
+        return {PREPARE_THRESHOLD: int(value)}
+    raise ConfigurationError(
+        f"{PREPARE_THRESHOLD} in the database URL must be a whole number of executions (0 or more) "
+        f"or 'none' (never prepare: behind PgBouncer in transaction mode), got {value!r}"
+    )
 
 
 def parse_url(url: str | URL) -> URL:
