@@ -37,6 +37,11 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from sqla_queue.testing import embedded_server, migrated_database
+
+from . import raw_sql, tables
+from .server import Database
+
 INSTALL_HINT = "install it with `apt-get install -y pgbouncer` (bash .ci/run does)"
 
 
@@ -53,6 +58,7 @@ class PgBouncer:
     port: int
     server_url: str  # the PostgreSQL behind it (postgresql+psycopg://...)
     log: Path
+    config: Path  # its pgbouncer.ini
 
     def url(self, database_url: str | None = None) -> str:
         """`database_url` (a database on the server behind; default: the server's own URL) with
@@ -106,7 +112,8 @@ def pgbouncer_in_front(server_url: str, *, run_as: str | None = None, pool_size:
             shutil.chown(path, run_as, run_as)
     process = subprocess.Popen([binary, "-q", str(root / "pgbouncer.ini")], user=run_as, cwd="/",
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    bouncer = PgBouncer(port=port, server_url=server_url, log=root / "pgbouncer.log")
+    bouncer = PgBouncer(port=port, server_url=server_url, log=root / "pgbouncer.log",
+                        config=root / "pgbouncer.ini")
     try:
         _wait_for_port(port, process, bouncer)
         yield bouncer
@@ -139,3 +146,144 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# -- the benchmark ------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+NEVER_PREPARE = {"prepare_threshold": "none"}
+FIRST_CLAIM = f"SELECT min(locked_at) FROM {raw_sql.TABLE} WHERE status = 'completed'"
+
+
+@dataclass(frozen=True)
+class Route:
+    """How the worker reaches the database: its queue's URL, and the worker options (Python)
+    and flags (CLI) that go with it."""
+
+    name: str
+    queue_url: str
+    options: dict
+    flags: tuple[str, ...]
+
+
+def routes(direct_url: str, bouncer: PgBouncer) -> tuple[Route, Route]:
+    """Direct with the defaults; through PgBouncer as run-workers.md says (never prepare,
+    explicit transactions, LISTEN on the direct connection)."""
+    via = make_url(bouncer.url(direct_url)).update_query_dict(NEVER_PREPARE).render_as_string(hide_password=False)
+    return (
+        Route("direct", direct_url, {}, ()),
+        Route("pgbouncer", via, {"prepared_statements": False, "listen_engine": direct_url},
+              ("--pgbouncer", "--listen-url", direct_url)),
+    )
+
+
+def drain_in_process(db: Database, route: Route, jobs: int, concurrency: int) -> dict:
+    """``queue.worker(...).run(until_empty=True)`` here; from the database clock just before
+    `run` (pool warmed) to the last completion."""
+    from .bench_app import make_queue
+
+    tables.reset(db, pending=jobs)
+    queue = make_queue(route.queue_url)
+    try:
+        worker = queue.worker(queues=[raw_sql.QUEUE], concurrency=concurrency, **route.options)
+        _warm(worker, concurrency)
+        started = _db_clock(db)
+        summary = worker.run(until_empty=True)
+    finally:
+        queue.engine.dispose()
+    return _drained(db, jobs, started, lost=summary.lost)
+
+
+def drain_cli(db: Database, route: Route, jobs: int, concurrency: int) -> dict:
+    """``sqla-queue --app benchmarks.pgbouncer_app:queue worker --until-empty`` as a process;
+    wall from just before it starts to the last completion, and steady from its first claim."""
+    tables.reset(db, pending=jobs)
+    command = [sys.executable, "-c", "from sqla_queue.cli import run; run()",
+               "--app", "benchmarks.pgbouncer_app:queue", "worker", "--queues", raw_sql.QUEUE,
+               "--concurrency", str(concurrency), "--until-empty", "--log-level", "WARNING", *route.flags]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQLA_QUEUE_")}
+    env.update(SQLA_QUEUE_DATABASE_URL=route.queue_url, SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD="1")
+    started = _db_clock(db)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(f"the CLI worker ({route.name}) exited with {result.returncode}: {result.stderr[-2000:]}")
+    out = _drained(db, jobs, started, lost=0)
+    with db.connect() as conn:
+        first_claim = conn.execute(FIRST_CLAIM).fetchone()[0]
+    steady = (out["last"] - first_claim).total_seconds()
+    return {**out, "steady_jobs_per_s": out["jobs"] / steady}
+
+
+def _warm(worker, concurrency: int) -> None:
+    """Open the worker's pool before the clock starts, as `procs` does for its workers."""
+    conns = [worker.engine.connect() for _ in range(min(concurrency, 4) + 2)]
+    for conn in conns:
+        conn.close()
+
+
+def _db_clock(db: Database):
+    with db.connect() as conn:
+        return conn.execute(raw_sql.DB_CLOCK).fetchone()[0]
+
+
+def _drained(db: Database, jobs: int, started, *, lost: int) -> dict:
+    with db.connect() as conn:
+        done, last, claims = conn.execute(raw_sql.DRAIN_RESULT).fetchone()
+    if done != jobs or lost:
+        raise RuntimeError(f"drain completed {done} of {jobs} jobs ({lost} lost)")
+    seconds = (last - started).total_seconds()
+    return {"jobs": done, "last": last, "seconds": seconds, "jobs_per_s": done / seconds,
+            "batch": done / claims if claims else None}
+
+
+def measure(jobs: int, concurrency: int, repeat: int, log=print) -> dict:
+    """Every repetition runs each (kind, route) once, direct and PgBouncer back to back, so a
+    ratio compares runs that shared the machine's state."""
+    rows: dict[str, dict[str, list[float]]] = {
+        "in-process": {"direct": [], "pgbouncer": []},
+        "CLI, wall from process start": {"direct": [], "pgbouncer": []},
+        "CLI, steady from first claim": {"direct": [], "pgbouncer": []},
+    }
+    with embedded_server() as server, migrated_database(server=server.url) as url:
+        direct = make_url(url).set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+        db = Database(url=make_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
+                      embedded=True, bin_dir=server.bin_dir)
+        with pgbouncer_in_front(server.url, run_as=server.run_as) as bouncer:
+            for rep in range(repeat):
+                for route in routes(direct, bouncer):
+                    inproc = drain_in_process(db, route, jobs, concurrency)
+                    cli = drain_cli(db, route, jobs, concurrency)
+                    rows["in-process"][route.name].append(inproc["jobs_per_s"])
+                    rows["CLI, wall from process start"][route.name].append(cli["jobs_per_s"])
+                    rows["CLI, steady from first claim"][route.name].append(cli["steady_jobs_per_s"])
+                    log(f"rep {rep + 1} {route.name:9}: in-process {inproc['jobs_per_s']:7,.0f} jobs/s "
+                        f"(batch {inproc['batch']:.1f}); CLI {cli['jobs_per_s']:7,.0f} jobs/s wall, "
+                        f"{cli['steady_jobs_per_s']:7,.0f} steady")
+    return {name: {route: statistics.median(values) for route, values in by_route.items()}
+            for name, by_route in rows.items()}
+
+
+def table(medians: dict, *, jobs: int, concurrency: int, repeat: int) -> str:
+    lines = [f"| {jobs:,} no-op jobs, 1 worker x {concurrency}, median of {repeat}, jobs/s "
+             "| direct | through PgBouncer | PgBouncer / direct |", "|---|---|---|---|"]
+    for name, row in medians.items():
+        lines.append(f"| {name} | {row['direct']:,.0f} | {row['pgbouncer']:,.0f} "
+                     f"| {row['pgbouncer'] / row['direct']:.0%} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pgbouncer", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=5000, help="no-op jobs per drain (default 5000)")
+    parser.add_argument("--concurrency", type=int, default=10, help="worker concurrency (default 10)")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions; the medians are reported (default 3)")
+    args = parser.parse_args(argv)
+    if pgbouncer_binary() is None:
+        sys.exit(f"python -m benchmarks.pgbouncer: pgbouncer is not installed: {INSTALL_HINT}")
+    medians = measure(args.jobs, args.concurrency, args.repeat, log=lambda line: print(line, file=sys.stderr))
+    print(table(medians, jobs=args.jobs, concurrency=args.concurrency, repeat=args.repeat))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

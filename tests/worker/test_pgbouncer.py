@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import sys
 import threading
 from datetime import timedelta
@@ -29,9 +31,13 @@ from sqlalchemy.pool import NullPool
 import sqla_queue as sq
 from sqla_queue.errors import ConfigurationError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds benchmarks/
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root holds benchmarks/
 
+import doc_blocks  # noqa: E402
 from benchmarks.pgbouncer import INSTALL_HINT, pgbouncer_binary, pgbouncer_in_front  # noqa: E402
+
+DOC = ROOT / "docs" / "how-to" / "run-workers.md"
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 NEVER_PREPARE = {"prepare_threshold": "none"}
@@ -299,3 +305,43 @@ def test_listen_engine_needs_listen():
         queue.worker(listen_engine=42)
     with pytest.raises(ConfigurationError, match="not a database URL"):
         queue.worker(listen_engine="not a url")
+
+
+# -- docs/how-to/run-workers.md, "Behind PgBouncer", as written --------------------------------
+
+
+def test_the_doc_pool_settings_are_the_ones_these_tests_run_with(bouncer):
+    [ini] = doc_blocks.blocks(DOC, "ini")
+    running = {line.strip() for line in bouncer.config.read_text().splitlines()}
+    assert {line.strip() for line in ini.splitlines() if line.strip()} <= running
+
+
+def test_the_doc_worker_command_behind_pgbouncer(bouncer, direct_url, tmp_path):
+    """The page's command, run as written, with the two URLs the page puts in its environment:
+    its app module's Queue on PgBouncer, its listener directly on PostgreSQL."""
+    [command] = [c for c in doc_blocks.console_commands(DOC) if "--pgbouncer" in c]
+    package = tmp_path / "myapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "jobs.py").write_text(doc_blocks.blocks(DOC, "python")[0])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQLA_QUEUE_")}
+    env.update(SQLA_QUEUE_DATABASE_URL=through(bouncer, direct_url, **NEVER_PREPARE), SQLA_QUEUE_LISTEN_URL=direct_url,
+               SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD="1")
+    words = command.split()
+    assert words[0] == "sqla-queue"
+    process = subprocess.Popen([str(Path(sys.executable).with_name("sqla-queue")), *words[1:]], cwd=tmp_path,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    producer = queue_on(direct_url)
+    producer.task(name="send_email", queue="emails")(lambda payload, ctx: None)
+    try:
+        job_id = producer.enqueue("send_email", {"to": "a@b.c"})
+        finished = producer.wait(job_id, timeout=60)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        producer.engine.dispose()
+    assert finished.status == "completed"
+    assert process.returncode == 0, err
+    assert out.strip().startswith("claimed 1, completed 1")
