@@ -11,10 +11,13 @@ pre-enqueued no-op jobs, alternating direct and through PgBouncer, in two ways:
 * **CLI**: ``sqla-queue --app benchmarks.pgbouncer_app:queue worker --until-empty`` (with
   ``--pgbouncer`` through the pooler), timed from process start to the last ``completed_at``.
 
-Both use the settings a deployment behind PgBouncer needs: the worker with
-``prepared_statements=False, listen=False`` (``--pgbouncer``). The direct rows run with the
-defaults (prepared statements, LISTEN), so the ratio is what moving a worker behind PgBouncer
-costs. It prints one line per run and the medians with their ratio.
+Through PgBouncer both use the settings docs/how-to/run-workers.md gives: the queue's URL with
+``?prepare_threshold=none``, the worker with ``prepared_statements=False`` and its listener on
+the direct connection (``--pgbouncer --listen-url``). The direct rows run with the defaults
+(prepared statements, a session set to READ COMMITTED), so the ratio is what moving a worker
+behind PgBouncer costs; a third route runs PgBouncer's settings on the direct connection, to
+tell their cost from the pooler's hop. It prints one line per run and the medians with the
+ratio.
 
 `pgbouncer_in_front` is also what tests/worker/test_pgbouncer.py starts.
 """
@@ -166,14 +169,21 @@ class Route:
     flags: tuple[str, ...]
 
 
-def routes(direct_url: str, bouncer: PgBouncer) -> tuple[Route, Route]:
-    """Direct with the defaults; through PgBouncer as run-workers.md says (never prepare,
-    explicit transactions, LISTEN on the direct connection)."""
+ROUTES = ("direct", "direct, PgBouncer's settings", "through PgBouncer")
+
+
+def routes(direct_url: str, bouncer: PgBouncer) -> tuple[Route, Route, Route]:
+    """Direct with the defaults; through PgBouncer as run-workers.md says (never prepare, no
+    session setting, LISTEN on the direct connection); and, between the two, those settings on
+    the direct connection, which separates what they cost from what the pooler's hop costs."""
+    never = make_url(direct_url).update_query_dict(NEVER_PREPARE).render_as_string(hide_password=False)
     via = make_url(bouncer.url(direct_url)).update_query_dict(NEVER_PREPARE).render_as_string(hide_password=False)
+    options = {"prepared_statements": False, "listen_engine": direct_url}
+    flags = ("--pgbouncer", "--listen-url", direct_url)
     return (
-        Route("direct", direct_url, {}, ()),
-        Route("pgbouncer", via, {"prepared_statements": False, "listen_engine": direct_url},
-              ("--pgbouncer", "--listen-url", direct_url)),
+        Route(ROUTES[0], direct_url, {}, ()),
+        Route(ROUTES[1], never, options, flags),
+        Route(ROUTES[2], via, options, flags),
     )
 
 
@@ -240,9 +250,8 @@ def measure(jobs: int, concurrency: int, repeat: int, log=print) -> dict:
     """Every repetition runs each (kind, route) once, direct and PgBouncer back to back, so a
     ratio compares runs that shared the machine's state."""
     rows: dict[str, dict[str, list[float]]] = {
-        "in-process": {"direct": [], "pgbouncer": []},
-        "CLI, wall from process start": {"direct": [], "pgbouncer": []},
-        "CLI, steady from first claim": {"direct": [], "pgbouncer": []},
+        name: {route: [] for route in ROUTES}
+        for name in ("in-process", "CLI, wall from process start", "CLI, steady from first claim")
     }
     with embedded_server() as server, migrated_database(server=server.url) as url:
         direct = make_url(url).set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
@@ -256,7 +265,7 @@ def measure(jobs: int, concurrency: int, repeat: int, log=print) -> dict:
                     rows["in-process"][route.name].append(inproc["jobs_per_s"])
                     rows["CLI, wall from process start"][route.name].append(cli["jobs_per_s"])
                     rows["CLI, steady from first claim"][route.name].append(cli["steady_jobs_per_s"])
-                    log(f"rep {rep + 1} {route.name:9}: in-process {inproc['jobs_per_s']:7,.0f} jobs/s "
+                    log(f"rep {rep + 1} {route.name:28}: in-process {inproc['jobs_per_s']:7,.0f} jobs/s "
                         f"(batch {inproc['batch']:.1f}); CLI {cli['jobs_per_s']:7,.0f} jobs/s wall, "
                         f"{cli['steady_jobs_per_s']:7,.0f} steady")
     return {name: {route: statistics.median(values) for route, values in by_route.items()}
@@ -264,11 +273,11 @@ def measure(jobs: int, concurrency: int, repeat: int, log=print) -> dict:
 
 
 def table(medians: dict, *, jobs: int, concurrency: int, repeat: int) -> str:
-    lines = [f"| {jobs:,} no-op jobs, 1 worker x {concurrency}, median of {repeat}, jobs/s "
-             "| direct | through PgBouncer | PgBouncer / direct |", "|---|---|---|---|"]
+    lines = [f"| {jobs:,} no-op jobs, 1 worker x {concurrency}, median of {repeat}, jobs/s | "
+             + " | ".join(ROUTES) + " | through PgBouncer / direct |", "|---|---|---|---|---|"]
     for name, row in medians.items():
-        lines.append(f"| {name} | {row['direct']:,.0f} | {row['pgbouncer']:,.0f} "
-                     f"| {row['pgbouncer'] / row['direct']:.0%} |")
+        lines.append(f"| {name} | " + " | ".join(f"{row[route]:,.0f}" for route in ROUTES)
+                     + f" | {row[ROUTES[2]] / row[ROUTES[0]]:.0%} |")
     return "\n".join(lines)
 
 

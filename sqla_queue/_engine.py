@@ -36,9 +36,9 @@ class Capabilities:
 
     :param driver_fast_path: the driver is psycopg 3: hot statements may run compiled once on
         the driver connection (`_driver.DriverStatement`).
-    :param autocommit_single_statements: every connection is in autocommit and its session
-        defaults to READ COMMITTED (`worker_engine`): a self-contained statement needs no
-        BEGIN/COMMIT.
+    :param autocommit_single_statements: every connection is in autocommit and notes on
+        connect whether its session defaults to READ COMMITTED (`worker_engine`): a
+        self-contained statement on one that does needs no BEGIN/COMMIT.
     :param autocommit_enqueue: we built this engine from a URL (`make_engine`) and note on
         connect whether each session defaults to READ COMMITTED (`autocommit_reads_committed`):
         an enqueue that is all its call writes may run in autocommit on such a connection.
@@ -302,13 +302,16 @@ def worker_engine(
     from the connection parameters of the same names), a bound on the time a connection may
     take (`connect_within`), and the settings below.
 
-    On a direct connection (`prepared_statements`, i.e. not behind PgBouncer's transaction
-    pooling) it runs in autocommit and every session it opens defaults to READ COMMITTED: a
-    self-contained statement (the worker's complete-and-claim round) is then its own
-    transaction, one round trip instead of BEGIN + statement + COMMIT. Multi-statement work
-    still gets explicit READ COMMITTED transactions through `library_engine`. Behind PgBouncer a
-    session setting would not follow the statement to its server connection, so that engine
-    keeps explicit transactions for everything.
+    Its connections run in autocommit. On a direct connection (`prepared_statements`, i.e. not
+    behind PgBouncer's transaction pooling) every session it opens is set to default to READ
+    COMMITTED: a self-contained statement (the worker's complete-and-claim round) is then its
+    own transaction, one round trip instead of BEGIN + statement + COMMIT. Behind PgBouncer a
+    session setting would not follow the statement to its server connection, so the session's
+    default is only read (`autocommit_reads_committed`): it is the database's (PostgreSQL's own
+    default is READ COMMITTED, and every server connection of the pool has the same), and where
+    it is something else self-contained statements get explicit READ COMMITTED transactions.
+    Multi-statement work always gets explicit READ COMMITTED transactions through
+    `library_engine`.
 
     Pre-ping runs in the pool's checkout event under the same client-side deadline as every
     other worker call, instead of SQLAlchemy's built-in ``pool_pre_ping`` whose ``SELECT 1``
@@ -323,13 +326,12 @@ def worker_engine(
         max_overflow=pool_size,
         pool_pre_ping=False,
         hide_parameters=True,
-        **({"isolation_level": "AUTOCOMMIT"} if prepared_statements else {}),
+        isolation_level="AUTOCOMMIT",
     )
-    if prepared_statements:
-        event.listen(ours, "connect", _read_committed_by_default)
+    event.listen(ours, "connect", _read_committed_by_default if prepared_statements else _note_default_isolation)
     event.listen(ours, "checkin", _note_checkin)
     event.listen(ours, "checkout", _bounded_ping(call_timeout))
-    _BUILT[ours] = Capabilities(driver_fast_path=True, autocommit_single_statements=prepared_statements)
+    _BUILT[ours] = Capabilities(driver_fast_path=True, autocommit_single_statements=True)
     return ours
 
 
@@ -461,6 +463,7 @@ def _read_committed_by_default(dbapi_connection, connection_record) -> None:
     """Autocommit statements run at the session's default isolation, which a server may set
     to REPEATABLE READ or SERIALIZABLE; claims there fail with serialization errors."""
     run_constant(dbapi_connection, READ_COMMITTED_BY_DEFAULT, commit=True)
+    connection_record.info[_READS_COMMITTED] = True
 
 
 # A connection back in use within this many seconds is not pinged: one that broke meanwhile
