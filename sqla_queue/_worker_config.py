@@ -39,8 +39,10 @@ class WorkerConfig:
         database reached directly while the worker's other connections go through PgBouncer in
         transaction mode (which cannot deliver notifications). Default None: the listener
         connects like the worker's other connections.
-    :param prepared_statements: let psycopg prepare repeated statements server-side (faster).
-        Turn off behind PgBouncer in transaction mode older than 1.21. Default True.
+    :param prepared_statements: let psycopg prepare repeated statements server-side (faster),
+        and set the worker's sessions to READ COMMITTED. Turn off behind PgBouncer in
+        transaction mode (``--pgbouncer``): no prepared statements (PgBouncer before 1.21 loses
+        them), no session setting (it would not follow the next statement). Default True.
     :param worker_id: recorded in ``locked_by``. Default ``host:pid:random``.
     :param engine: the engine whose way of connecting the worker's own connections copy
         (``connect_args``, ``do_connect`` listeners, ``creator``, pool ``connect`` listeners);

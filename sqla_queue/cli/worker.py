@@ -29,8 +29,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
               help=f"After SIGTERM, how long running handlers may finish. {DURATION_HELP}")
 @click.option("--no-listen", is_flag=True, help="Poll only: no LISTEN/NOTIFY wake-ups.")
 @click.option("--pgbouncer", is_flag=True,
-              help="Behind PgBouncer in transaction mode: no server-side prepared statements, explicit "
-                   "transactions, and no LISTEN unless --listen-url gives a direct connection.")
+              help="Behind PgBouncer in transaction mode: no server-side prepared statements, no session "
+                   "settings, and no LISTEN unless --listen-url gives a direct connection.")
 @click.option("--listen-url", envvar=LISTEN_URL_ENV, metavar="URL",
               help="LISTEN on this connection instead: the same database reached directly, not through "
                    f"PgBouncer; with --pgbouncer, wake-ups come back (default: ${LISTEN_URL_ENV}).")
