@@ -14,11 +14,11 @@ than shrunk: the fewer jobs, the fewer kills land mid-run.
 from __future__ import annotations
 
 import random
-import signal
-import time
 from pathlib import Path
 
 import pytest
+
+from storm import sigkill_storm, stop_gracefully
 
 JOBS = 3_000
 WORKERS = 3
@@ -37,16 +37,8 @@ def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, ses
     running = [app.start_worker(*WORKER_OPTIONS) for _ in range(WORKERS)]
     app.wait_until(lambda: app.started() > 0, 30, "the first job to start")
 
-    kills = 0
-    completed_at_kill: list[int] = []
-    while kills < KILLS:
-        time.sleep(rng.uniform(0.5, 1.0))  # pacing the kills, not synchronising
-        victim = rng.choice(running)
-        victim.signal(signal.SIGKILL)
-        victim.process.wait(timeout=10)
-        kills += 1
-        completed_at_kill.append(app.completed())
-        running[running.index(victim)] = app.start_worker(*WORKER_OPTIONS)
+    completed_at_kill = sigkill_storm(app, running, rng, kills=KILLS, options=WORKER_OPTIONS)
+    kills = len(completed_at_kill)
 
     # The kills must have landed while there was work to lose.
     assert completed_at_kill[-1] < JOBS, f"the work ended before the last kill: {completed_at_kill}"
@@ -54,13 +46,7 @@ def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, ses
     figures = app.check_invariants(JOBS, max_duplicates=CONCURRENCY * kills)
     figures.update(kills=kills, seed=seed, workers=WORKERS, concurrency=CONCURRENCY, handlers=handler_kind)
 
-    # A worker restarted by the last kill may still be starting; SIGTERM before its handlers are
-    # installed would kill it outright. The worker logs "serving" once it is up.
-    app.wait_until(lambda: all("serving" in worker.log() for worker in running), 60, "every worker to be up")
-    for worker in running:
-        worker.signal(signal.SIGTERM)
-    for worker in running:
-        assert worker.process.wait(timeout=30) == 0, app.logs()
+    stop_gracefully(app, running)
     report = ", ".join(f"{key}={value}" for key, value in figures.items())
     print(f"\ncrash test figures: {report}")
     print(f"completed jobs at each kill: {completed_at_kill}")
