@@ -104,6 +104,7 @@ class Statements:
         self.complete_and_claim = sql.complete_and_claim_jobs(table)
         self.complete_and_claim_from = sql.complete_and_claim_jobs(table, from_position=True)
         self.complete = sql.complete_job(table)
+        self.complete_in_handler_transaction = sql.complete_in_handler_transaction(table)
         self.complete_many = sql.complete_jobs_announced(table)
         self.retry = sql.retry_job(table)
         self.fail = sql.fail_job(table)
@@ -222,7 +223,15 @@ class Executor:
         return cls(engine_or_url, table, capabilities_of(engine_or_url))
 
     def on_engine(self, engine: Engine, *, call_timeout: float | None = None) -> Executor:
-        return Executor(engine, self.table, capabilities_of(engine), call_timeout=call_timeout)
+        """The asyncio engine comes along when `engine` reaches the same database: the handler
+        transactions of a worker's async handlers (`asyncio_engine`) run there."""
+        side = self._asyncio if self._asyncio is not None and self._asyncio.reaches(engine.url) else None
+        return Executor(engine, self.table, capabilities_of(engine), call_timeout=call_timeout, async_side=side)
+
+    def asyncio_engine(self) -> AsyncEngine | None:
+        """The queue's asyncio engine (made from its URL on first use), None for a queue built
+        from an Engine: where ``async with ctx.transaction()`` opens its session by default."""
+        return None if self._asyncio is None else self._asyncio.engine
 
     @property
     def sync_refused(self) -> bool:
@@ -449,6 +458,13 @@ class _AsyncSide:
                     self._made = made if self._given is None else None
                     self._engine = async_library_engine(made)
         return self._engine
+
+    def reaches(self, url: URL) -> bool:
+        """True if `url` names this engine's database (host, port, database and user: the
+        driver may differ)."""
+        mine = self._given.url if self._given is not None else self._url
+        return mine is not None and all(getattr(mine, part) == getattr(url, part)
+                                        for part in ("host", "port", "database", "username"))
 
     async def dispose(self) -> None:
         """Close the pooled connections of the engine made here (an application's is its own)."""

@@ -7,9 +7,12 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .types import ClaimedJob
+
+if TYPE_CHECKING:
+    from ._handler_transaction import HandlerTransaction
 
 
 class HeldJob:
@@ -23,7 +26,8 @@ class HeldJob:
 
     RUNNING, COMPLETING, SETTLED = "running", "completing", "settled"
 
-    def __init__(self, job: ClaimedJob, timeout: timedelta | None) -> None:
+    def __init__(self, job: ClaimedJob, timeout: timedelta | None,
+                 transaction_for: Callable[[ClaimedJob, threading.Event], HandlerTransaction] | None = None) -> None:
         now = time.monotonic()
         self.job = job
         self.timeout = timeout
@@ -33,7 +37,9 @@ class HeldJob:
         self.state = self.RUNNING
         self.cancel: Callable[[], None] | None = None  # an async handler's: cancels its coroutine
         self._cancel_requested = threading.Event()
-        self.context = job.context(self._cancel_requested)  # the handler's view of the request
+        # What ``ctx.transaction()`` returns; it says afterwards whether it settled the job.
+        self.transaction = None if transaction_for is None else transaction_for(job, self._cancel_requested)
+        self.context = job.context(self._cancel_requested, self.transaction)  # the handler's view
         self.result: Any = None  # the handler's return value, stored with the completion
         self._lock = threading.Lock()
 

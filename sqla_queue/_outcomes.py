@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Connection
+
 from . import _validate
 from ._counters import Counters
 from ._executor import Executor
@@ -218,14 +220,39 @@ class Outcomes:
         emit(self.plugin_manager, "sqla_queue_lost_claim",
              event=LostClaim(job_id=job.id, claim_token=job.claim_token, reason=reason, operation="fence"))
 
-    def _lost(self, job_id: int, claim_token: str, operation: str, *, unless_finished: bool = False) -> None:
+    def _lost(self, job_id: int, claim_token: str, operation: str, *, unless_finished: bool = False) -> str | None:
+        """Report a lost claim with what the job's row says now; returns that reason."""
         with self.executor.connection() as conn:
             state = conn.execute(self.statements.claim_state, {"job_id": job_id}).first()
         if unless_finished and state is not None and state.claim_token == claim_token:
-            return  # finished under this very token: an outcome of this claim raced the caller
+            return None  # finished under this very token: an outcome of this claim raced the caller
+        reason = _lost_reason(state)
         emit(self.plugin_manager, "sqla_queue_lost_claim",
-             event=LostClaim(job_id=job_id, claim_token=claim_token,
-                             reason=_lost_reason(state), operation=operation))
+             event=LostClaim(job_id=job_id, claim_token=claim_token, reason=reason, operation=operation))
+        return reason
+
+    # -- the handler's transaction (`_handler_transaction`) ----------------------------------
+
+    def complete_in_transaction(self, conn: Connection, job: ClaimedJob, result: str | None) -> Any:
+        """Complete `job` on `conn`, in the handler's transaction (which the caller commits):
+        the completed row, or None when this claim no longer holds the job or a cancel was
+        requested (the caller rolls back and asks `cancel_requested_in`)."""
+        params = {"job_id": job.id, "token": job.claim_token, "result": result}
+        return conn.execute(self.statements.complete_in_handler_transaction, params).first()
+
+    def cancel_requested_in(self, conn: Connection, job: ClaimedJob) -> bool:
+        """True if `job` is still held by its claim with a cancel request: why a completion in
+        the handler's transaction found no row, when it was not a lost claim."""
+        state = conn.execute(self.statements.claim_state, {"job_id": job.id}).first()
+        return (state is not None and state.status == JobStatus.RUNNING.value
+                and state.claim_token == job.claim_token and state.cancel_requested_at is not None)
+
+    def lost_in_transaction(self, job: ClaimedJob) -> str:
+        return self._lost(job.id, job.claim_token, "transaction") or "the claim was lost"
+
+    def completed_in_transaction(self, row: Any) -> None:
+        """The handler's transaction committed `row`'s completion: its event, as any completion's."""
+        self._emit_finished([row])
 
     # -- leases ----------------------------------------------------------------------------
 

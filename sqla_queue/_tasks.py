@@ -39,6 +39,9 @@ class Task:
     """The priority of this task's jobs when `enqueue` names none (higher runs first)."""
     max_snoozes: int = _validate.DEFAULT_MAX_SNOOZES
     """How often one job may snooze (`sqla_queue.Snooze`); past it the attempt fails."""
+    session_factory: Callable[[], Any] | None = None
+    """Makes the session of ``ctx.transaction()`` (a ``sessionmaker``, an
+    ``async_sessionmaker`` for an async handler); None: one on the queue's engine."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)
@@ -96,6 +99,7 @@ class TaskRegistry:
         max_payload_bytes: int | None = None,
         priority: int = 0,
         max_snoozes: int = _validate.DEFAULT_MAX_SNOOZES,
+        session_factory: Callable[[], Any] | None = None,
     ) -> Task:
         if not callable(handler):
             raise TypeError(f"@queue.task needs a callable, got {type(handler).__name__}")
@@ -120,6 +124,7 @@ class TaskRegistry:
             priority=_validate.as_config(_validate.priority, priority, f"priority of task {task_name!r}"),
             max_snoozes=_validate.as_config(_validate.non_negative_int, max_snoozes,
                                             f"max_snoozes of task {task_name!r}"),
+            session_factory=_session_factory_option(session_factory, task_name),
         )
         self._tasks[task_name] = task
         return task
@@ -207,4 +212,13 @@ def _key_option(value: Any, task_name: str) -> KeyFunction | None:
     raise ConfigurationError(
         f"idempotency_key of task {task_name!r} must be a callable payload -> str | None, got "
         f"{type(value).__name__}; a fixed key belongs to enqueue(idempotency_key=...)"
+    )
+
+
+def _session_factory_option(value: Any, task_name: str) -> Callable[[], Any] | None:
+    if value is None or callable(value):
+        return value
+    raise ConfigurationError(
+        f"session_factory of task {task_name!r} must be a callable returning a Session (a "
+        f"sessionmaker; an async_sessionmaker for an async handler), got {type(value).__name__}"
     )

@@ -65,6 +65,12 @@ class JobStateError(SqlaQueueError):
     The message says which, so the caller can decide whether to try again."""
 
 
+class LostClaimError(SqlaQueueError):
+    """The job's claim is no longer this worker's (its lease was recovered, another worker
+    claimed it, an operator changed it): raised out of ``ctx.transaction()``, whose writes were
+    rolled back with the completion that could not be recorded."""
+
+
 class JobCancelledError(SqlaQueueError):
     """Recorded as the error of a job cancelled on request (`Queue.cancel`) while its worker
     held it: before its handler started, or when an async handler was cancelled."""

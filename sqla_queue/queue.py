@@ -9,7 +9,8 @@ outcomes, leases, recovery), `Operations` (`operations`: stats, listing, operato
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -21,6 +22,7 @@ from . import _validate, _waiter, maintenance, sql
 from ._counters import Counters, EmptyClaimThrottle
 from ._enqueue import Enqueuer
 from ._executor import Executor
+from ._handler_transaction import HandlerSessions, HandlerTransaction
 from ._outcomes import Outcomes
 from ._plugins import build_plugin_manager, configure
 from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
@@ -161,6 +163,7 @@ class Queue:
         max_payload_bytes: int | None = None,
         priority: int = 0,
         max_snoozes: int = _validate.DEFAULT_MAX_SNOOZES,
+        session_factory: Callable[[], Session | AsyncSession] | None = None,
     ) -> Any:
         """Register a handler ``(payload, ctx)``; usable as ``@queue.task`` or ``@queue.task(...)``.
 
@@ -169,7 +172,10 @@ class Queue:
         before any plugin, ``None`` deferring to them (docs/reference/hooks.md).
         `max_payload_bytes` replaces the queue's payload limit for this task. `priority` is its
         jobs' priority when `enqueue` names none; `max_snoozes` bounds how often one job may
-        snooze (docs/how-to/results-snooze-cancel.md).
+        snooze (docs/how-to/results-snooze-cancel.md). `session_factory` (a ``sessionmaker``, or
+        an ``async_sessionmaker`` for an ``async def`` handler) makes the session of
+        ``ctx.transaction()``; by default one on this queue's engine
+        (docs/explanation/delivery-semantics.md).
         """
 
         def register(handler: H) -> Task:
@@ -177,6 +183,7 @@ class Queue:
                 handler, name=name, queue=queue, max_attempts=max_attempts, timeout=timeout,
                 retry_delay=retry_delay, idempotency_key=idempotency_key,
                 max_payload_bytes=max_payload_bytes, priority=priority, max_snoozes=max_snoozes,
+                session_factory=session_factory,
             )
 
         return register(func) if func is not None else register
@@ -515,6 +522,14 @@ class Queue:
         not public API."""
         options = {"queue": schedule.queue, "run_at": tick, "priority": schedule.priority, "scheduled_at": tick}
         return self._enqueuer.enqueue(schedule.task, schedule.payload, options, None, connection)
+
+    def handler_transaction(self, job: ClaimedJob, cancel_requested: threading.Event,
+                            sessions: HandlerSessions) -> HandlerTransaction:
+        """What ``ctx.transaction()`` returns for one run of `job`, completing it on this
+        queue's table. For whoever runs handlers (the worker, `sqla_queue.testing`); not public
+        API."""
+        return HandlerTransaction(self._outcomes, job, self._tasks.get(job.task), sessions,
+                                  cancel_requested, max_result_bytes=self.max_result_bytes)
 
     def prune(self, **options: Any) -> maintenance.PruneResult:
         """Delete finished jobs older than ``completed_after`` / ``failed_after`` /

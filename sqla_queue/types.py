@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._handler_transaction import HandlerTransaction
     from .errors import Snooze
 
 
@@ -63,16 +64,18 @@ class ClaimedJob:
     def is_last_attempt(self) -> bool:
         return self.attempts >= self.max_attempts
 
-    def context(self, cancel_requested: threading.Event | None = None) -> JobContext:
+    def context(self, cancel_requested: threading.Event | None = None,
+                transaction: HandlerTransaction | None = None) -> JobContext:
         """The handler's view of this run. Without an explicit key, the idempotency key is
         derived from the job id, which every attempt shares. `cancel_requested` is the event
-        its worker sets when someone asks to cancel the job (`JobContext.cancel_requested`)."""
+        its worker sets when someone asks to cancel the job (`JobContext.cancel_requested`);
+        `transaction` what ``ctx.transaction()`` returns, made by whoever runs the handler."""
         return JobContext(
             job_id=self.id, attempt=self.attempts, max_attempts=self.max_attempts,
             queue=self.queue, task=self.task,
             idempotency_key=self.idempotency_key or f"sqla_queue-job-{self.id}",
             claim_token=self.claim_token, priority=self.priority, scheduled_at=self.scheduled_at,
-            _cancel_requested=cancel_requested or threading.Event(),
+            _cancel_requested=cancel_requested or threading.Event(), _transaction=transaction,
         )
 
 
@@ -97,6 +100,7 @@ class JobContext:
     _cancel_requested: threading.Event = field(
         default_factory=threading.Event, repr=False, compare=False
     )
+    _transaction: HandlerTransaction | None = field(default=None, repr=False, compare=False)
 
     @property
     def cancel_requested(self) -> bool:
@@ -104,6 +108,26 @@ class JobContext:
         at its next lease renewal. Check it between steps of long work and return early: the
         job ends ``cancelled`` whatever the handler does next, and is never retried."""
         return self._cancel_requested.is_set()
+
+    def transaction(self) -> HandlerTransaction:
+        """``with ctx.transaction() as session:`` (``async with`` in an async handler, an
+        `AsyncSession`): what the block writes and this job's completion commit in one
+        transaction, or not at all. If the claim is no longer this run's (its lease was
+        recovered, another worker holds the job), nothing commits and `LostClaimError` is
+        raised; if someone asked to cancel the job, `JobCancelledError`. Once per run; the
+        session is the task's ``session_factory``'s, else one on the queue's engine
+        (docs/explanation/delivery-semantics.md)."""
+        if self._transaction is None:
+            raise RuntimeError(
+                "ctx.transaction() needs the context a worker (or sqla_queue.testing's drain, "
+                "run_job or inline mode) gives the handler: this JobContext was built by hand"
+            )
+        return self._transaction
+
+    def set_result(self, value: Any) -> None:
+        """Inside ``ctx.transaction()``: the job's result, stored with the completion that
+        block commits (the handler's return value comes after that commit)."""
+        self.transaction().set_result(value)
 
     def snooze(self, delay: timedelta | float) -> Snooze:
         """``return ctx.snooze(delay)``: run this job again after `delay` without spending an

@@ -48,26 +48,26 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ._engine import worker_engine
+from ._handler_transaction import HandlerSessions, HandlerTransaction
 from ._held_job import HeldJob
+from ._job_run import (
+    calls_handlers,
+    checked_result,
+    checked_snooze,
+    from_the_handler_on,
+    record_outcome,
+    settled_by_transaction,
+)
 from ._lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
 from ._listener import Listener, ListenerConfig
 from ._worker_config import WorkerConfig, WorkerSummary
 from ._handler_loop import HandlerLoop
 from ._tasks import Task
-from . import _validate
-from .errors import (
-    DatabaseError,
-    InvalidInputError,
-    JobCancelledError,
-    ResultError,
-    Snooze,
-    SnoozeLimitError,
-    UnknownTaskError,
-)
+from .errors import DatabaseError, JobCancelledError, Snooze, UnknownTaskError
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
 from .scheduling import Scheduler
-from .types import ClaimedJob, JobStatus, Outcome
+from .types import ClaimedJob
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -97,6 +97,9 @@ class Worker:
         self._recoverer = Recoverer(self.queue, RecoveryConfig(
             lease=self.config.lease, interval=self.config.recovery_interval))
         self._scheduler = Scheduler(self.queue)
+        # Handler transactions open their sessions on the application's engine (the one given,
+        # not the worker's autocommit connections) and its asyncio engine.
+        self._sessions = HandlerSessions.of(queue)
         self._lease_keeper = LeaseKeeper(self.queue, LeaseKeeperConfig(lease=self.config.lease),
                                          self._snapshot, owner=f"worker {self.worker_id}")
         self.summary = WorkerSummary()
@@ -302,7 +305,8 @@ class Worker:
         if not jobs:
             return
         tasks = {name: self._task_of(name) for name in {job.task for job in jobs}}
-        held = [HeldJob(job, None if tasks[job.task] is None else tasks[job.task].timeout) for job in jobs]
+        held = [HeldJob(job, None if tasks[job.task] is None else tasks[job.task].timeout, self._transaction_for)
+                for job in jobs]
         with self._held_lock:
             self._held.update((h.job.id, h) for h in held)
         awaited = {name: task is not None and task.is_async for name, task in tasks.items()}
@@ -315,6 +319,9 @@ class Worker:
             with self._work_ready:
                 self._work.extend(threaded)
                 self._work_ready.notify(len(threaded))
+
+    def _transaction_for(self, job: ClaimedJob, cancel_requested: threading.Event) -> HandlerTransaction:
+        return self.queue.handler_transaction(job, cancel_requested, self._sessions)
 
     def _task_of(self, task_name: str) -> Task | None:
         try:
@@ -363,6 +370,7 @@ class Worker:
         if freed:
             self._wake.set()
 
+    @calls_handlers
     def _execute(self, held: HeldJob) -> bool:
         """Run the handler and settle the job; True when its completion was handed to the
         claim loop (the job keeps its slot until that commits)."""
@@ -378,32 +386,31 @@ class Worker:
         except UnknownTaskError as exc:
             error = exc
         except Snooze as snooze:
-            error = _checked_snooze(snooze)
+            error = checked_snooze(snooze)
         except Exception as exc:  # a handler's failure is data: it decides retry or fail
-            error = _from_the_handler_on(exc)
+            error = from_the_handler_on(exc)
         settled = self._settle_handler(held, error)
         if settled == "record":
             self._record(held, error)
         return settled == "completing"
 
     def _keep_result(self, held: HeldJob, task: Task, result: Any) -> BaseException | None:
-        """Keep a handler's return value for its completion; what it means otherwise: a
-        returned `Snooze` snoozes, a value with no JSON form (or too large) fails the attempt.
-        Checked here, in the handler's thread, so the claim loop never pays for a bad one."""
-        if isinstance(result, Snooze):
-            return _checked_snooze(result)
-        if result is not None:
-            try:
-                _validate.result_json(result, f"task {task.name!r}", self.queue.max_result_bytes)
-            except ResultError as exc:
-                return exc
-            held.result = result
-        return None
+        """Keep a handler's return value for its completion, or say what it means instead
+        (`checked_result`). Checked here, in the handler's thread, so the claim loop never pays
+        for a bad one."""
+        held.result, error = checked_result(self.queue, task, result)
+        return error
 
     def _settle_handler(self, held: HeldJob, error: BaseException | None) -> str:
         """What the handler's end means for its job: ``"completing"`` (handed to the claim
         loop's next transaction), ``"record"`` (a failure whose outcome the caller records), or
-        ``"done"`` (timed out, fenced or lost meanwhile: that path decided the outcome)."""
+        ``"done"`` (its ``ctx.transaction()`` settled it, or it timed out, was fenced or lost
+        meanwhile: that path decided the outcome)."""
+        by_transaction = settled_by_transaction(held.transaction, held.job, held.result, error)
+        if by_transaction is not None:
+            if held.move(HeldJob.SETTLED):
+                self._count(by_transaction)
+            return "done"
         if error is not None:
             return "record" if held.move(HeldJob.SETTLED) else "done"
         if not held.move(HeldJob.COMPLETING):
@@ -428,6 +435,7 @@ class Worker:
             task.add_done_callback(self._coroutines.discard)
             h.cancel = functools.partial(loop.call_soon_threadsafe, task.cancel)
 
+    @calls_handlers
     async def _run_coroutine(self, held: HeldJob) -> None:
         """An async handler's run: awaited under its task's timeout (which cancels it), then
         settled like a thread's. Failures are recorded on the outcome thread, never on the loop."""
@@ -454,9 +462,9 @@ class Worker:
         except TimeoutError as exc:
             error = exc if held.timeout is None else _timed_out(held)
         except Snooze as snooze:
-            error = _checked_snooze(snooze)
+            error = checked_snooze(snooze)
         except Exception as exc:  # a handler's failure is data: it decides retry or fail
-            error = _from_the_handler_on(exc)
+            error = from_the_handler_on(exc)
         settled = self._settle_handler(held, error)
         if settled == "record":
             self._outcomes.put(functools.partial(self._record_and_forget, held, error))
@@ -519,34 +527,7 @@ class Worker:
                 time.sleep(delay)
 
     def _record_once(self, held: HeldJob, error: BaseException | None) -> None:
-        job = held.job
-        if error is None:
-            ok = self.queue.complete(job.id, job.claim_token, result=held.result)
-            self._count("completed" if ok else "lost")
-            return
-        if isinstance(error, Snooze):
-            over_limit = self._over_snooze_limit(job)
-            if over_limit is None:
-                self._count_outcome(self.queue.snooze(job, error.delay), "snoozed")
-                return
-            error = over_limit
-        self._count_outcome(self.queue.handle_failure(job, error), "retried")
-
-    def _over_snooze_limit(self, job: ClaimedJob) -> BaseException | None:
-        task = self._task_of(job.task)
-        limit = task.max_snoozes if task is not None else 0
-        if job.snoozes < limit:
-            return None
-        return SnoozeLimitError(f"job {job.id} of task {job.task!r} already snoozed {job.snoozes} times, "
-                                f"its task's max_snoozes: this attempt fails instead")
-
-    def _count_outcome(self, outcome: Outcome | None, pending_means: str) -> None:
-        if outcome is None:
-            self._count("lost")
-        elif outcome.status is JobStatus.PENDING:
-            self._count(pending_means)
-        else:
-            self._count(outcome.status.value)
+        self._count(record_outcome(self.queue, held.job, held.result, error))
 
     def _count(self, name: str) -> None:
         with self._held_lock:
@@ -696,30 +677,9 @@ class Worker:
         return self.config.concurrency - self._held_count()
 
 
-def _from_the_handler_on(error: Exception) -> Exception:
-    """`error` without this module's own frame at the top of its traceback: the stored and
-    logged traceback then starts in the user's handler, where the failure is."""
-    tb = error.__traceback__
-    if tb is not None and tb.tb_frame.f_code in _HANDLER_CALLERS and tb.tb_next is not None:
-        return error.with_traceback(tb.tb_next)
-    return error
-
-
-_HANDLER_CALLERS = (Worker._execute.__code__, Worker._run_coroutine.__code__)
-
-
 def _results_of(finished: Sequence[HeldJob]) -> dict[int, Any] | None:
     results = {h.job.id: h.result for h in finished if h.result is not None}
     return results or None
-
-
-def _checked_snooze(snooze: Snooze) -> BaseException:
-    """A snooze with a usable delay, or the error that fails the attempt instead."""
-    try:
-        snooze.delay = _validate.snooze_delay(snooze.delay)
-    except InvalidInputError as exc:
-        return exc
-    return snooze
 
 
 def _cancelled_before_start() -> JobCancelledError:

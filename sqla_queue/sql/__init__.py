@@ -13,7 +13,15 @@ from .enqueue import find_active_keys, insert_job, insert_jobs
 from .jobs import claim_state, select_job, watch_job
 from .lease import release_jobs, renew_leases
 from .notify import channel_name, finished_channel, listen
-from .outcome import complete_job, complete_jobs, complete_jobs_announced, fail_job, retry_job, snooze_job
+from .outcome import (
+    complete_in_handler_transaction,
+    complete_job,
+    complete_jobs,
+    complete_jobs_announced,
+    fail_job,
+    retry_job,
+    snooze_job,
+)
 from .recover import cancel_expired, fail_exhausted_expired, requeue_expired
 from .stats import queue_health
 
@@ -23,6 +31,7 @@ __all__ = [
     "channel_name",
     "claim_state",
     "complete_and_claim_jobs",
+    "complete_in_handler_transaction",
     "complete_job",
     "complete_jobs",
     "complete_jobs_announced",

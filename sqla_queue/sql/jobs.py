@@ -26,6 +26,6 @@ def watch_job(table: Table) -> Executable:
 
 def claim_state(table: Table) -> Executable:
     """What a lost claim finds instead: used only on the rare lost-claim path, to say why."""
-    return select(table.c.status, table.c.claim_token, table.c.last_error).where(
+    return select(table.c.status, table.c.claim_token, table.c.last_error, table.c.cancel_requested_at).where(
         table.c.id == bindparam("job_id")
     )

@@ -47,6 +47,22 @@ def complete_job(table: Table) -> Executable:
     return _announcing(table, done).union_all(replay)
 
 
+def complete_in_handler_transaction(table: Table) -> Executable:
+    """The completion ``ctx.transaction()`` runs in the handler's own transaction, so that the
+    handler's writes and the job's completion commit together: only while this claim holds the
+    job and nobody asked to cancel it (a cancelled job's writes must not commit either). No
+    replay branch: that transaction commits once or not at all."""
+    done = (
+        update(table)
+        .where(held_by(table), table.c.cancel_requested_at.is_(None))
+        .values(status=JobStatus.COMPLETED.value, completed_at=func.clock_timestamp(),
+                result=cast(bindparam("result", type_=Text), JSONB))
+        .returning(*_completed_columns(table))
+        .cte("completed_now")
+    )
+    return _announcing(table, done)
+
+
 def complete_jobs(table: Table) -> Executable:
     """Complete many held jobs in one statement (the worker's hot path); each row is checked
     against its own token and stores its own ``result`` from ``:results``. Ids missing from

@@ -1,0 +1,200 @@
+"""``ctx.transaction()``: the handler's database writes and its job's completion in one
+transaction, so they commit together or not at all.
+
+Delivery stays at-least-once (a handler may run again after a crash), but the claim token fences
+the completion: the guarded UPDATE that completes the job runs inside the handler's own
+transaction, just before its commit. When the claim is no longer this run's (its lease was
+recovered, another worker holds it, someone asked to cancel it), that UPDATE matches no row and
+the whole transaction is rolled back: a stale run's writes never commit, and a job's writes
+commit once (docs/explanation/delivery-semantics.md).
+
+The worker (and `sqla_queue.testing`'s runners) give each run a `HandlerTransaction`; the
+handler reaches it through its `JobContext`. Afterwards the runner asks `outcome`: a run whose
+transaction committed is completed already, one whose claim was found lost is settled.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
+
+from . import _validate
+from .errors import ConfigurationError, JobCancelledError, LostClaimError
+
+if TYPE_CHECKING:
+    from ._executor import Executor
+    from ._outcomes import Outcomes
+    from ._tasks import Task
+    from .queue import Queue
+    from .types import ClaimedJob
+
+
+@dataclass(frozen=True)
+class HandlerSessions:
+    """Where handler transactions open their sessions by default: `engine` (the application's,
+    not a worker's autocommit one) for ``with``, the queue's asyncio engine for ``async with``
+    (made on first use: a worker whose handlers never ask makes none)."""
+
+    engine: Engine
+    executor: Executor
+
+    @classmethod
+    def of(cls, queue: Queue) -> HandlerSessions:
+        return cls(queue.engine, queue.executor)
+
+    def asyncio_engine(self) -> AsyncEngine | None:
+        return self.executor.asyncio_engine()
+
+
+class HandlerTransaction:
+    """One run's ``ctx.transaction()``, as ``with`` (a `Session`) or ``async with`` (an
+    `AsyncSession`): until a block commits or finds the claim lost (a rolled-back one may be
+    tried again). `outcome` is None until a block ends, then ``"committed"`` (the job is
+    completed), ``"lost"`` (the claim was lost and reported) or ``"rolled_back"``."""
+
+    COMMITTED, LOST, ROLLED_BACK = "committed", "lost", "rolled_back"
+
+    def __init__(self, outcomes: Outcomes, job: ClaimedJob, task: Task | None, sessions: HandlerSessions,
+                 cancel_requested: threading.Event, *, max_result_bytes: int) -> None:
+        self._outcomes = outcomes
+        self._max_result_bytes = max_result_bytes
+        self._job = job
+        self._task = task
+        self._sessions = sessions
+        self._cancel_requested = cancel_requested
+        self._session: Any = None
+        self._result: str | None = None
+        self.outcome: str | None = None
+
+    # -- what the handler calls (through JobContext) ------------------------------------
+
+    def set_result(self, value: Any) -> None:
+        """The result stored with the completion: checked now, so a bad one fails in the block."""
+        if self._session is None:
+            raise RuntimeError(
+                f"job {self._job.id}: ctx.set_result() records the result that ctx.transaction() "
+                "stores with its completion, so it belongs inside that block; without one, return "
+                "the value from the handler"
+            )
+        self._result = None if value is None else _validate.result_json(
+            value, f"task {self._job.task!r}", self._max_result_bytes)
+
+    def __enter__(self) -> Session:
+        session = self._open(self._new_session(), Session, "with", "a Session (a sessionmaker)")
+        return session
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        session, self._session = self._session, None
+        try:
+            if exc_type is not None:
+                session.rollback()
+                self.outcome = self.ROLLED_BACK
+                return False
+            session.flush()
+            row = self._complete(session.connection(bind_arguments={"clause": self._statement}))
+            if row is None:
+                session.rollback()
+                self._raise_not_ours(session)
+            session.commit()
+        finally:
+            session.close()
+        self._committed(row)
+        return False
+
+    async def __aenter__(self) -> AsyncSession:
+        return self._open(self._new_async_session(), AsyncSession, "async with",
+                          "an AsyncSession (an async_sessionmaker)")
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        session, self._session = self._session, None
+        try:
+            if exc_type is not None:
+                await session.rollback()
+                self.outcome = self.ROLLED_BACK
+                return False
+            await session.flush()
+            row = await session.run_sync(
+                lambda sync: self._complete(sync.connection(bind_arguments={"clause": self._statement})))
+            if row is None:
+                await session.rollback()
+                await session.run_sync(self._raise_not_ours)
+            await session.commit()
+        finally:
+            await session.close()
+        self._committed(row)
+        return False
+
+    # -- the block --------------------------------------------------------------------
+
+    @property
+    def _statement(self) -> Any:
+        return self._outcomes.statements.complete_in_handler_transaction
+
+    def _open(self, session: Any, kind: type, form: str, expected: str) -> Any:
+        job = self._job
+        if not isinstance(session, kind):
+            raise ConfigurationError(
+                f"task {job.task!r}: `{form} ctx.transaction()` needs {expected}; the session "
+                f"factory returned {type(session).__name__}"
+            )
+        if self._session is not None or self.outcome in (self.COMMITTED, self.LOST):
+            _close_quietly(session)
+            raise RuntimeError(f"job {job.id}: ctx.transaction() blocks do not nest" if self._session
+                               else f"job {job.id}: ctx.transaction() completes the job once per run "
+                                    f"(an earlier block {'committed' if self.outcome == self.COMMITTED else 'lost the claim'})")
+        if self._cancel_requested.is_set():
+            _close_quietly(session)
+            raise JobCancelledError(f"job {job.id} was cancelled on request before its transaction began")
+        self._session = session
+        return session
+
+    def _new_session(self) -> Any:
+        factory = self._task.session_factory if self._task is not None else None
+        # Objects read in the block stay readable after it (not expired by the commit).
+        return factory() if factory is not None else Session(self._sessions.engine, expire_on_commit=False)
+
+    def _new_async_session(self) -> Any:
+        factory = self._task.session_factory if self._task is not None else None
+        if factory is not None:
+            return factory()
+        engine = self._sessions.asyncio_engine()
+        if engine is None:
+            raise ConfigurationError(
+                f"task {self._job.task!r}: `async with ctx.transaction()` opens an AsyncSession on "
+                "the queue's asyncio engine, and this queue has none (it was built from an Engine): "
+                "build the Queue from a URL or an AsyncEngine, or give the task "
+                "session_factory=async_sessionmaker(...)"
+            )
+        return AsyncSession(engine, expire_on_commit=False)
+
+    def _complete(self, conn: Any) -> Any:
+        return self._outcomes.complete_in_transaction(conn, self._job, self._result)
+
+    def _raise_not_ours(self, sync_session: Any) -> None:
+        """After the rollback: why the completion matched no row (a new read), as the error the
+        handler sees; a lost claim is reported like any other."""
+        job = self._job
+        if self._outcomes.cancel_requested_in(sync_session.connection(), job):
+            self.outcome = self.ROLLED_BACK
+            sync_session.rollback()
+            raise JobCancelledError(f"job {job.id} was cancelled on request: its transaction was "
+                                    "rolled back, nothing it wrote was committed")
+        sync_session.rollback()
+        self.outcome = self.LOST
+        reason = self._outcomes.lost_in_transaction(job)
+        raise LostClaimError(f"job {job.id}: {reason}; its transaction was rolled back, nothing it "
+                             "wrote was committed")
+
+    def _committed(self, row: Any) -> None:
+        self.outcome = self.COMMITTED
+        self._outcomes.completed_in_transaction(row)
+
+
+def _close_quietly(session: Any) -> None:
+    if isinstance(session, Session):
+        session.close()
