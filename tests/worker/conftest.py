@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,10 +134,10 @@ async def work_async(payload, ctx):
 '''
 
 # Appended after ASYNC_APP_SOURCE: handlers whose effect is a row written inside ctx.transaction().
-# `effect_rows` says so in the table the tests read; `hold` lets a test catch a run inside its
-# block: on the job's first attempt, after the write, the handler notes "inside" (in a transaction
-# of its own) and waits for the file named by payload["hold"] to exist. Whatever ends a block with
-# an exception is noted too, by its class name (LostClaimError, CancelledError, ...), then re-raised.
+# `hold` lets a test catch a run inside its block: payload["hold"] lists one gate file per attempt;
+# an attempt with a gate, after its write, notes "inside" (in a transaction of its own) and waits
+# for its gate file to exist; how its block ended is noted too: "committed", or the class name
+# of the exception (LostClaimError, CancelledError, ...), which is then re-raised.
 TX_APP_SOURCE = '''
 
 EFFECT = sa.text(
@@ -164,12 +164,13 @@ def note(ctx, what):
                             "token": ctx.claim_token, "note": what})
 
 
-def holding(payload, ctx):
-    """True when this run should stop inside its block: the job's first attempt, with a gate."""
-    if payload.get("hold") and ctx.attempt == 1:
-        note(ctx, "inside")
-        return True
-    return False
+def gate(payload, ctx):
+    """The file this run waits for inside its block (noting "inside" first), or None."""
+    gates = payload.get("hold") or []
+    if ctx.attempt > len(gates):
+        return None
+    note(ctx, "inside")
+    return gates[ctx.attempt - 1]
 
 
 @queue.task(max_attempts=%(max_attempts)d, retry_delay=0.2)
@@ -178,10 +179,12 @@ def work_tx(payload, ctx):
     try:
         with ctx.transaction() as session:
             session.execute(EFFECT, effect_row(ctx))
-            if holding(payload, ctx):
-                while not os.path.exists(payload["hold"]):
-                    time.sleep(0.02)
+            path = gate(payload, ctx)
+            while path is not None and not os.path.exists(path):
+                time.sleep(0.02)
             time.sleep(payload.get("sleep", 0.002))
+        if path is not None:
+            note(ctx, "committed")
     except Exception as error:
         note(ctx, type(error).__name__)
         raise
@@ -193,10 +196,12 @@ async def work_tx_async(payload, ctx):
     try:
         async with ctx.transaction() as session:
             await session.execute(EFFECT, effect_row(ctx, asyncio.current_task().get_name()))
-            if holding(payload, ctx):
-                while not os.path.exists(payload["hold"]):
-                    await asyncio.sleep(0.02)
+            path = gate(payload, ctx)
+            while path is not None and not os.path.exists(path):
+                await asyncio.sleep(0.02)
             await asyncio.sleep(payload.get("sleep", 0.002))
+        if path is not None:
+            note(ctx, "committed")
     except BaseException as error:  # asyncio.CancelledError included: the worker may cancel it
         note(ctx, type(error).__name__)
         raise
@@ -404,12 +409,13 @@ class FaultApp:
         return self.query("SELECT pid, attempt FROM side_effects WHERE job_id = :id ORDER BY id",
                           {"id": job_id})
 
-    def enqueue_one(self, *, sleep: float = 0.002, hold: Path | None = None) -> int:
-        """One job; `hold` (transaction kinds): its first run waits inside its block until that
-        file exists, having noted "inside" in handler_notes."""
+    def enqueue_one(self, *, sleep: float = 0.002, hold: Sequence[Path] = ()) -> int:
+        """One job; `hold` (transaction kinds): gate files, one per attempt from the first;
+        such an attempt notes "inside" in handler_notes and waits inside its block until its
+        file exists."""
         payload: dict[str, Any] = {"sleep": sleep}
-        if hold is not None:
-            payload["hold"] = str(hold)
+        if hold:
+            payload["hold"] = [str(path) for path in hold]
         return self.producer.enqueue(self.task, payload)
 
     # -- workers --------------------------------------------------------------------

@@ -34,7 +34,6 @@ WORKER_OPTIONS = ("--concurrency", str(CONCURRENCY), "--lease", "3", "--poll-int
 
 LEASE = 2.0
 FROZEN_OPTIONS = ("--concurrency", "2", "--lease", str(LEASE), "--poll-interval", "0.2")
-JOB = "SELECT status, attempts, locked_by, claim_token, completed_at FROM sqla_queue_jobs WHERE id = :id"
 
 
 @pytest.mark.slow
@@ -73,10 +72,13 @@ def test_sigkill_storm_commits_exactly_one_effect_per_job(fault_app, session_app
     FIGURES.write_text(f"{report}\ncompleted at each kill: {completed_at_kill}\n")
 
 
-# How the frozen run's block may end once it runs again, by handler kind and whether the handler
-# finds its gate open (it leaves its block: the fenced completion) or still closed (it keeps
-# awaiting inside its block).
-# * sync, gate open: the thread reaches the block's end; the completion matches no row:
+# Where the frozen run is caught, and how its block may end once it runs again:
+# * `rescued`: the other worker has "completed" the job, or is still "running" it, held inside
+#   its own block on its own gate (the stale run then finds the job running under a newer
+#   claim: only the claim token tells them apart).
+# * `gate_opens`: the frozen handler finds its gate open on SIGCONT and leaves its block (the
+#   fenced completion), or finds it still closed and keeps awaiting inside its block.
+# * sync handler, gate open: the thread reaches the block's end; the completion matches no row:
 #   LostClaimError. (A thread cannot be stopped, so a sync block with its gate closed would hold
 #   its slot for ever: not a case.)
 # * async, gate closed: only the worker can end the block. Its lease keeper finds the claim lost
@@ -84,21 +86,24 @@ def test_sigkill_storm_commits_exactly_one_effect_per_job(fault_app, session_app
 # * async, gate open: a race between the block's end (LostClaimError) and the lease keeper's
 #   cancel (CancelledError), both right after SIGCONT; either way nothing commits.
 FROZEN_CASES = [
-    pytest.param("transaction", True, {"LostClaimError"}, id="sync-leaves-its-block"),
-    pytest.param("transaction_async", True, {"LostClaimError", "CancelledError"}, id="async-leaves-its-block"),
-    pytest.param("transaction_async", False, {"CancelledError"}, id="async-still-awaiting-in-its-block"),
+    pytest.param("transaction", "completed", True, {"LostClaimError"}, id="sync-after-the-rescue"),
+    pytest.param("transaction", "running", True, {"LostClaimError"}, id="sync-during-the-rescue"),
+    pytest.param("transaction_async", "running", True, {"LostClaimError", "CancelledError"},
+                 id="async-during-the-rescue"),
+    pytest.param("transaction_async", "completed", False, {"CancelledError"}, id="async-still-awaiting"),
 ]
+JOB = "SELECT status, attempts, locked_by, claim_token, completed_at FROM sqla_queue_jobs WHERE id = :id"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "gate_opens", "endings"), FROZEN_CASES)
+@pytest.mark.parametrize(("kind", "rescued", "gate_opens", "endings"), FROZEN_CASES)
 def test_frozen_worker_inside_its_block_loses_the_job_and_none_of_its_writes_commit(
-    fault_app, session_app_url, tmp_path, kind, gate_opens, endings
+    fault_app, session_app_url, tmp_path, kind, rescued, gate_opens, endings
 ):
     app = fault_app(session_app_url, kind)
-    gate = tmp_path / "gate"
+    gates = [tmp_path / "gate-1", tmp_path / "gate-2"]
     frozen = app.start_worker(*FROZEN_OPTIONS)
-    job_id = app.enqueue_one(hold=gate)
+    job_id = app.enqueue_one(hold=gates if rescued == "running" else gates[:1])
     # The handler has written its effect row and noted (in a transaction of its own) that it
     # waits inside its block: freeze it there, transaction open, heartbeat and all.
     [inside] = app.wait_until(lambda: app.notes(job_id), 30, f"the first worker to be inside job {job_id}'s block")
@@ -107,14 +112,18 @@ def test_frozen_worker_inside_its_block_loses_the_job_and_none_of_its_writes_com
     try:
         assert app.effects(job_id) == []  # written, not committed
         rescuer = app.start_worker(*FROZEN_OPTIONS)
-        app.wait_until(lambda: app.completed() == 1, 10 * LEASE + 20,
-                       f"job {job_id} to be recovered and completed by another worker")
-        finished = app.query(JOB, {"id": job_id})[0]
-        assert (finished.status, finished.attempts) == ("completed", 2)
-        assert f":{rescuer.pid}:" in finished.locked_by
-        assert app.effects(job_id) == [(rescuer.pid, 2, finished.claim_token)]
+        if rescued == "completed":
+            app.wait_until(lambda: app.completed() == 1, 10 * LEASE + 20,
+                           f"job {job_id} to be recovered and completed by another worker")
+        else:
+            app.wait_until(lambda: [n for n in app.notes(job_id) if n.pid == rescuer.pid], 10 * LEASE + 20,
+                           f"job {job_id} to be recovered and another worker inside its block")
+        rescued_row = app.query(JOB, {"id": job_id})[0]
+        assert (rescued_row.status, rescued_row.attempts) == (rescued, 2)
+        assert f":{rescuer.pid}:" in rescued_row.locked_by
+        assert app.effects(job_id) == ([(rescuer.pid, 2, rescued_row.claim_token)] if rescued == "completed" else [])
         if gate_opens:
-            gate.touch()  # the frozen handler leaves its block as soon as it runs again
+            gates[0].touch()  # the frozen handler leaves its block as soon as it runs again
     finally:
         frozen.signal(signal.SIGCONT)
 
@@ -125,12 +134,18 @@ def test_frozen_worker_inside_its_block_loses_the_job_and_none_of_its_writes_com
     assert ended.note in endings, app.logs()
     app.wait_until(lambda: f"lost claim on job {job_id}" in frozen.log(), 10 * LEASE,
                    "the resumed worker to report its lost claim")
-    # None of the frozen claim's writes exist; the rescuer's completion and effect are untouched.
-    assert app.query(JOB, {"id": job_id})[0] == finished
+    # The stale block committed nothing: the job is as the rescuer left it, its effect the rescuer's.
+    assert app.query(JOB, {"id": job_id})[0] == rescued_row
+    if rescued == "running":
+        assert app.effects(job_id) == []
+        gates[1].touch()
+        app.wait_until(lambda: app.completed() == 1, 30, f"the rescuer to complete job {job_id}")
+    finished = app.query(JOB, {"id": job_id})[0]
+    assert (finished.status, finished.attempts, finished.claim_token) == ("completed", 2, rescued_row.claim_token)
     assert app.effects(job_id) == [(rescuer.pid, 2, finished.claim_token)]
     assert app.scalar("SELECT count(*) FROM effects WHERE claim_token = :token", {"token": inside.claim_token}) == 0
     assert [run.pid for run in app.runs(job_id)] == [frozen.pid, rescuer.pid]
     assert frozen.alive() and rescuer.alive()
-    reports = [line for line in frozen.log().splitlines() if f"lost claim on job {job_id}" in line]
-    print(f"\nfrozen {kind} handler, gate {'open' if gate_opens else 'closed'}: its block ended with "
-          f"{ended.note}; the worker's reports: {reports}")
+    reports = [line.split(": ", 1)[1] for line in frozen.log().splitlines() if f"lost claim on job {job_id}" in line]
+    print(f"\nfrozen {kind} handler, rescuer's job {rescued}, gate {'open' if gate_opens else 'closed'}: "
+          f"its block ended with {ended.note}; the frozen worker reported: {reports}")
