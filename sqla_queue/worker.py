@@ -50,14 +50,6 @@ from typing import TYPE_CHECKING, Any
 from ._engine import worker_engine
 from ._handler_transaction import HandlerSessions, HandlerTransaction
 from ._held_job import HeldJob
-from .running import (
-    calls_handlers,
-    checked_result,
-    checked_snooze,
-    from_the_handler_on,
-    record_outcome,
-    settled_by_transaction,
-)
 from ._lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
 from ._listener import Listener, ListenerConfig
 from ._worker_config import WorkerConfig, WorkerSummary
@@ -66,6 +58,14 @@ from ._tasks import Task
 from .errors import DatabaseError, JobCancelledError, Snooze, UnknownTaskError
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
+from .running import (
+    calls_handlers,
+    checked_result,
+    checked_snooze,
+    from_the_handler_on,
+    record_outcome,
+    settled_by_transaction,
+)
 from .scheduling import Scheduler
 from .types import ClaimedJob
 
