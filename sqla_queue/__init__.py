@@ -3,7 +3,9 @@
 The public surface is what ``__all__`` lists; everything in underscored modules may move.
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from . import errors
 from ._tasks import Task
@@ -44,6 +46,15 @@ try:
     """The installed distribution's version: pyproject.toml's, the one source of truth."""
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    """``sq.testing`` (the helpers for tests: `sqla_queue.testing`) is imported on first use,
+    never by ``import sqla_queue``: an application's import does not load its test helpers."""
+    if name == "testing":
+        return import_module(f"{__name__}.testing")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ClaimedJob",

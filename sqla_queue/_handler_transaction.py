@@ -16,6 +16,7 @@ transaction committed is completed already, one whose claim was found lost is se
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,8 +61,10 @@ class HandlerTransaction:
     COMMITTED, LOST, ROLLED_BACK = "committed", "lost", "rolled_back"
 
     def __init__(self, outcomes: Outcomes, job: ClaimedJob, task: Task | None, sessions: HandlerSessions,
-                 cancel_requested: threading.Event, *, max_result_bytes: int) -> None:
+                 cancel_requested: threading.Event, *, max_result_bytes: int,
+                 on_settled: Callable[[str], None] | None = None) -> None:
         self._outcomes = outcomes
+        self._on_settled = on_settled
         self._max_result_bytes = max_result_bytes
         self._job = job
         self._task = task
@@ -69,6 +72,7 @@ class HandlerTransaction:
         self._cancel_requested = cancel_requested
         self._session: Any = None
         self._result: str | None = None
+        self.result: Any = None  # what set_result recorded, stored by a committed block
         self.outcome: str | None = None
 
     # -- what the handler calls (through JobContext) ------------------------------------
@@ -83,6 +87,7 @@ class HandlerTransaction:
             )
         self._result = None if value is None else _validate.result_json(
             value, f"task {self._job.task!r}", self._max_result_bytes)
+        self.result = value
 
     def __enter__(self) -> Session:
         session = self._open(self._new_session(), Session, "with", "a Session (a sessionmaker)")
@@ -186,13 +191,21 @@ class HandlerTransaction:
                                     "rolled back, nothing it wrote was committed")
         sync_session.rollback()
         self.outcome = self.LOST
+        self._settled("lost")
         reason = self._outcomes.lost_in_transaction(job)
         raise LostClaimError(f"job {job.id}: {reason}; its transaction was rolled back, nothing it "
                              "wrote was committed")
 
     def _committed(self, row: Any) -> None:
         self.outcome = self.COMMITTED
+        self._settled("completed")
         self._outcomes.completed_in_transaction(row)
+
+    def _settled(self, outcome: str) -> None:
+        """Tell the runner at once: the handler may run on after the block (sending the mail),
+        and its job must not look like one still holding a lease meanwhile."""
+        if self._on_settled is not None:
+            self._on_settled(outcome)
 
 
 def _close_quietly(session: Any) -> None:

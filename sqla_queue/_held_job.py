@@ -27,7 +27,7 @@ class HeldJob:
     RUNNING, COMPLETING, SETTLED = "running", "completing", "settled"
 
     def __init__(self, job: ClaimedJob, timeout: timedelta | None,
-                 transaction_for: Callable[[ClaimedJob, threading.Event], HandlerTransaction] | None = None) -> None:
+                 transaction_for: Callable[[HeldJob], HandlerTransaction] | None = None) -> None:
         now = time.monotonic()
         self.job = job
         self.timeout = timeout
@@ -37,11 +37,12 @@ class HeldJob:
         self.state = self.RUNNING
         self.cancel: Callable[[], None] | None = None  # an async handler's: cancels its coroutine
         self._cancel_requested = threading.Event()
-        # What ``ctx.transaction()`` returns; it says afterwards whether it settled the job.
-        self.transaction = None if transaction_for is None else transaction_for(job, self._cancel_requested)
+        self._lock = threading.Lock()
+        # What ``ctx.transaction()`` returns: a block that commits (or finds the claim lost)
+        # settles the job then, while the handler may still run.
+        self.transaction = None if transaction_for is None else transaction_for(self)
         self.context = job.context(self._cancel_requested, self.transaction)  # the handler's view
         self.result: Any = None  # the handler's return value, stored with the completion
-        self._lock = threading.Lock()
 
     def move(self, to: str, *, allowed: tuple[str, ...] = (RUNNING,)) -> bool:
         with self._lock:
@@ -61,6 +62,11 @@ class HeldJob:
         if cancel is not None:
             cancel()
         return True
+
+    @property
+    def cancel_event(self) -> threading.Event:
+        """Set when someone asked to cancel the job: what `JobContext.cancel_requested` reads."""
+        return self._cancel_requested
 
     @property
     def cancel_requested(self) -> bool:

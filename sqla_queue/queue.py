@@ -73,6 +73,9 @@ class Queue:
         (docs/explanation/delivery-semantics.md says why). A task's own limit wins.
     :param max_result_bytes: the largest handler return value stored as a job's result, as
         encoded JSON; default 64 KiB. A larger one fails that attempt (never truncated).
+    :param testing: ``"inline"`` runs each job's handler when the transaction that enqueued
+        it commits (`enqueue`, `enqueue_many`): a testing aid, never for production
+        (`sqla_queue.testing.inline`). Default None.
     """
 
     def __init__(
@@ -85,7 +88,9 @@ class Queue:
         blocked_plugins: Iterable[str] = (),
         max_payload_bytes: int = _validate.DEFAULT_MAX_PAYLOAD_BYTES,
         max_result_bytes: int = _validate.DEFAULT_MAX_RESULT_BYTES,
+        testing: str | None = None,
     ) -> None:
+        self._inline = None if testing is None else _inline_runner(self, testing)
         max_payload_bytes = _validate.config_positive_int(max_payload_bytes, "max_payload_bytes")
         self.max_result_bytes = _validate.config_positive_int(max_result_bytes, "max_result_bytes")
         self.model = model
@@ -227,7 +232,10 @@ class Queue:
         """
         options = {"queue": queue, "run_at": run_at, "delay": delay, "max_attempts": max_attempts,
                    "idempotency_key": idempotency_key, "priority": priority}
-        return self._enqueuer.enqueue(task, payload, options, session, connection)
+        job_id = self._enqueuer.enqueue(task, payload, options, session, connection)
+        if self._inline is not None:
+            self._inline.enqueued([job_id], session, connection)
+        return job_id
 
     def enqueue_many(
         self,
@@ -241,7 +249,10 @@ class Queue:
         Each job is a mapping with ``task`` and ``payload`` and any per-job option of
         `enqueue`. Every job is validated before anything is written.
         """
-        return self._enqueuer.enqueue_many(jobs, session, connection)
+        ids = self._enqueuer.enqueue_many(jobs, session, connection)
+        if self._inline is not None and ids:
+            self._inline.enqueued(ids, session, connection)
+        return ids
 
     async def enqueue_async(
         self,
@@ -262,6 +273,7 @@ class Queue:
         in a transaction of its own on the queue's asyncio engine (docs/how-to/asyncio.md)."""
         options = {"queue": queue, "run_at": run_at, "delay": delay, "max_attempts": max_attempts,
                    "idempotency_key": idempotency_key, "priority": priority}
+        self._refuse_inline("enqueue_async")
         return await self._enqueuer.enqueue_async(task, payload, options, session, connection)
 
     async def enqueue_many_async(
@@ -272,6 +284,7 @@ class Queue:
         connection: AsyncConnection | None = None,
     ) -> list[int]:
         """`enqueue_many` for asyncio code (see `enqueue_async`)."""
+        self._refuse_inline("enqueue_many_async")
         return await self._enqueuer.enqueue_many_async(jobs, session, connection)
 
     async def dispose_async(self) -> None:
@@ -524,12 +537,15 @@ class Queue:
         return self._enqueuer.enqueue(schedule.task, schedule.payload, options, None, connection)
 
     def handler_transaction(self, job: ClaimedJob, cancel_requested: threading.Event,
-                            sessions: HandlerSessions) -> HandlerTransaction:
+                            sessions: HandlerSessions, *,
+                            on_settled: Callable[[str], None] | None = None) -> HandlerTransaction:
         """What ``ctx.transaction()`` returns for one run of `job`, completing it on this
-        queue's table. For whoever runs handlers (the worker, `sqla_queue.testing`); not public
-        API."""
+        queue's table; `on_settled` hears ``"completed"`` or ``"lost"`` the moment a block
+        settles the job. For whoever runs handlers (the worker, `sqla_queue.testing`); not
+        public API."""
         return HandlerTransaction(self._outcomes, job, self._tasks.get(job.task), sessions,
-                                  cancel_requested, max_result_bytes=self.max_result_bytes)
+                                  cancel_requested, max_result_bytes=self.max_result_bytes,
+                                  on_settled=on_settled)
 
     def prune(self, **options: Any) -> maintenance.PruneResult:
         """Delete finished jobs older than ``completed_after`` / ``failed_after`` /
@@ -547,8 +563,22 @@ class Queue:
         plugins see one shape whoever noticed the loss."""
         self._outcomes.report_fenced(job, reason)
 
+    def _refuse_inline(self, method: str) -> None:
+        if self._inline is not None:
+            raise ConfigurationError(f"{method} does not run jobs inline (testing='inline' covers enqueue "
+                                     "and enqueue_many); in asyncio tests enqueue on a queue without "
+                                     "testing= and run the jobs with sqla_queue.testing.drain_async")
+
 
 # -- helpers -----------------------------------------------------------------------------
+
+
+def _inline_runner(queue: Queue, mode: Any) -> Any:
+    """The testing aid behind ``testing="inline"``, imported only when asked for."""
+    from .testing.inline import InlineRunner, testing_mode
+
+    testing_mode(mode)
+    return InlineRunner(queue)
 
 
 def _table_of(model: type) -> Table:

@@ -50,14 +50,6 @@ from typing import TYPE_CHECKING, Any
 from ._engine import worker_engine
 from ._handler_transaction import HandlerSessions, HandlerTransaction
 from ._held_job import HeldJob
-from ._job_run import (
-    calls_handlers,
-    checked_result,
-    checked_snooze,
-    from_the_handler_on,
-    record_outcome,
-    settled_by_transaction,
-)
 from ._lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
 from ._listener import Listener, ListenerConfig
 from ._worker_config import WorkerConfig, WorkerSummary
@@ -66,6 +58,14 @@ from ._tasks import Task
 from .errors import DatabaseError, JobCancelledError, Snooze, UnknownTaskError
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
+from .running import (
+    calls_handlers,
+    checked_result,
+    checked_snooze,
+    from_the_handler_on,
+    record_outcome,
+    settled_by_transaction,
+)
 from .scheduling import Scheduler
 from .types import ClaimedJob
 
@@ -320,8 +320,16 @@ class Worker:
                 self._work.extend(threaded)
                 self._work_ready.notify(len(threaded))
 
-    def _transaction_for(self, job: ClaimedJob, cancel_requested: threading.Event) -> HandlerTransaction:
-        return self.queue.handler_transaction(job, cancel_requested, self._sessions)
+    def _transaction_for(self, held: HeldJob) -> HandlerTransaction:
+        return self.queue.handler_transaction(held.job, held.cancel_event, self._sessions,
+                                              on_settled=functools.partial(self._settled_in_transaction, held))
+
+    def _settled_in_transaction(self, held: HeldJob, outcome: str) -> None:
+        """Its ``ctx.transaction()`` completed the job (or found the claim lost): settled now,
+        so the lease keeper neither renews it nor times it out, nor cancels its handler while
+        that runs on after the block. The slot stays taken until the handler returns."""
+        if held.move(HeldJob.SETTLED):
+            self._count(outcome)
 
     def _task_of(self, task_name: str) -> Task | None:
         try:
@@ -406,11 +414,8 @@ class Worker:
         loop's next transaction), ``"record"`` (a failure whose outcome the caller records), or
         ``"done"`` (its ``ctx.transaction()`` settled it, or it timed out, was fenced or lost
         meanwhile: that path decided the outcome)."""
-        by_transaction = settled_by_transaction(held.transaction, held.job, held.result, error)
-        if by_transaction is not None:
-            if held.move(HeldJob.SETTLED):
-                self._count(by_transaction)
-            return "done"
+        if settled_by_transaction(held.transaction, held.job, held.result, error) is not None:
+            return "done"  # counted when the block settled it (`_settled_in_transaction`)
         if error is not None:
             return "record" if held.move(HeldJob.SETTLED) else "done"
         if not held.move(HeldJob.COMPLETING):

@@ -3,8 +3,9 @@
 
 Exit codes scripts can rely on: 0 success, 1 the command ran and found a problem (for example
 a lost claim or a failed check), 2 bad usage or configuration (unknown app, task, bad URL).
-Command modules import `main` from here and add themselves to it; this module imports none
-of them, so the package has no import cycle.
+Command modules import `main` from here and add themselves to it; this module imports each one
+only when its command runs (`COMMAND_MODULES`), so the package has no import cycle and a worker
+imports only what it uses.
 """
 
 from __future__ import annotations
@@ -132,7 +133,29 @@ def _restore_env(name: str, value: str | None) -> None:
         os.environ[name] = value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Each command's module, imported when that command runs (or a help text lists it): a worker
+# never loads Alembic, Rich's tables or the doctor's checks, which it does not use.
+COMMAND_MODULES = {
+    "alembic": "alembic_cmd", "db": "db", "doctor": "doctor", "enqueue": "enqueue", "jobs": "jobs",
+    "plugins": "plugins", "prune": "prune", "queues": "queues", "recover": "recover",
+    "schedules": "schedules", "stats": "stats", "worker": "worker",
+}
+
+
+class CommandsOnDemand(click.Group):
+    """A group whose commands live in `COMMAND_MODULES` and add themselves to it on import."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"{__package__}.{module}")
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=CommandsOnDemand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", message="sqla-queue %(version)s")
 @click.option("--app", envvar=APP_ENV, metavar="MODULE:OBJECT",
               help=f"Where your Queue lives, e.g. myapp.jobs:queue (default: ${APP_ENV}). Needed by "

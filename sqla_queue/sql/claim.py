@@ -63,14 +63,12 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
     uncorrelated primary-key lookup that PostgreSQL runs once per statement, before any row is
     read, so every worker honours a pause from its next claim on.
     """
-    queues = queues_table(table)
-    paused = exists().where(queues.c.queue_name == bindparam("queue"), queues.c.paused_at.is_not(None))
     conditions = [
         table.c.queue_name == bindparam("queue"),
         status_is(table, JobStatus.PENDING),
         table.c.run_at <= func.clock_timestamp(),
         table.c.attempts < table.c.max_attempts,
-        ~paused,
+        not_paused(table),
     ]
     if from_position:
         position = (bindparam("from_run_at", type_=DateTime(timezone=True)),
@@ -85,18 +83,57 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
         .with_for_update(skip_locked=True)
         .cte("due_jobs")
     )
+    return _claimed(table, table.c.id == due.c.id)
+
+
+def claim_job_by_id(table: Table, *, due_only: bool = False) -> Executable:
+    """Claim pending job ``:job_id`` (paused queue or not; due or not, unless `due_only`) for
+    ``:worker_id`` under ``:token``, as `claim_jobs` marks a job: the testing helpers' way to
+    run exactly one job (`sqla_queue.testing.run_job`, one pass of `drain`, inline mode).
+
+    ``:attempt`` (NULL: the next one, as a claim counts it) and ``:scheduled_at`` (NULL: the
+    job's own) let a test run the job as a later attempt or a given tick. ``FOR UPDATE SKIP
+    LOCKED`` as in the claim: a job another claim holds is not waited for, and no row back means
+    it is not pending (any more), or busy.
+    """
+    conditions = [table.c.id == bindparam("job_id", type_=BigInteger), status_is(table, JobStatus.PENDING)]
+    if due_only:
+        conditions.append(table.c.run_at <= func.clock_timestamp())
+    target = (
+        select(table.c.id)
+        .where(*conditions)
+        .with_for_update(skip_locked=True)
+        .cte("target_job")
+    )
+    attempt = bindparam("attempt", type_=Integer)
+    scheduled_at = bindparam("scheduled_at", type_=DateTime(timezone=True))
+    return _claimed(table, table.c.id == target.c.id,
+                    attempts=func.coalesce(attempt, table.c.attempts + 1),
+                    scheduled_at=func.coalesce(scheduled_at, table.c.scheduled_at))
+
+
+def not_paused(table: Table):
+    """The queue of ``:queue`` has no pause record (`claim_jobs`' pause check)."""
+    queues = queues_table(table)
+    return ~exists().where(queues.c.queue_name == bindparam("queue"), queues.c.paused_at.is_not(None))
+
+
+def _claimed(table: Table, which, **values) -> Executable:
+    """The claim's UPDATE of the rows `which` picks, and what it returns: one shape for the
+    claim and the claim by id, so a job claimed either way is the same `ClaimedJob`."""
+    marked = {
+        "status": JobStatus.RUNNING.value,
+        "attempts": table.c.attempts + 1,
+        "locked_at": func.clock_timestamp(),
+        "locked_by": bindparam("worker_id"),
+        "claim_token": bindparam("token"),
+        "last_error": None,
+        "last_traceback": None,
+    }
     return (
         update(table)
-        .where(table.c.id == due.c.id)
-        .values(
-            status=JobStatus.RUNNING.value,
-            attempts=table.c.attempts + 1,
-            locked_at=func.clock_timestamp(),
-            locked_by=bindparam("worker_id"),
-            claim_token=bindparam("token"),
-            last_error=None,
-            last_traceback=None,
-        )
+        .where(which)
+        .values({**marked, **values})
         .returning(
             table.c.id,
             table.c.task,

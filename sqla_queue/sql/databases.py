@@ -16,12 +16,14 @@ from sqlalchemy.sql import Executable
 
 
 class CreateDatabase(DDLElement):
-    """``CREATE DATABASE name`` (run it outside a transaction: autocommit)."""
+    """``CREATE DATABASE name`` (run it outside a transaction: autocommit), a copy of the
+    database `template` when one is named (``TEMPLATE template``: nobody may be connected to it)."""
 
     inherit_cache = False
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, template: str | None = None) -> None:
         self.name = name
+        self.template = template
 
 
 class DropDatabase(DDLElement):
@@ -35,7 +37,10 @@ class DropDatabase(DDLElement):
 
 @compiles(CreateDatabase)
 def _compile_create(element: CreateDatabase, compiler: Any, **kw: Any) -> str:
-    return f"CREATE DATABASE {compiler.preparer.quote(element.name)}"
+    created = f"CREATE DATABASE {compiler.preparer.quote(element.name)}"
+    if element.template is None:
+        return created
+    return f"{created} TEMPLATE {compiler.preparer.quote(element.template)}"
 
 
 @compiles(DropDatabase)

@@ -1,7 +1,15 @@
-"""Test helpers: conformance checks for plugin authors, and a real PostgreSQL to run tests on
-(the same bootstrap sqla_queue's own tests, its demo and its benchmark use).
+"""Test helpers: for an application's own handlers, conformance checks for plugin authors, and
+a real PostgreSQL to run tests on (the same bootstrap sqla_queue's own tests, its demo and its
+benchmark use).
 
-::
+For handlers (`handlers`, docs/how-to/test-your-handlers.md): `enqueued` (the pending jobs that
+match, for ``assert``), `drain` / `drain_async` (run due jobs in the test as a worker would,
+``advance=`` moving due times back in the database), `run_job` (one handler with a real
+context), and inline mode (``Queue(..., testing="inline")``, `inline`). The pytest plugin
+(`pytest_plugin`, loaded through the ``pytest11`` entry point) gives each test a fresh database:
+the fixture ``sqla_queue_database_url``.
+
+For plugin authors::
 
     from sqla_queue.testing import check_backoff_plugin, migrated_database
 
@@ -18,36 +26,91 @@ input that broke the contract. See docs/how-to/write-a-backoff-plugin.md.
 `start_embedded_server` starts (or reuses) one on a data directory you keep.
 """
 
-from ._harness import ConformanceError
-from .conformance import (
-    BackoffReport,
-    DedupeReport,
-    LifecycleReport,
-    check_backoff_plugin,
-    check_dedupe_plugin,
-    check_lifecycle_plugin,
-)
-from .database import (
-    EmbeddedServer,
-    embedded_server,
-    embedded_tools_dir,
-    migrated_database,
-    server_url,
-    start_embedded_server,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported on first use (PEP 562): pytest imports this package in every session through the
+# plugin (``sqla_queue.testing.pytest_plugin``), which must cost next to nothing.
+_EXPORTS = {
+    "ConformanceError": "_harness",
+    "BackoffReport": "conformance",
+    "DedupeReport": "conformance",
+    "LifecycleReport": "conformance",
+    "check_backoff_plugin": "conformance",
+    "check_dedupe_plugin": "conformance",
+    "check_lifecycle_plugin": "conformance",
+    "EmbeddedServer": "database",
+    "copied_database": "database",
+    "embedded_server": "database",
+    "embedded_tools_dir": "database",
+    "migrated_database": "database",
+    "server_url": "database",
+    "start_embedded_server": "database",
+    "DrainLimitError": "handlers",
+    "Enqueued": "handlers",
+    "Ran": "handlers",
+    "drain": "handlers",
+    "drain_async": "handlers",
+    "enqueued": "handlers",
+    "run_job": "handlers",
+}
 
 __all__ = [
     "BackoffReport",
     "ConformanceError",
     "DedupeReport",
+    "DrainLimitError",
     "EmbeddedServer",
+    "Enqueued",
     "LifecycleReport",
+    "Ran",
     "check_backoff_plugin",
     "check_dedupe_plugin",
     "check_lifecycle_plugin",
+    "copied_database",
+    "drain",
+    "drain_async",
     "embedded_server",
     "embedded_tools_dir",
+    "enqueued",
     "migrated_database",
+    "run_job",
     "server_url",
     "start_embedded_server",
 ]
+
+if TYPE_CHECKING:
+    from ._harness import ConformanceError
+    from .conformance import (
+        BackoffReport,
+        DedupeReport,
+        LifecycleReport,
+        check_backoff_plugin,
+        check_dedupe_plugin,
+        check_lifecycle_plugin,
+    )
+    from .database import (
+        EmbeddedServer,
+        copied_database,
+        embedded_server,
+        embedded_tools_dir,
+        migrated_database,
+        server_url,
+        start_embedded_server,
+    )
+    from .handlers import DrainLimitError, Enqueued, Ran, drain, drain_async, enqueued, run_job
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sqla_queue.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

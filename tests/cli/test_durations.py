@@ -25,7 +25,10 @@ REQUIRED_ARGS = {"enqueue": ["send_email"]}  # arguments a command cannot parse 
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()):
-    for name, command in sorted(group.commands.items()):
+    """Every command, as click finds them (the root group imports each module on demand)."""
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
         if isinstance(command, click.Group):
             yield from _commands(command, (*path, name))
         else:

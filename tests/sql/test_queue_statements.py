@@ -13,6 +13,9 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
 import sqla_queue as sq
 from sqla_queue import sql
+from sqla_queue.sql import jobs as job_sql
+from sqla_queue.sql.claim import claim_job_by_id
+from sqla_queue.sql.time_travel import advance_due_jobs
 
 TABLE = sq.Job.__table__
 
@@ -308,6 +311,39 @@ def test_active_key_lookup_covers_only_the_active_statuses():
     text = rendered(sql.find_active_keys(TABLE))
     assert "sqla_queue_jobs.idempotency_key = ANY (%(keys)s::TEXT[])" in text
     assert "sqla_queue_jobs.status IN ('pending', 'running')" in text
+
+
+# -- the testing helpers' statements (sqla_queue.testing) --------------------------------------
+
+
+def test_time_travel_moves_only_pending_jobs_due_within_the_window():
+    text = rendered(advance_due_jobs(TABLE))
+    assert "sqla_queue_jobs.status = 'pending'" in text
+    assert "sqla_queue_jobs.queue_name = ANY (%(queues)s::TEXT[])" in text
+    assert "sqla_queue_jobs.run_at > %(since)s::TIMESTAMP WITH TIME ZONE" in text
+    assert "sqla_queue_jobs.run_at <= %(now)s::TIMESTAMP WITH TIME ZONE + %(advance)s::INTERVAL" in text
+    assert "SET run_at=(sqla_queue_jobs.run_at - %(advance)s::INTERVAL)" in text
+
+
+def test_claim_by_id_locks_its_one_pending_row_and_marks_it_as_the_claim_does():
+    text = rendered(claim_job_by_id(TABLE))
+    assert "WHERE sqla_queue_jobs.id = %(job_id)s::BIGINT AND sqla_queue_jobs.status = 'pending' " \
+           "FOR UPDATE SKIP LOCKED" in text
+    assert "attempts=coalesce(%(attempt)s::INTEGER, sqla_queue_jobs.attempts + " in text
+    claim = rendered(sql.claim_jobs(TABLE))
+    assert claim[claim.index("RETURNING"):] == text[text.index("RETURNING"):]  # one ClaimedJob shape
+    assert "run_at <= clock_timestamp()" not in text  # run_job runs a job whenever it is due
+    assert "sqla_queue_jobs.status = 'pending' AND sqla_queue_jobs.run_at <= clock_timestamp() FOR UPDATE" \
+        in rendered(claim_job_by_id(TABLE, due_only=True))  # inline mode leaves later jobs pending
+
+
+def test_pending_reads_use_literal_status_and_bound_values():
+    text = rendered(job_sql.pending_jobs(TABLE, by_task=True, by_queue=True, by_payload=True))
+    assert "sqla_queue_jobs.status = 'pending'" in text
+    assert "sqla_queue_jobs.payload @> %(payload)s::JSONB" in text
+    assert "ORDER BY sqla_queue_jobs.id LIMIT %(limit)s::INTEGER" in text
+    assert "ORDER BY sqla_queue_jobs.priority DESC, sqla_queue_jobs.run_at, sqla_queue_jobs.id" in \
+        rendered(job_sql.due_jobs(TABLE))
 
 
 # -- every statement --------------------------------------------------------------------------

@@ -8,7 +8,9 @@ exception, a lost claim, a cancel request, misuse, and the session it opens.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from datetime import timedelta
 
 import pytest
@@ -17,7 +19,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 import sqla_queue as sq
-from sqla_queue._job_run import run_claimed_job
+from sqla_queue.running import run_claimed_job
 
 FAST = {"poll_interval": 0.05, "concurrency": 2}
 INSERT = text("INSERT INTO handler_effects (job_id, note) VALUES (:job_id, :note)")
@@ -302,3 +304,50 @@ def test_objects_written_in_the_block_stay_readable_after_it(engine, clean_jobs,
     assert run_claimed_job(queue, claimed).outcome == "completed"
     assert after[0][1] == "orm" and after[0][0] is not None
     assert effects(job_id) == [(job_id, "orm")]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_handler_running_on_after_its_commit_is_neither_lost_nor_cancelled(database_url, clean_jobs,
+                                                                           effects, kind):
+    """Mark the order, then send the mail: after the block the job is completed, so the lease
+    keeper's renewals (every 0.5 s here) must leave it alone instead of reporting a lost claim
+    and cancelling the coroutine that is still sending."""
+    queue = sq.Queue(database_url, load_entrypoints=False)
+    finished: list[str] = []
+
+    if kind == "sync":
+        @queue.task(name="mark_then_mail")
+        def handler(payload, ctx):
+            write_in_transaction({"note": "marked"}, ctx)
+            time.sleep(1.6)  # three renewals
+            finished.append("mailed")
+    else:
+        @queue.task(name="mark_then_mail")
+        async def handler(payload, ctx):
+            async with ctx.transaction() as session:
+                await session.execute(INSERT, {"job_id": ctx.job_id, "note": "marked"})
+            await asyncio.sleep(1.6)
+            finished.append("mailed")
+
+    job_id = queue.enqueue("mark_then_mail", {})
+    summary = queue.worker(poll_interval=0.05, lease=1.5).run(until_empty=True)
+
+    assert finished == ["mailed"]
+    assert (summary.completed, summary.lost) == (1, 0)
+    assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED
+    assert effects(job_id) == [(job_id, "marked")]
+    queue.engine.dispose()
+
+
+def test_the_run_reports_the_result_stored_with_the_completion(engine, clean_jobs, effects):
+    queue = sq.Queue(engine, load_entrypoints=False)
+
+    @queue.task(name="write")
+    def write(payload, ctx):
+        write_in_transaction({"note": "r"}, ctx)
+        return "returned after the commit, not stored"
+
+    job_id = queue.enqueue("write", {})
+    [claimed] = queue.claim(worker_id="w", limit=1)
+    ran = run_claimed_job(queue, claimed)
+    assert ran.result == {"wrote": "r"} == queue.get_job(job_id).result

@@ -2,8 +2,9 @@
 exception means for its job, and recording that under the claim token.
 
 The worker runs handlers on threads and an event loop, with leases and timeouts around them;
-`sqla_queue.testing` runs them in the calling thread (`run_claimed_job`). Both decide and record
-outcomes here, so a job ends the same way whoever ran it.
+`sqla_queue.testing` and tools that run jobs without a worker run them in the calling thread
+with `run_claimed_job`, which returns a `Ran`. Both decide and record outcomes here, so a job
+ends the same way whoever ran it. The other functions are the worker's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from ._tasks import Task
     from .queue import Queue
 
+__all__ = ["Ran", "run_claimed_job"]
+
 logger = logging.getLogger("sqla_queue.worker")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,8 +35,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 @dataclass(frozen=True)
 class Ran:
     """One run of a job: how it ended (`outcome`: ``"completed"``, ``"retried"``, ``"failed"``,
-    ``"cancelled"``, ``"snoozed"`` or ``"lost"``), the handler's `result` (as stored) and the
-    `error` it raised (None when it returned)."""
+    ``"cancelled"``, ``"snoozed"`` or ``"lost"``), the `result` stored with its completion (the
+    handler's return value, or what ``ctx.set_result`` recorded in a committed
+    ``ctx.transaction()``; None otherwise) and the `error` it raised (None when it returned)."""
 
     job: ClaimedJob
     outcome: str
@@ -84,7 +88,9 @@ def run_claimed_job(queue: Queue, job: ClaimedJob, *,
     outcome = settled_by_transaction(transaction, job, result, error)
     if outcome is None:
         outcome = record_outcome(queue, job, result, error)
-    return Ran(job, outcome, result, error)
+    else:
+        result = transaction.result
+    return Ran(job, outcome, result if outcome == "completed" else None, error)
 
 
 def checked_result(queue: Queue, task: Task, value: Any) -> tuple[Any, BaseException | None]:
