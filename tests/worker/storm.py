@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 import signal
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from conftest import FaultApp, WorkerProcess
@@ -37,3 +38,29 @@ def stop_gracefully(app: FaultApp, running: list[WorkerProcess]) -> None:
         worker.signal(signal.SIGTERM)
     for worker in running:
         assert worker.process.wait(timeout=30) == 0, app.logs()
+
+
+def storm(app: FaultApp, *, jobs: int, workers: int, concurrency: int, kills: int,
+          options: tuple[str, ...]) -> tuple[dict[str, Any], list[int], list[WorkerProcess]]:
+    """With `jobs` enqueued: start `workers` workers (`options` give them `concurrency` slots),
+    SIGKILL them `kills` times once work has started, wait for every job to complete and check
+    `FaultApp.check_invariants` (re-runs bounded by ``concurrency * kills``). Returns the
+    figures, the completed count at each kill and the workers still running."""
+    seed = random.randrange(1 << 30)
+    running = [app.start_worker(*options) for _ in range(workers)]
+    app.wait_until(lambda: app.started() > 0, 30, "the first job to start")
+    completed_at_kill = sigkill_storm(app, running, random.Random(seed), kills=kills, options=options)
+    # The kills must have landed while there was work to lose.
+    assert completed_at_kill[-1] < jobs, f"the work ended before the last kill: {completed_at_kill}"
+    app.wait_all_completed(jobs, timeout=120)
+    figures: dict[str, Any] = app.check_invariants(jobs, max_duplicates=concurrency * kills)
+    figures.update(kills=kills, seed=seed, workers=workers, concurrency=concurrency)
+    return figures, completed_at_kill, running
+
+
+def report(title: str, figures: dict[str, Any], completed_at_kill: list[int], path: Path) -> None:
+    """Print the figures and write them to `path` (kept for the closing notes)."""
+    line = ", ".join(f"{key}={value}" for key, value in figures.items())
+    print(f"\n{title}: {line}")
+    print(f"completed jobs at each kill: {completed_at_kill}")
+    path.write_text(f"{line}\ncompleted at each kill: {completed_at_kill}\n")

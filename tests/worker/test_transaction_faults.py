@@ -15,13 +15,12 @@ a second committed effect would be counted, never refused).
 
 from __future__ import annotations
 
-import random
 import signal
 from pathlib import Path
 
 import pytest
 
-from storm import sigkill_storm, stop_gracefully
+from storm import report, stop_gracefully, storm
 
 JOBS = 3_000
 CHUNK = 100  # jobs of one kind per enqueue: the kinds alternate through the whole run
@@ -39,37 +38,23 @@ FROZEN_OPTIONS = ("--concurrency", "2", "--lease", str(LEASE), "--poll-interval"
 @pytest.mark.slow
 def test_sigkill_storm_commits_exactly_one_effect_per_job(fault_app, session_app_url):
     app = fault_app(session_app_url, "transaction")
-    seed = random.randrange(1 << 30)
-    rng = random.Random(seed)
     for chunk in range(JOBS // CHUNK):  # >= 12.5 s of work for 12 slots: the kills land mid-run
         # The handler sleeps 50 ms inside its block, after its write: most kills find a block open.
         app.enqueue(CHUNK, sleep=0.05, task=TASKS[chunk % 2])
-    running = [app.start_worker(*WORKER_OPTIONS) for _ in range(WORKERS)]
-    app.wait_until(lambda: app.started() > 0, 30, "the first job to start")
-
-    completed_at_kill = sigkill_storm(app, running, rng, kills=KILLS, options=WORKER_OPTIONS)
-    kills = len(completed_at_kill)
-
-    assert completed_at_kill[-1] < JOBS, f"the work ended before the last kill: {completed_at_kill}"
-    app.wait_all_completed(JOBS, timeout=120)
-    figures = app.check_invariants(JOBS, max_duplicates=CONCURRENCY * kills)
+    figures, completed_at_kill, running = storm(app, jobs=JOBS, workers=WORKERS, concurrency=CONCURRENCY,
+                                                kills=KILLS, options=WORKER_OPTIONS)
     # Some kills caught a handler run: without repeated runs this test would prove nothing.
     assert figures["handler_runs"] > JOBS, figures
     figures.update(app.check_effects(JOBS))
     assert figures["duplicate_effects"] == 0
     figures.update(
-        kills=kills, seed=seed, workers=WORKERS, concurrency=CONCURRENCY,
         blocks_ended_by_an_error=app.scalar("SELECT count(*) FROM handler_notes"),
         **{f"effects_{task}": count for task, count in app.query(
             "SELECT j.task, count(*) FROM effects e JOIN sqla_queue_jobs j ON j.id = e.job_id "
             "GROUP BY j.task ORDER BY j.task")},
     )
-
     stop_gracefully(app, running)
-    report = ", ".join(f"{key}={value}" for key, value in figures.items())
-    print(f"\nhandler transaction crash figures: {report}")
-    print(f"completed jobs at each kill: {completed_at_kill}")
-    FIGURES.write_text(f"{report}\ncompleted at each kill: {completed_at_kill}\n")
+    report("handler transaction crash figures", figures, completed_at_kill, FIGURES)
 
 
 # Where the frozen run is caught, and how its block may end once it runs again:
