@@ -324,12 +324,15 @@ class Worker:
         return self.queue.handler_transaction(held.job, held.cancel_event, self._sessions,
                                               on_settled=functools.partial(self._settled_in_transaction, held))
 
-    def _settled_in_transaction(self, held: HeldJob, outcome: str) -> None:
+    def _settled_in_transaction(self, held: HeldJob, outcome: str) -> bool:
         """Its ``ctx.transaction()`` completed the job (or found the claim lost): settled now,
         so the lease keeper neither renews it nor times it out, nor cancels its handler while
-        that runs on after the block. The slot stays taken until the handler returns."""
-        if held.move(HeldJob.SETTLED):
-            self._count(outcome)
+        that runs on after the block. The slot stays taken until the handler returns. False:
+        the worker had given the job up already (and reported that)."""
+        if not held.move(HeldJob.SETTLED):
+            return False
+        self._count(outcome)
+        return True
 
     def _task_of(self, task_name: str) -> Task | None:
         try:
