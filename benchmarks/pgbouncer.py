@@ -281,12 +281,16 @@ def table(medians: dict, *, jobs: int, concurrency: int, repeat: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pgbouncer", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=5000, help="no-op jobs per drain (default 5000)")
     parser.add_argument("--concurrency", type=int, default=10, help="worker concurrency (default 10)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions; the medians are reported (default 3)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if pgbouncer_binary() is None:
         sys.exit(f"python -m benchmarks.pgbouncer: pgbouncer is not installed: {INSTALL_HINT}")
     medians = measure(args.jobs, args.concurrency, args.repeat, log=lambda line: print(line, file=sys.stderr))

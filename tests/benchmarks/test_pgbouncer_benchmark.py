@@ -5,6 +5,7 @@ distribution's PgBouncer, the in-process and CLI drains on both routes. No timin
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -32,5 +33,7 @@ def test_the_pgbouncer_benchmark_measures_every_row(capsys):
         assert line.rstrip(" |").endswith("%")
 
 
-def test_the_doc_names_this_benchmark():
-    assert "`python -m benchmarks.pgbouncer`" in DOC.read_text()
+def test_the_doc_command_is_this_benchmark_with_options_it_takes():
+    [command] = re.findall(r"`(python -m benchmarks\.pgbouncer[^`]*)`", DOC.read_text())
+    args = pgbouncer.parse_args(command.split()[3:])
+    assert (args.jobs, args.concurrency) == (5000, 10)  # the page's "5,000 no-op jobs ... concurrency 10"
