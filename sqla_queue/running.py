@@ -70,7 +70,8 @@ def run_claimed_job(queue: Queue, job: ClaimedJob, *,
     event loop, `asyncio.run`)."""
     cancel = threading.Event()
     transaction = queue.handler_transaction(job, cancel, HandlerSessions.of(queue))
-    result, error = call_handler(queue, job, job.context(cancel, transaction), await_coroutine or _run_to_end)
+    context = job.context(cancel, lambda: transaction)
+    result, error = call_handler(queue, job, context, await_coroutine or _run_to_end)
     outcome = settled_by_transaction(transaction, job, result, error)
     if outcome is None:
         outcome = record_outcome(queue, job, result, error)
