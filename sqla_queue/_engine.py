@@ -36,9 +36,9 @@ class Capabilities:
 
     :param driver_fast_path: the driver is psycopg 3: hot statements may run compiled once on
         the driver connection (`_driver.DriverStatement`).
-    :param autocommit_single_statements: every connection is in autocommit and its session
-        defaults to READ COMMITTED (`worker_engine`): a self-contained statement needs no
-        BEGIN/COMMIT.
+    :param autocommit_single_statements: every connection is in autocommit and notes on
+        connect whether its session defaults to READ COMMITTED (`worker_engine`): a
+        self-contained statement on one that does needs no BEGIN/COMMIT.
     :param autocommit_enqueue: we built this engine from a URL (`make_engine`) and note on
         connect whether each session defaults to READ COMMITTED (`autocommit_reads_committed`):
         an enqueue that is all its call writes may run in autocommit on such a connection.
@@ -86,10 +86,11 @@ def library_engine(engine_or_url: Engine | str) -> Engine:
 
 def make_engine(url: str | URL) -> Engine:
     """An engine for a PostgreSQL URL; ``postgresql://`` means psycopg 3, and an asyncio
-    driver's URL (``postgresql+psycopg_async://``) gets its synchronous twin."""
+    driver's URL (``postgresql+psycopg_async://``) gets its synchronous twin. The URL may carry
+    psycopg's ``prepare_threshold`` (`driver_options`)."""
     parsed = sync_url(url)
     try:
-        engine = create_engine(parsed, hide_parameters=True)
+        engine = create_engine(parsed, hide_parameters=True, connect_args=driver_options(parsed))
     except (sa_exc.ArgumentError, ImportError) as exc:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
     event.listen(engine, "connect", _note_default_isolation)
@@ -99,12 +100,18 @@ def make_engine(url: str | URL) -> Engine:
     return engine
 
 
+def engine_of(engine_or_url: Engine | str) -> Engine:
+    """`engine_or_url` itself, or `make_engine`'s engine for a URL."""
+    return make_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
+
+
 def make_async_engine(url: str | URL) -> AsyncEngine:
     """An asyncio engine for a PostgreSQL URL: a synchronous driver's URL (``postgresql://``,
-    ``postgresql+psycopg://``) gets psycopg 3's asyncio twin, so one URL serves both."""
+    ``postgresql+psycopg://``) gets psycopg 3's asyncio twin, so one URL serves both. The URL
+    may carry psycopg's ``prepare_threshold`` (`driver_options`)."""
     parsed = async_url(url)
     try:
-        engine = create_async_engine(parsed, hide_parameters=True)
+        engine = create_async_engine(parsed, hide_parameters=True, connect_args=driver_options(parsed))
     except (sa_exc.ArgumentError, ImportError) as exc:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
     # The same checkout ping as `make_engine`'s: SQLAlchemy runs pool events of an asyncio
@@ -112,6 +119,33 @@ def make_async_engine(url: str | URL) -> AsyncEngine:
     event.listen(engine.sync_engine, "checkin", _note_checkin)
     event.listen(engine.sync_engine, "checkout", _ping_if_idle_or_signalled)
     return engine
+
+
+PREPARE_THRESHOLD = "prepare_threshold"
+_NEVER = ("none", "")
+
+
+def driver_options(url: URL) -> dict:
+    """Connection options a URL's query gives psycopg 3 beyond libpq's: ``prepare_threshold``.
+
+    psycopg prepares a statement server-side once a connection has run it that many times
+    (default 5). PgBouncer in transaction pooling mode before 1.21 hands each transaction to any
+    server connection, where that prepared statement does not exist (or another client's of the
+    same name does), so behind it a URL says ``?prepare_threshold=none``: never prepare.
+    SQLAlchemy would pass the query's text through as it is, which psycopg cannot compare with
+    its counter; here ``none`` (or nothing) means None and a number its integer. Only for
+    psycopg URLs: another driver gets its query untouched."""
+    if url.get_driver_name() not in ("psycopg", "psycopg_async") or PREPARE_THRESHOLD not in url.query:
+        return {}
+    value = url.query[PREPARE_THRESHOLD]
+    if isinstance(value, str) and value.strip().lower() in _NEVER:
+        return {PREPARE_THRESHOLD: None}
+    if isinstance(value, str) and value.strip().isdigit():
+        return {PREPARE_THRESHOLD: int(value)}
+    raise ConfigurationError(
+        f"{PREPARE_THRESHOLD} in the database URL must be a whole number of executions (0 or more) "
+        f"or 'none' (never prepare: behind PgBouncer in transaction mode), got {value!r}"
+    )
 
 
 def parse_url(url: str | URL) -> URL:
@@ -268,13 +302,16 @@ def worker_engine(
     from the connection parameters of the same names), a bound on the time a connection may
     take (`connect_within`), and the settings below.
 
-    On a direct connection (`prepared_statements`, i.e. not behind PgBouncer's transaction
-    pooling) it runs in autocommit and every session it opens defaults to READ COMMITTED: a
-    self-contained statement (the worker's complete-and-claim round) is then its own
-    transaction, one round trip instead of BEGIN + statement + COMMIT. Multi-statement work
-    still gets explicit READ COMMITTED transactions through `library_engine`. Behind PgBouncer a
-    session setting would not follow the statement to its server connection, so that engine
-    keeps explicit transactions for everything.
+    Its connections run in autocommit. On a direct connection (`prepared_statements`, i.e. not
+    behind PgBouncer's transaction pooling) every session it opens is set to default to READ
+    COMMITTED: a self-contained statement (the worker's complete-and-claim round) is then its
+    own transaction, one round trip instead of BEGIN + statement + COMMIT. Behind PgBouncer a
+    session setting would not follow the statement to its server connection, so the session's
+    default is only read (`autocommit_reads_committed`): it is the database's (PostgreSQL's own
+    default is READ COMMITTED, and every server connection of the pool has the same), and where
+    it is something else self-contained statements get explicit READ COMMITTED transactions.
+    Multi-statement work always gets explicit READ COMMITTED transactions through
+    `library_engine`.
 
     Pre-ping runs in the pool's checkout event under the same client-side deadline as every
     other worker call, instead of SQLAlchemy's built-in ``pool_pre_ping`` whose ``SELECT 1``
@@ -289,13 +326,12 @@ def worker_engine(
         max_overflow=pool_size,
         pool_pre_ping=False,
         hide_parameters=True,
-        **({"isolation_level": "AUTOCOMMIT"} if prepared_statements else {}),
+        isolation_level="AUTOCOMMIT",
     )
-    if prepared_statements:
-        event.listen(ours, "connect", _read_committed_by_default)
+    event.listen(ours, "connect", _read_committed_by_default if prepared_statements else _note_default_isolation)
     event.listen(ours, "checkin", _note_checkin)
     event.listen(ours, "checkout", _bounded_ping(call_timeout))
-    _BUILT[ours] = Capabilities(driver_fast_path=True, autocommit_single_statements=prepared_statements)
+    _BUILT[ours] = Capabilities(driver_fast_path=True, autocommit_single_statements=True)
     return ours
 
 
@@ -427,6 +463,7 @@ def _read_committed_by_default(dbapi_connection, connection_record) -> None:
     """Autocommit statements run at the session's default isolation, which a server may set
     to REPEATABLE READ or SERIALIZABLE; claims there fail with serialization errors."""
     run_constant(dbapi_connection, READ_COMMITTED_BY_DEFAULT, commit=True)
+    connection_record.info[_READS_COMMITTED] = True
 
 
 # A connection back in use within this many seconds is not pinged: one that broke meanwhile

@@ -299,15 +299,16 @@ class Executor:
 
     @contextmanager
     def single_statement(self) -> Iterator[Connection]:
-        """For one self-contained statement: autocommit on an engine whose sessions read
-        committed in autocommit (`worker_engine`: one round trip), our own transaction anywhere
-        else."""
-        if self._autocommit_engine is None:
-            with self.transaction() as conn:
-                yield conn
-        else:
+        """For one self-contained statement: autocommit on a `worker_engine` connection whose
+        session reads committed in autocommit (one round trip), our own transaction anywhere
+        else (a session defaulting to another isolation level behind PgBouncer, say)."""
+        if self._autocommit_engine is not None:
             with self._connected(self._autocommit_engine) as conn:
-                yield conn
+                if autocommit_reads_committed(conn):
+                    yield conn
+                    return
+        with self.transaction() as conn:
+            yield conn
 
     @contextmanager
     def callers(self, session: Session | None, connection: Connection | None) -> Iterator[Connection]:

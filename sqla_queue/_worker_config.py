@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from . import _validate
+from ._engine import parse_url
 from .errors import ConfigurationError
 from .maintenance import PruneConfig
 from .types import DEFAULT_LEASE
@@ -33,9 +34,15 @@ class WorkerConfig:
     :param recovery_interval: seconds between lease-recovery passes
         (`sqla_queue.recovery.Recoverer`). Default ``lease / 2``, at least 1 s.
     :param listen: wake on LISTEN/NOTIFY (needs a direct connection, not PgBouncer in
-        transaction mode). Default True.
-    :param prepared_statements: let psycopg prepare repeated statements server-side (faster).
-        Turn off behind PgBouncer in transaction mode older than 1.21. Default True.
+        transaction mode: see `listen_engine`). Default True.
+    :param listen_engine: where the listener connects, an Engine or a database URL: the same
+        database reached directly while the worker's other connections go through PgBouncer in
+        transaction mode (which cannot deliver notifications). Default None: the listener
+        connects like the worker's other connections.
+    :param prepared_statements: let psycopg prepare repeated statements server-side (faster),
+        and set the worker's sessions to READ COMMITTED. Turn off behind PgBouncer in
+        transaction mode (``--pgbouncer``): no prepared statements (PgBouncer before 1.21 loses
+        them), no session setting (it would not follow the next statement). Default True.
     :param worker_id: recorded in ``locked_by``. Default ``host:pid:random``.
     :param engine: the engine whose way of connecting the worker's own connections copy
         (``connect_args``, ``do_connect`` listeners, ``creator``, pool ``connect`` listeners);
@@ -54,6 +61,7 @@ class WorkerConfig:
     call_timeout: float | None = None
     recovery_interval: float | None = None
     listen: bool = True
+    listen_engine: Engine | str | None = field(default=None, compare=False)
     prepared_statements: bool = True
     worker_id: str | None = None
     engine: Engine | None = field(default=None, compare=False)
@@ -78,6 +86,14 @@ class WorkerConfig:
         _validate.config_positive_int(self.concurrency, "concurrency")
         if self.engine is not None and not isinstance(self.engine, Engine):
             raise ConfigurationError(f"engine must be a sqlalchemy Engine, got {type(self.engine).__name__}")
+        if self.listen_engine is not None:
+            if not isinstance(self.listen_engine, (Engine, str)):
+                raise ConfigurationError(
+                    f"listen_engine must be a sqlalchemy Engine or a database URL, got {type(self.listen_engine).__name__}")
+            if not self.listen:
+                raise ConfigurationError("listen_engine is set but listen is False: the listener would never connect")
+            if isinstance(self.listen_engine, str):
+                parse_url(self.listen_engine)
         if self.pruning is not None and not isinstance(self.pruning, PruneConfig):
             raise ConfigurationError(f"pruning must be a PruneConfig, got {type(self.pruning).__name__}")
         if self.batch_size is not None:

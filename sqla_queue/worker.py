@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ._engine import worker_engine
+from ._engine import engine_of, worker_engine
 from ._handler_transaction import HandlerSessions, HandlerTransaction
 from ._held_job import HeldJob
 from ._lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
@@ -93,6 +93,12 @@ class Worker:
             prepared_statements=self.config.prepared_statements,
         )
         self.queue = queue.on_engine(self.engine, call_timeout=timeout)
+        # The listener connects like the rest, unless told where: directly to PostgreSQL while
+        # the rest go through PgBouncer in transaction mode, which cannot deliver notifications.
+        self._listen_engine = self.engine if self.config.listen_engine is None else worker_engine(
+            engine_of(self.config.listen_engine), pool_size=1, call_timeout=timeout)
+        self._listen_queue = self.queue if self._listen_engine is self.engine else queue.on_engine(
+            self._listen_engine, call_timeout=timeout)
         self._pruner = worker_pruner(self.queue, self.config.pruning)
         self._recoverer = Recoverer(self.queue, RecoveryConfig(
             lease=self.config.lease, interval=self.config.recovery_interval))
@@ -172,6 +178,8 @@ class Worker:
         # A stopped worker holds no connection (the engine reconnects if it runs again); one a
         # thread left behind still uses is closed when that thread gives it back.
         self.engine.dispose()
+        if self._listen_engine is not self.engine:
+            self._listen_engine.dispose()
         logger.info("worker %s stopped: %s", self.worker_id, self.summary)
         return self.summary
 
@@ -623,7 +631,7 @@ class Worker:
         threads = [threading.Thread(target=self._keep_leases, name="sqla-queue-lease", daemon=True)]
         threads.append(threading.Thread(target=self._outcome_thread, name="sqla-queue-outcomes", daemon=True))
         self._listener = Listener(
-            self.queue,
+            self._listen_queue,
             ListenerConfig(queues=tuple(self.config.queues), call_timeout=self.config.effective_call_timeout),
             self._wake, self._done,
         ) if self.config.listen else None

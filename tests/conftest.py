@@ -59,7 +59,7 @@ SERVER_INDEPENDENT = (
     "migrations/test_revisions.py", "migrations/test_cli_db.py", "migrations/test_docs_alembic.py",
     "migrations/test_host_alembic.py", "migrations/test_host_install.py",
     "worker/test_proxy.py", "worker/test_connection_loss.py", "worker/test_network.py",
-    "worker/test_long_job.py", "worker/test_crash.py",
+    "worker/test_long_job.py", "worker/test_crash.py", "worker/test_pgbouncer.py",
     "scheduling/test_ticks.py", "scheduling/test_declare.py", "scheduling/test_schedule_statements.py",
     "scheduling/test_cli_schedules.py", "scheduling/test_schedule_jobs_doc.py",
 )

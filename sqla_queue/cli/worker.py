@@ -12,6 +12,7 @@ from ._params import DURATION, DURATION_HELP, format_seconds
 from ..logformat import LOG_FORMATS, logging_config
 from ..types import DEFAULT_LEASE
 
+LISTEN_URL_ENV = "SQLA_QUEUE_LISTEN_URL"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -28,7 +29,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
               help=f"After SIGTERM, how long running handlers may finish. {DURATION_HELP}")
 @click.option("--no-listen", is_flag=True, help="Poll only: no LISTEN/NOTIFY wake-ups.")
 @click.option("--pgbouncer", is_flag=True,
-              help="Behind PgBouncer in transaction mode: no LISTEN, no server-side prepared statements.")
+              help="Behind PgBouncer in transaction mode: no server-side prepared statements, no session "
+                   "settings, and no LISTEN unless --listen-url gives a direct connection.")
+@click.option("--listen-url", envvar=LISTEN_URL_ENV, metavar="URL",
+              help="LISTEN on this connection instead: the same database reached directly, not through "
+                   f"PgBouncer; with --pgbouncer, wake-ups come back (default: ${LISTEN_URL_ENV}).")
 @click.option("--until-empty", is_flag=True, help="Exit once nothing is due and nothing is running.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO",
               show_default=True, help="Least severe record written to stderr (DEBUG adds claims and enqueues).")
@@ -36,8 +41,10 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
               help="text: time, level, logger, message; json: one object per line with the job's fields.")
 @click.pass_obj
 def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interval, grace, no_listen,
-           pgbouncer, until_empty, log_level, log_format) -> None:
+           pgbouncer, listen_url, until_empty, log_level, log_format) -> None:
     """Claim and run jobs. First SIGTERM/SIGINT: finish running jobs, release the rest; second: exit now."""
+    if listen_url and no_listen:
+        raise click.UsageError("--listen-url and --no-listen contradict each other: pick one")
     queue = obj.queue()  # imports the app, which may configure logging itself
     _configure_logging(log_level, log_format)
     summary = queue.worker(
@@ -47,7 +54,8 @@ def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interva
         lease=lease,
         poll_interval=poll_interval.total_seconds(),
         shutdown_grace=grace.total_seconds(),
-        listen=not (no_listen or pgbouncer),
+        listen=not no_listen and (not pgbouncer or bool(listen_url)),
+        listen_engine=listen_url or None,
         prepared_statements=not pgbouncer,
     ).run(until_empty=until_empty)
     click.echo(

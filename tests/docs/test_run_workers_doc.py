@@ -53,6 +53,7 @@ def test_the_doc_shows_these_worker_commands():
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --concurrency 8",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --until-empty",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --log-format json",  # test_worker_logging.py
+        "sqla-queue --app myapp.jobs:queue worker --queues default,emails --pgbouncer",  # worker/test_pgbouncer.py
     ]
 
 

@@ -56,16 +56,37 @@ def test_a_worker_engine_runs_single_statements_in_autocommit_at_read_committed(
         ours.dispose()
 
 
-def test_a_worker_engine_behind_a_transaction_pooler_keeps_explicit_transactions(engine):
+def test_a_worker_engine_behind_a_transaction_pooler_reads_the_sessions_default_instead_of_setting_it(
+    engine, database_url
+):
+    """Behind PgBouncer a session setting would not follow the next statement, so nothing is
+    set: where the session already defaults to READ COMMITTED (PostgreSQL's default) single
+    statements still run in autocommit; where it defaults to another level they get our own
+    READ COMMITTED transaction, and the session keeps its default."""
     queue = sq.Queue(engine, load_entrypoints=False)
+    serializable = create_engine(database_url, connect_args={"options": "-c default_transaction_isolation=serializable"})
     ours = worker_engine(engine, pool_size=1, call_timeout=5.0, prepared_statements=False)
+    strict = worker_engine(serializable, pool_size=1, call_timeout=5.0, prepared_statements=False)
     try:
         executor = queue.on_engine(ours).executor
-        assert not executor.capabilities.autocommit_single_statements
+        assert executor.capabilities.autocommit_single_statements
+        first, second = _transaction_ids(executor)
+        assert first != second  # each statement its own transaction: no BEGIN/COMMIT
+
+        executor = queue.on_engine(strict).executor
         first, second = _transaction_ids(executor)
         assert first == second
+        with executor.single_statement() as conn:
+            assert conn.execute(select(func.current_setting("transaction_isolation"))).scalar_one() == "read committed"
+        with strict.connect() as conn:
+            assert conn.execute(select(func.current_setting("default_transaction_isolation"))).scalar_one() == "serializable"
+        for pooled in (ours, strict):
+            with pooled.connect() as conn:
+                assert conn.connection.driver_connection.prepare_threshold is None
     finally:
         ours.dispose()
+        strict.dispose()
+        serializable.dispose()
 
 
 def test_on_engine_shares_tasks_plugins_and_statements_and_leaves_the_original_alone(engine, database_url):
