@@ -45,7 +45,7 @@ def render_markdown(results: dict, plot_name: str | None = None) -> str:
         "(`--size small` for a quick look, `--database-url URL` for another server).  ",
         f"This run: `{meta['command']}`  ",
         *([f"Sections measured: {', '.join(meta['sections'])} (the others were not run).  "]
-          if meta.get("sections") and len(meta["sections"]) < len(_SECTIONS) else []),
+          if meta.get("sections") and set(_DEFAULT_KEYS) - set(meta["sections"]) else []),
         f"Library measured: {meta.get('code_version', 'not recorded')}  ",
         f"Size: `{meta['size']}`, {meta['repeat']} repetition(s) per figure; run took {meta['duration_s'] / 60:.1f} min "
         f"({meta['started']} → {meta['finished']}).  ",
@@ -327,10 +327,98 @@ def _roundtrip_section(results: dict) -> list[str]:
     return lines
 
 
+_SYSTEM_LABELS = {"sqla_queue": "sqla_queue (CLI)", "pgqueuer": "pgqueuer", "graphile-worker": "graphile-worker"}
+
+
+def _peer_label(peers: dict, system: str) -> str:
+    version = ((peers.get("versions") or {}).get(system) or {}).get(system)
+    return f"{_SYSTEM_LABELS[system]} {version}" if version else _SYSTEM_LABELS[system]
+
+
+def _versions(name: str, versions: dict) -> str:
+    """``pgqueuer 1.6.0 (asyncpg 0.32.0, python 3.11.7)``: the peer's own version, then the rest."""
+    rest = ", ".join(f"{k} {v}" for k, v in versions.items() if k != name)
+    return f"{name} {versions.get(name, '?')}" + (f" ({rest})" if rest else "")
+
+
+def _peers_section(results: dict) -> list[str]:
+    peers = results["peers"]
+    drains, enq, jobs = peers["drain"], peers["enqueue"], peers["jobs"]
+    systems = [s for s in ("sqla_queue", "pgqueuer", "graphile-worker") if s in drains]
+    best_key, _ = targets.best_cli_drain(peers)
+    keys = {"sqla_queue": {"1x10": "1x10", "2x10": "2x10", "best": best_key},
+            "pgqueuer": {"1x10": "1x10", "2x10": "2x10", "best": "best"},
+            "graphile-worker": {"1x10": "1x10", "2x10": "2x10", "best": "best"}}
+    versions = peers.get("versions") or {}
+    lines = ["## 9. Peers: sqla_queue beside pgqueuer and graphile-worker", "",
+             f"{jobs:,} no-op jobs on the same server in the same run, every worker a fresh process started from its own "
+             "command line (`python -m benchmarks --peers`; the peers installed at pinned versions in environments of "
+             "their own, their schemas by their own tools). The clock runs from just before the first process starts to "
+             "the last completion: sqla_queue's `completed_at`, pgqueuer's `pgqueuer_log.created` (database clock); "
+             "graphile-worker deletes completed jobs and keeps no completion time, so its own `job:complete` and "
+             "`pool:release` events are its completion log (this machine's clock). *Steady* counts the completions "
+             "between the 10th and 90th percentile of the completion times over the time between them; *start-up* is "
+             "process start to the first completion. Enqueue: each system's own bulk call from a fresh process, "
+             f"timed inside it from just before its client is built (first connection included) to the last call's "
+             "return; *process* is the whole process from outside (interpreter or Node start and imports included).",
+             "",
+             f"Versions: sqla_queue {results['meta'].get('code_version', 'not recorded')}; "
+             + "; ".join(_versions(name, vs) for name, vs in versions.items()) + ".", "",
+             f"| {jobs:,} no-op jobs, jobs/s | " + " | ".join(_peer_label(peers, s) for s in systems) + " |",
+             "|---|" + "---|" * len(systems)]
+
+    def cell(system: str, which: str, field: str, spec: str = ",.0f", unit: str = "") -> str:
+        key = keys[system][which]
+        row = drains[system].get(key) if key else None
+        if not row:
+            return "–"
+        text = fmt_stat(row[field], spec, unit)
+        return text + (" (incomplete)" if row.get("incomplete") else "")
+
+    for which, label in (("1x10", "drain 1 process x 10, from process start"),
+                         ("2x10", "drain 2 processes x 10, from process start"),
+                         ("best", "best config, from process start")):
+        lines.append(f"| {label} | " + " | ".join(cell(s, which, "jobs_per_s") for s in systems) + " |")
+        lines.append("| same, steady | " + " | ".join(cell(s, which, "steady_per_s") for s in systems) + " |")
+    lines.append("| start-up at 1 x 10 (process start → first completion) | "
+                 + " | ".join(cell(s, "1x10", "startup_s", ".2f", " s") for s in systems) + " |")
+    lines.append(f"| bulk enqueue, {jobs:,} in calls of {peers['bulk_batch']:,}, fresh process | "
+                 + " | ".join(fmt_stat(enq[s]["bulk"]["jobs_per_s"]) for s in systems) + " |")
+    lines.append("| single enqueue from a fresh process: the call / the whole process | "
+                 + " | ".join(f"{fmt_stat(enq[s]['single']['call_ms'], '.1f', ' ms')} / "
+                              f"{fmt_stat(enq[s]['single']['process_ms'], '.0f', ' ms')}" for s in systems) + " |")
+    lines += ["", "Configurations (*best*: sqla_queue's fastest CLI row below; each peer's best documented "
+              "configuration for many short jobs, at one process per core):", ""]
+    for system in systems:
+        for key, text in peers["configs"][system].items():
+            mark = " (best)" if (system == "sqla_queue" and key == best_key) else ""
+            lines.append(f"- {_SYSTEM_LABELS[system]} {key}{mark}: {text}")
+    lines += ["", "The issue's side-by-side targets, from these figures:", "",
+              "| Target | Measured | Met? |", "|---|---|---|"]
+    for row in targets.peer_rows(results):
+        note = f" ({row['note']})" if row.get("note") else ""
+        lines.append(f"| {row['target']} | {row['measured']}{note} | {_met(row['met'])} |")
+    ours = drains.get("sqla_queue") or {}
+    lines += ["", "Every sqla_queue drain of section 3 again from the command line (`sqla-queue --app APP worker "
+              "--until-empty`), beside the in-process figure of section 3 (workers started and warmed before a start "
+              "signal) when this run measured it:", "",
+              "| Processes x concurrency | From process start | Steady | Start-up | Process exit | Section 3, "
+              "in-process |", "|---|---|---|---|---|---|"]
+    for key, row in ours.items():
+        inproc = (results.get("drain") or {}).get(key)
+        lines.append(f"| {key.replace('x', ' x ')} | {fmt_stat(row['jobs_per_s'])} | {fmt_stat(row['steady_per_s'])} | "
+                     f"{fmt_stat(row['startup_s'], '.2f', ' s')} | {fmt_stat(row['exit_s'], '.2f', ' s')} | "
+                     f"{fmt_stat(inproc['jobs_per_s']) if inproc else '–'} |")
+    return lines + [""]
+
+
 _SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _drain_section),
              ("latency", _latency_section), ("claim_cost", _claim_cost_section),
              ("sustained", _sustained_section), ("idle", _idle_section), ("asyncio", _asyncio_section),
-             ("roundtrips", _roundtrip_section))
+             ("roundtrips", _roundtrip_section), ("peers", _peers_section))
+
+
+_DEFAULT_KEYS = tuple(key for key, _ in _SECTIONS if key != "peers")  # what a run without --sections measures
 
 
 def print_summary(results: dict, console: Console | None = None) -> None:
