@@ -162,7 +162,7 @@ def asyncio_rows(results: dict) -> list[dict]:
 
 # -- section 9, the peers (same run, same server, same clock) ---------------------------------------
 
-PEER_FACTOR = 2.0  # the CLI drains' lead over pgqueuer that issue 16 asks for
+PEER_FACTOR = 2.0  # the lead over pgqueuer asked of the CLI drains
 
 
 def best_cli_drain(peers: dict) -> tuple[str | None, dict]:
