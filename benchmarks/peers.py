@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -41,13 +42,30 @@ from pathlib import Path
 
 from . import tables
 from .idle import APP_MODULE, APP_SOURCE
+from .latency import POLL_INTERVAL, REST
 from .peer_install import SCRIPTS, PeerEnv, install_graphile_worker, install_pgqueuer
 from .raw_sql import QUEUE
-from .server import Database
+from .server import Database, wait_until
 from .sizes import Size
 from .stats import percentile, summary
 
 SYSTEMS = ("sqla_queue", "pgqueuer", "graphile-worker")
+LATENCY_APP = "latency_bench_app"
+LATENCY_APP_SOURCE = f'''"""The peers section's wake-up latency app (written by benchmarks/peers.py): the no-op task
+that appends "<payload i> <epoch seconds>" to $BENCH_STARTS_OUT when it starts."""
+import os
+import time
+
+import sqla_queue as sq
+
+queue = sq.Queue(os.environ["SQLA_QUEUE_BENCH_URL"], load_entrypoints=False)
+
+
+@queue.task(name="noop", queue="{QUEUE}")
+def noop(payload, ctx):
+    with open(os.environ["BENCH_STARTS_OUT"], "a") as out:
+        out.write(f"{{payload['i']}} {{time.time()}}\\n")
+'''
 BULK_BATCH = 1_000
 PROCESS_TIMEOUT = 900.0
 
@@ -109,6 +127,27 @@ def parse_graphile_events(texts: list[str], spawned_at: float) -> tuple[list[flo
         times += [ms / 1000 - spawned_at for ms in data["completed"]]
         released += [ms / 1000 - spawned_at for ms in data["released"]]
     return times, max(released) if released else None
+
+
+def parse_starts(text: str) -> dict[int, float]:
+    """A starts file (``<i> <epoch seconds>`` per line, written by each system's timed no-op
+    task): the first start of each job."""
+    starts: dict[int, float] = {}
+    for line in text.splitlines():
+        if line.strip():
+            i, at = line.split()
+            starts.setdefault(int(i), float(at))
+    return starts
+
+
+def wakeup_latencies(sent: dict[int, tuple[float, float]], starts: dict[int, float]) -> dict:
+    """Milliseconds from each enqueue call's return (the job committed) and from its start to
+    the handler's start, for the jobs `sent` (``i -> (before the call, after it returned)``)."""
+    missing = sorted(set(sent) - set(starts))
+    if missing:
+        raise ValueError(f"no handler start recorded for job(s) {missing[:10]}")
+    return {"after_commit_ms": [(starts[i] - after) * 1e3 for i, (_, after) in sorted(sent.items())],
+            "from_call_ms": [(starts[i] - before) * 1e3 for i, (before, _) in sorted(sent.items())]}
 
 
 def parse_enqueue_output(stdout: str) -> dict:
@@ -309,6 +348,70 @@ class Peers:
         return {**completion_figures(times, jobs, last=released), "exit_s": clock["exit_s"]}
 
 
+    # idle wake-up latency ----------------------------------------------------------------------
+
+    def latency(self, system: str, jobs: int, rng: random.Random) -> dict:
+        """One idle worker process of `system` (started from its command line, LISTEN on as
+        shipped) and one long-lived enqueuer of the same system; each job is enqueued once the
+        previous one has started and the worker has then rested (`REST`, as section 4)."""
+        self.empty_all()
+        self.runs += 1
+        starts_path = self.work / f"starts-{self.runs}.txt"
+        starts_path.write_text("")
+        env = self.env(BENCH_STARTS_OUT=str(starts_path))
+        bench = self.graphile.root / "bench"
+        if system == "sqla_queue":
+            worker = ([*self.sqla_queue_cli(), "--app", f"{LATENCY_APP}:queue", "worker", "--queues", QUEUE,
+                       "--concurrency", "10", "--poll-interval", f"{POLL_INTERVAL}s"], self.work)
+            enqueuer = ([sys.executable, str(SCRIPTS / "sqla_queue_enqueuer.py")], self.work)
+        elif system == "pgqueuer":
+            worker = ([str(self.pgqueuer.pgq), "run", "pgqueuer_app:create_pgqueuer"], SCRIPTS)
+            enqueuer = ([str(self.pgqueuer.python), str(SCRIPTS / "pgqueuer_enqueuer.py")], self.work)
+        else:
+            worker = ([str(self.graphile.graphile_cli), "--jobs", "10", "-C", str(bench / "graphile.config.js")], bench)
+            enqueuer = ([shutil.which("node") or "node", str(bench / "enqueuer.js")], bench)
+        log_path = self.work / f"latency-{self.runs}.log"
+        with open(log_path, "wb") as out:
+            proc = subprocess.Popen(worker[0], cwd=worker[1], env=env, stdout=out, stderr=subprocess.STDOUT)
+        feeder = subprocess.Popen(enqueuer[0], cwd=enqueuer[1], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        sent: dict[int, tuple[float, float]] = {}
+
+        def started(i: int, timeout: float) -> None:
+            if not wait_until(lambda: i in parse_starts(starts_path.read_text()), timeout=timeout, step=0.005):
+                raise RuntimeError(f"{system} latency: job {i} never started (worker exit code {proc.poll()}):\n"
+                                   + log_path.read_text()[-3000:])
+
+        def send(i: int) -> tuple[float, float]:
+            feeder.stdin.write(f"{i}\n")
+            feeder.stdin.flush()
+            reply = feeder.stdout.readline().split()
+            if len(reply) != 3 or int(reply[0]) != i:
+                raise RuntimeError(f"{system} latency: the enqueuer answered {reply!r} for job {i}")
+            return float(reply[1]), float(reply[2])
+
+        try:
+            if feeder.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"{system} latency: the enqueuer did not start")
+            send(0)  # warm-up: the worker is up, connected and listening once job 0 has started
+            started(0, timeout=120)
+            for i in range(1, jobs + 1):
+                time.sleep(rng.uniform(*REST))
+                sent[i] = send(i)
+                started(i, timeout=30)
+        finally:
+            feeder.stdin.close()
+            feeder.wait(timeout=30)
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        return wakeup_latencies(sent, parse_starts(starts_path.read_text()))
+
+
 def run(db: Database, size: Size, log) -> dict:
     pgq, graphile = install_pgqueuer(log), install_graphile_worker(log)
     jobs = size.drain_jobs
@@ -316,9 +419,12 @@ def run(db: Database, size: Size, log) -> dict:
     drains: dict = {"sqla_queue": {f"{p}x{c}": [] for p, c in cli_configs},
                     "pgqueuer": {k: [] for k in PGQUEUER_DRAINS}, "graphile-worker": {k: [] for k in GRAPHILE_DRAINS}}
     enqueues: dict = {s: {"bulk": [], "single": []} for s in SYSTEMS}
+    latencies: dict = {s: {"p50_ms": [], "p99_ms": [], "call_p50_ms": [], "samples_ms": []} for s in SYSTEMS}
+    rng = random.Random(7)
     with tempfile.TemporaryDirectory(prefix="sqlaq-peers-") as root:
         work = Path(root)
         (work / f"{APP_MODULE}.py").write_text(APP_SOURCE)
+        (work / f"{LATENCY_APP}.py").write_text(LATENCY_APP_SOURCE)
         peers = Peers(db, pgq, graphile, work, log)
         peers.install_schemas()
         for rep in range(size.repeat):
@@ -350,6 +456,15 @@ def run(db: Database, size: Size, log) -> dict:
                 drains[system][key].append(out)
                 log(f"peers: {system} drain {key} rep {rep + 1}: {out['jobs_per_s']:,.0f} jobs/s from process "
                     f"start (steady {out['steady_per_s'] or 0:,.0f}, first completion after {out['startup_s']:.2f} s)")
+            for system in SYSTEMS:
+                lat = peers.latency(system, size.peers_latency_jobs, rng)
+                after, call = lat["after_commit_ms"], lat["from_call_ms"]
+                latencies[system]["p50_ms"].append(percentile(after, 50))
+                latencies[system]["p99_ms"].append(percentile(after, 99))
+                latencies[system]["call_p50_ms"].append(percentile(call, 50))
+                latencies[system]["samples_ms"] += after
+                log(f"peers: {system} idle wake-up rep {rep + 1}: after commit p50 {percentile(after, 50):.2f} ms, "
+                    f"p99 {percentile(after, 99):.2f} ms")
         peers.empty_all()
     return {
         "jobs": jobs, "bulk_batch": min(BULK_BATCH, jobs),
@@ -365,6 +480,9 @@ def run(db: Database, size: Size, log) -> dict:
                         "single": {"call_ms": summary(r["seconds"] * 1000 for r in e["single"]),
                                    "process_ms": summary(r["process_seconds"] * 1000 for r in e["single"])}}
                     for s, e in enqueues.items()},
+        "latency": {"jobs": size.peers_latency_jobs, "rest_s": list(REST), "sqla_queue_poll_interval_s": POLL_INTERVAL,
+                    **{s: {**{k: summary(v) for k, v in lat.items() if k != "samples_ms"},
+                           "samples_ms": lat["samples_ms"]} for s, lat in latencies.items()}},
     }
 
 

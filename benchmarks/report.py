@@ -391,6 +391,17 @@ def _peers_section(results: dict) -> list[str]:
     lines.append("| single enqueue from a fresh process: the call / the whole process | "
                  + " | ".join(f"{fmt_stat(enq[s]['single']['call_ms'], '.1f', ' ms')} / "
                               f"{fmt_stat(enq[s]['single']['process_ms'], '.0f', ' ms')}" for s in systems) + " |")
+    lat = peers.get("latency")
+    if lat:
+        lines.append("| idle wake-up, enqueue call's return → handler start, p50 / p99 | "
+                     + " | ".join(f"{fmt_stat(lat[s]['p50_ms'], '.2f', ' ms')} / {fmt_stat(lat[s]['p99_ms'], '.2f', ' ms')}"
+                                  for s in systems) + " |")
+        lines += ["", f"Idle wake-up: one worker process of each system started from its command line (concurrency 10, "
+                  f"LISTEN/NOTIFY on as shipped; sqla_queue polling every {lat['sqla_queue_poll_interval_s']:g} s as in "
+                  "section 4, the peers at their default poll intervals) and one long-lived enqueuer process of the same "
+                  f"system, enqueuing {lat['jobs']} jobs one at a time, each once the previous one had started and the "
+                  f"worker had then rested {lat['rest_s'][0]:g}–{lat['rest_s'][1]:g} s; the handler's first line against "
+                  "the enqueue call's return, on this machine's clock."]
     lines += ["", "Configurations (*best*: sqla_queue's fastest CLI row below; each peer's best documented "
               "configuration for many short jobs, at one process per core):", ""]
     for system in systems:

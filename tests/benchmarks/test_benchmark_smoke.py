@@ -86,6 +86,7 @@ def test_every_size_runs_every_section_and_full_is_the_issues():
         assert size.drain_jobs > 0 and size.sustained_jobs > 0 and size.latency_jobs > 0
         assert size.claim_large_backlog > size.claim_small_backlog
         assert 1 in size.idle_workers and len(size.idle_workers) >= 2 and size.idle_window > 0
+        assert size.peers_latency_jobs > 0
     full = SIZES["full"]
     assert full.drain_jobs == 20_000 and full.repeat >= 3 and full.latency_jobs >= 100
     assert full.idle_workers == (1, 20) and SIZES["small"].idle_workers == (1, 20)

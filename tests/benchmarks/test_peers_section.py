@@ -95,6 +95,16 @@ def test_enqueue_output_is_the_last_json_line():
         peers.parse_enqueue_output('{"jobs": 1, "seconds": 0}')
 
 
+def test_wakeup_latency_pairs_each_enqueue_with_its_handler_start():
+    starts = peers.parse_starts("1 100.0105\n2 200.002\n1 150.0\n\n")  # a second run of job 1 is not its start
+    assert starts == {1: 100.0105, 2: 200.002}
+    out = peers.wakeup_latencies({1: (100.0, 100.0025), 2: (200.0, 200.001)}, starts)
+    assert out["after_commit_ms"] == pytest.approx([8.0, 1.0])
+    assert out["from_call_ms"] == pytest.approx([10.5, 2.0])
+    with pytest.raises(ValueError, match=r"job\(s\) \[3\]"):
+        peers.wakeup_latencies({3: (1.0, 2.0)}, starts)
+
+
 def test_configurations_are_described_as_run():
     assert peers.describe_sqla_queue(2, 10) == ("2 x `sqla-queue --app APP worker --queues bench --concurrency 10 "
                                                 "--until-empty`")
@@ -168,6 +178,9 @@ def fake_peers() -> dict:
                   "graphile-worker": {"1x10": drain(2_000, 2_100), "2x10": drain(2_500, 2_600),
                                       "best": drain(8_000, 14_000)}},
         "enqueue": {"sqla_queue": enqueue(40_000), "pgqueuer": enqueue(30_000), "graphile-worker": enqueue(50_000)},
+        "latency": {"jobs": 100, "rest_s": [1.0, 1.2], "sqla_queue_poll_interval_s": 0.5,
+                    **{s: {"p50_ms": _stat(2.0), "p99_ms": _stat(9.5), "call_p50_ms": _stat(3.0), "samples_ms": [2.0]}
+                       for s in ("sqla_queue", "pgqueuer", "graphile-worker")}},
     }
 
 
@@ -192,5 +205,6 @@ def test_the_report_has_the_peers_side_by_side():
         assert "pgqueuer 1.6.0 (asyncpg 0.32.0)" in text
         assert "| 1 x 10 | 5,000 | 6,000 | 0.50 s | 4.20 s |" in text  # the CLI row beside section 3's
         assert "CLI drain, 1 process x 10, from process start >= 2x pgqueuer's" in text
+        assert "| idle wake-up, enqueue call's return → handler start, p50 / p99 | 2.00 ms / 9.50 ms |" in text
     without = report.render_markdown(fake_results())
     assert "## 9. Peers" not in without and "not measured" in without
