@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import tables
+from . import raw_sql, tables
 from .idle import APP_MODULE, APP_SOURCE
 from .latency import POLL_INTERVAL, REST
 from .peer_install import SCRIPTS, PeerEnv, install_graphile_worker, install_pgqueuer
@@ -222,8 +222,8 @@ class Peers:
         self.runs += 1
         logs = []
         with self.db.connect(autocommit=True) as conn:
-            conn.execute("SELECT 1")
-            db_start = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+            conn.execute(raw_sql.DB_CLOCK)  # a warm connection: the next round trip is the start
+            db_start = conn.execute(raw_sql.DB_CLOCK).fetchone()[0]
             wall_start, t0 = time.time(), time.monotonic()
             procs = []
             for n, (argv, cwd, env) in enumerate(commands):
@@ -259,22 +259,13 @@ class Peers:
         """Every system's jobs gone (so nothing else is pending while one is measured)."""
         tables.reset(self.db)
         with self.db.connect(autocommit=True) as conn:
-            conn.execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics RESTART IDENTITY")
-            conn.execute("TRUNCATE graphile_worker._private_jobs, graphile_worker._private_job_queues "
-                         "RESTART IDENTITY CASCADE")
+            for statement in raw_sql.PEER_RESET:
+                conn.execute(statement)
             tables.settle(conn)
 
-    def _settle(self, table: str) -> None:
-        with self.db.connect(autocommit=True) as conn:
-            conn.execute(f"VACUUM (ANALYZE) {table}")
-            conn.execute("CHECKPOINT")
-
     def count(self, system: str) -> int:
-        sql = {"sqla_queue": "SELECT count(*) FROM sqla_queue_jobs",
-               "pgqueuer": "SELECT count(*) FROM pgqueuer",
-               "graphile-worker": "SELECT count(*) FROM graphile_worker._private_jobs"}[system]
         with self.db.connect() as conn:
-            return conn.execute(sql).fetchone()[0]
+            return conn.execute(raw_sql.PEER_COUNT[system]).fetchone()[0]
 
     # enqueue ----------------------------------------------------------------------------------
 
@@ -304,28 +295,28 @@ class Peers:
             tables.reset(self.db, pending=jobs)
             return
         self.enqueue(system, jobs, min(BULK_BATCH, jobs))
-        self._settle("pgqueuer" if system == "pgqueuer" else "graphile_worker._private_jobs")
+        with self.db.connect(autocommit=True) as conn:
+            conn.execute(raw_sql.PEER_SETTLE[system])
+            conn.execute(raw_sql.CHECKPOINT)
 
     # drains -----------------------------------------------------------------------------------
 
     def drain_sqla_queue(self, jobs: int, processes: int, concurrency: int) -> dict:
-        self.fill("sqla_queue", jobs)
         argv = [*self.sqla_queue_cli(), "--app", f"{APP_MODULE}:queue", "worker", "--queues", QUEUE,
                 "--concurrency", str(concurrency), "--until-empty"]
-        clock = self.start_together([(argv, self.work, self.env())] * processes, "sqla-queue worker --until-empty")
-        with self.db.connect() as conn:
-            rows = conn.execute("SELECT extract(epoch FROM completed_at - %s) FROM sqla_queue_jobs "
-                                "WHERE status = 'completed'", (clock["db_start"],)).fetchall()
-        return {**completion_figures([float(r[0]) for r in rows], jobs), "exit_s": clock["exit_s"]}
+        return self._drain_from_table("sqla_queue", jobs, [(argv, self.work, self.env())] * processes)
 
     def drain_pgqueuer(self, jobs: int, config: dict) -> dict:
-        self.fill("pgqueuer", jobs)
         argv = [str(self.pgqueuer.pgq), "run", "pgqueuer_app:create_pgqueuer", "--mode", "drain",
                 "--batch-size", str(config["batch_size"])]
-        clock = self.start_together([(argv, SCRIPTS, self.env())] * config["processes"], "pgq run --mode drain")
+        return self._drain_from_table("pgqueuer", jobs, [(argv, SCRIPTS, self.env())] * config["processes"])
+
+    def _drain_from_table(self, system: str, jobs: int, commands: list) -> dict:
+        """Fill, run the workers, read the completion times the system keeps in its tables."""
+        self.fill(system, jobs)
+        clock = self.start_together(commands, f"{system} drain")
         with self.db.connect() as conn:
-            rows = conn.execute("SELECT extract(epoch FROM created - %s) FROM pgqueuer_log "
-                                "WHERE status = 'successful'", (clock["db_start"],)).fetchall()
+            rows = conn.execute(raw_sql.PEER_COMPLETIONS[system], {"start": clock["db_start"]}).fetchall()
         return {**completion_figures([float(r[0]) for r in rows], jobs), "exit_s": clock["exit_s"]}
 
     def drain_graphile(self, jobs: int, config: dict) -> dict:
