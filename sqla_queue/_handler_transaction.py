@@ -62,7 +62,7 @@ class HandlerTransaction:
 
     def __init__(self, outcomes: Outcomes, job: ClaimedJob, task: Task | None, sessions: HandlerSessions,
                  cancel_requested: threading.Event, *, max_result_bytes: int,
-                 on_settled: Callable[[str], None] | None = None) -> None:
+                 on_settled: Callable[[str], bool] | None = None) -> None:
         self._outcomes = outcomes
         self._on_settled = on_settled
         self._max_result_bytes = max_result_bytes
@@ -191,8 +191,9 @@ class HandlerTransaction:
                                     "rolled back, nothing it wrote was committed")
         sync_session.rollback()
         self.outcome = self.LOST
-        self._settled("lost")
-        reason = self._outcomes.lost_in_transaction(job)
+        # A worker that gave the job up already (a lease renewal found it lost, or it was
+        # fenced) has reported it: one report per lost claim.
+        reason = self._outcomes.lost_in_transaction(job) if self._settled("lost") else "its claim was lost"
         raise LostClaimError(f"job {job.id}: {reason}; its transaction was rolled back, nothing it "
                              "wrote was committed")
 
@@ -201,11 +202,11 @@ class HandlerTransaction:
         self._settled("completed")
         self._outcomes.completed_in_transaction(row)
 
-    def _settled(self, outcome: str) -> None:
+    def _settled(self, outcome: str) -> bool:
         """Tell the runner at once: the handler may run on after the block (sending the mail),
-        and its job must not look like one still holding a lease meanwhile."""
-        if self._on_settled is not None:
-            self._on_settled(outcome)
+        and its job must not look like one still holding a lease meanwhile. False when the
+        runner had settled the job before (timed out, fenced, found lost)."""
+        return True if self._on_settled is None else self._on_settled(outcome)
 
 
 def _close_quietly(session: Any) -> None:

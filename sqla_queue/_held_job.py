@@ -38,11 +38,18 @@ class HeldJob:
         self.cancel: Callable[[], None] | None = None  # an async handler's: cancels its coroutine
         self._cancel_requested = threading.Event()
         self._lock = threading.Lock()
-        # What ``ctx.transaction()`` returns: a block that commits (or finds the claim lost)
-        # settles the job then, while the handler may still run.
-        self.transaction = None if transaction_for is None else transaction_for(self)
-        self.context = job.context(self._cancel_requested, self.transaction)  # the handler's view
+        # What ``ctx.transaction()`` returns, made when the handler first asks: a block that
+        # commits (or finds the claim lost) settles the job then, while the handler may run on.
+        self.transaction: HandlerTransaction | None = None
+        self._transaction_for = transaction_for
+        self.context = job.context(self._cancel_requested,
+                                   None if transaction_for is None else self._handler_transaction)
         self.result: Any = None  # the handler's return value, stored with the completion
+
+    def _handler_transaction(self) -> HandlerTransaction:
+        if self.transaction is None:
+            self.transaction = self._transaction_for(self)  # type: ignore[misc]
+        return self.transaction
 
     def move(self, to: str, *, allowed: tuple[str, ...] = (RUNNING,)) -> bool:
         with self._lock:

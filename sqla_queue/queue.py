@@ -538,10 +538,10 @@ class Queue:
 
     def handler_transaction(self, job: ClaimedJob, cancel_requested: threading.Event,
                             sessions: HandlerSessions, *,
-                            on_settled: Callable[[str], None] | None = None) -> HandlerTransaction:
+                            on_settled: Callable[[str], bool] | None = None) -> HandlerTransaction:
         """What ``ctx.transaction()`` returns for one run of `job`, completing it on this
         queue's table; `on_settled` hears ``"completed"`` or ``"lost"`` the moment a block
-        settles the job. For whoever runs handlers (the worker, `sqla_queue.testing`); not
+        settles the job, and answers False if the runner had given the job up before. For whoever runs handlers (the worker, `sqla_queue.testing`); not
         public API."""
         return HandlerTransaction(self._outcomes, job, self._tasks.get(job.task), sessions,
                                   cancel_requested, max_result_bytes=self.max_result_bytes,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import _validate
 from ._handler_transaction import HandlerSessions, HandlerTransaction
 from .errors import InvalidInputError, ResultError, Snooze, SnoozeLimitError, UnknownTaskError
-from .types import ClaimedJob, JobStatus, Outcome
+from .types import ClaimedJob, JobContext, JobStatus, Outcome
 
 if TYPE_CHECKING:
     from ._tasks import Task
@@ -63,7 +63,6 @@ def from_the_handler_on(error: Exception) -> Exception:
     return error
 
 
-@calls_handlers
 def run_claimed_job(queue: Queue, job: ClaimedJob, *,
                     await_coroutine: Callable[[Awaitable[Any]], Any] | None = None) -> Ran:
     """Run `job` (claimed already) in the calling thread as a worker would, and record its
@@ -71,26 +70,34 @@ def run_claimed_job(queue: Queue, job: ClaimedJob, *,
     event loop, `asyncio.run`)."""
     cancel = threading.Event()
     transaction = queue.handler_transaction(job, cancel, HandlerSessions.of(queue))
-    context = job.context(cancel, transaction)
-    result: Any = None
-    try:
-        task = queue.get_task(job.task)
-        value = task.handler(job.payload, context)
-        if inspect.isawaitable(value):
-            value = (await_coroutine or _run_to_end)(value)
-        result, error = checked_result(queue, task, value)
-    except UnknownTaskError as exc:
-        error = exc
-    except Snooze as snooze:
-        error = checked_snooze(snooze)
-    except Exception as exc:  # a handler's failure is data: it decides retry or fail
-        error = from_the_handler_on(exc)
+    context = job.context(cancel, lambda: transaction)
+    result, error = call_handler(queue, job, context, await_coroutine or _run_to_end)
     outcome = settled_by_transaction(transaction, job, result, error)
     if outcome is None:
         outcome = record_outcome(queue, job, result, error)
     else:
         result = transaction.result
     return Ran(job, outcome, result if outcome == "completed" else None, error)
+
+
+@calls_handlers
+def call_handler(queue: Queue, job: ClaimedJob, context: JobContext,
+                 await_awaitable: Callable[[Awaitable[Any]], Any]) -> tuple[Any, BaseException | None]:
+    """Call `job`'s handler in this thread: ``(result to store, None)``, or ``(None, what the
+    attempt ends with)``. A returned awaitable (an ``async def`` handler's coroutine, or a
+    synchronous wrapper's) is run to its end by `await_awaitable`."""
+    try:
+        task = queue.get_task(job.task)
+        value = task.handler(job.payload, context)
+        if inspect.isawaitable(value):
+            value = await_awaitable(value)
+        return checked_result(queue, task, value)
+    except UnknownTaskError as exc:
+        return None, exc
+    except Snooze as snooze:
+        return None, checked_snooze(snooze)
+    except Exception as exc:  # a handler's failure is data: it decides retry or fail
+        return None, from_the_handler_on(exc)
 
 
 def checked_result(queue: Queue, task: Task, value: Any) -> tuple[Any, BaseException | None]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -65,11 +66,12 @@ class ClaimedJob:
         return self.attempts >= self.max_attempts
 
     def context(self, cancel_requested: threading.Event | None = None,
-                transaction: HandlerTransaction | None = None) -> JobContext:
+                transaction: Callable[[], HandlerTransaction] | None = None) -> JobContext:
         """The handler's view of this run. Without an explicit key, the idempotency key is
         derived from the job id, which every attempt shares. `cancel_requested` is the event
         its worker sets when someone asks to cancel the job (`JobContext.cancel_requested`);
-        `transaction` what ``ctx.transaction()`` returns, made by whoever runs the handler."""
+        `transaction` gives what ``ctx.transaction()`` returns (made by whoever runs the
+        handler, on first use: most handlers never ask)."""
         return JobContext(
             job_id=self.id, attempt=self.attempts, max_attempts=self.max_attempts,
             queue=self.queue, task=self.task,
@@ -100,7 +102,7 @@ class JobContext:
     _cancel_requested: threading.Event = field(
         default_factory=threading.Event, repr=False, compare=False
     )
-    _transaction: HandlerTransaction | None = field(default=None, repr=False, compare=False)
+    _transaction: Callable[[], HandlerTransaction] | None = field(default=None, repr=False, compare=False)
 
     @property
     def cancel_requested(self) -> bool:
@@ -122,7 +124,7 @@ class JobContext:
                 "ctx.transaction() needs the context a worker (or sqla_queue.testing's drain, "
                 "run_job or inline mode) gives the handler: this JobContext was built by hand"
             )
-        return self._transaction
+        return self._transaction()
 
     def set_result(self, value: Any) -> None:
         """Inside ``ctx.transaction()``: the job's result, stored with the completion that

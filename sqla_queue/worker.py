@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
 import os
 import queue as queue_module
@@ -59,6 +58,7 @@ from .errors import DatabaseError, JobCancelledError, Snooze, UnknownTaskError
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
 from .running import (
+    call_handler,
     calls_handlers,
     checked_result,
     checked_snooze,
@@ -324,12 +324,15 @@ class Worker:
         return self.queue.handler_transaction(held.job, held.cancel_event, self._sessions,
                                               on_settled=functools.partial(self._settled_in_transaction, held))
 
-    def _settled_in_transaction(self, held: HeldJob, outcome: str) -> None:
+    def _settled_in_transaction(self, held: HeldJob, outcome: str) -> bool:
         """Its ``ctx.transaction()`` completed the job (or found the claim lost): settled now,
         so the lease keeper neither renews it nor times it out, nor cancels its handler while
-        that runs on after the block. The slot stays taken until the handler returns."""
-        if held.move(HeldJob.SETTLED):
-            self._count(outcome)
+        that runs on after the block. The slot stays taken until the handler returns. False:
+        the worker had given the job up already (and reported that)."""
+        if not held.move(HeldJob.SETTLED):
+            return False
+        self._count(outcome)
+        return True
 
     def _task_of(self, task_name: str) -> Task | None:
         try:
@@ -378,36 +381,17 @@ class Worker:
         if freed:
             self._wake.set()
 
-    @calls_handlers
     def _execute(self, held: HeldJob) -> bool:
         """Run the handler and settle the job; True when its completion was handed to the
         claim loop (the job keeps its slot until that commits)."""
-        job = held.job
-        error: BaseException | None = _cancelled_before_start() if held.cancel_requested else None
-        try:
-            if error is None:
-                task = self.queue.get_task(job.task)
-                result = task.handler(job.payload, held.context)
-                if inspect.isawaitable(result):  # a synchronous wrapper around async code
-                    result = self._handler_loop.wait_for(result)
-                error = self._keep_result(held, task, result)
-        except UnknownTaskError as exc:
-            error = exc
-        except Snooze as snooze:
-            error = checked_snooze(snooze)
-        except Exception as exc:  # a handler's failure is data: it decides retry or fail
-            error = from_the_handler_on(exc)
+        if held.cancel_requested:
+            error: BaseException | None = _cancelled_before_start()
+        else:  # checked here, in the handler's thread, so the claim loop never pays for a bad result
+            held.result, error = call_handler(self.queue, held.job, held.context, self._handler_loop.wait_for)
         settled = self._settle_handler(held, error)
         if settled == "record":
             self._record(held, error)
         return settled == "completing"
-
-    def _keep_result(self, held: HeldJob, task: Task, result: Any) -> BaseException | None:
-        """Keep a handler's return value for its completion, or say what it means instead
-        (`checked_result`). Checked here, in the handler's thread, so the claim loop never pays
-        for a bad one."""
-        held.result, error = checked_result(self.queue, task, result)
-        return error
 
     def _settle_handler(self, held: HeldJob, error: BaseException | None) -> str:
         """What the handler's end means for its job: ``"completing"`` (handed to the claim
@@ -457,7 +441,7 @@ class Worker:
                 else:
                     async with asyncio.timeout(held.timeout.total_seconds()):
                         result = await task.handler(job.payload, held.context)
-                error = self._keep_result(held, task, result)
+                held.result, error = checked_result(self.queue, task, result)
         except asyncio.CancelledError:
             if not (held.cancel_requested and held.state == HeldJob.RUNNING):
                 self._cancelled(held)

@@ -7,10 +7,12 @@ import math
 import re
 import sys
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
+
+if TYPE_CHECKING:  # Rich is imported by the commands that print tables, not by the worker's
+    from rich.console import Console
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|[smhd]?)")  # no sign: never negative
@@ -101,4 +103,6 @@ def _json_prefix(payload: Any, limit: int, indent: int | None) -> tuple[str, boo
 
 def console() -> Console:
     """A terminal gets its own width; a pipe gets a wide one, so tables never truncate names."""
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=200)

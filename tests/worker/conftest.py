@@ -11,6 +11,10 @@
   started is killed at teardown, whatever the test's outcome. Its async twin, ``work_async``,
   is an ``async def`` handler doing the same through an AsyncEngine and ``asyncio.sleep``;
   ``fault_app(url, handler_kind="async")`` makes the app's helpers enqueue that one instead.
+  ``work_tx`` and ``work_tx_async`` (kinds ``"transaction"`` and ``"transaction_async"``) record
+  their run the same way, then write one row to ``effects`` inside ``ctx.transaction()``: the
+  row commits with the job's completion or not at all. ``effects`` has no unique constraint, so a
+  duplicate effect would be counted, not refused.
 
 Nothing here sleeps to synchronise: waiting is `FaultApp.wait_until`, a polling loop with an
 overall timeout.
@@ -23,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,7 +133,83 @@ async def work_async(payload, ctx):
     await asyncio.sleep(payload.get("sleep", 0.002))
 '''
 
+# Appended after ASYNC_APP_SOURCE: handlers whose effect is a row written inside ctx.transaction().
+# `hold` lets a test catch a run inside its block: payload["hold"] lists one gate file per attempt;
+# an attempt with a gate, after its write, notes "inside" (in a transaction of its own) and waits
+# for its gate file to exist; how its block ended is noted too: "committed", or the class name
+# of the exception (LostClaimError, CancelledError, ...), which is then re-raised.
+TX_APP_SOURCE = '''
+
+EFFECT = sa.text(
+    "INSERT INTO effects (job_id, attempt, pid, claim_token, runner) "
+    "VALUES (:job_id, :attempt, :pid, :token, :runner)"
+)
+NOTE = sa.text(
+    "INSERT INTO handler_notes (job_id, attempt, pid, claim_token, note) "
+    "VALUES (:job_id, :attempt, :pid, :token, :note)"
+)
+
+
+def effect_row(ctx, runner=None):
+    return {"job_id": ctx.job_id, "attempt": ctx.attempt, "pid": os.getpid(),
+            "token": ctx.claim_token, "runner": runner}
+
+
+def note(ctx, what):
+    """A row in handler_notes, committed on the side engine whatever the handler's block does.
+    Synchronous on purpose, in the async handler too: it is a note, written even while the
+    handler's coroutine is being cancelled."""
+    with side.begin() as conn:
+        conn.execute(NOTE, {"job_id": ctx.job_id, "attempt": ctx.attempt, "pid": os.getpid(),
+                            "token": ctx.claim_token, "note": what})
+
+
+def gate(payload, ctx):
+    """The file this run waits for inside its block (noting "inside" first), or None."""
+    gates = payload.get("hold") or []
+    if ctx.attempt > len(gates):
+        return None
+    note(ctx, "inside")
+    return gates[ctx.attempt - 1]
+
+
+@queue.task(max_attempts=%(max_attempts)d, retry_delay=0.2)
+def work_tx(payload, ctx):
+    record(ctx)
+    try:
+        with ctx.transaction() as session:
+            session.execute(EFFECT, effect_row(ctx))
+            path = gate(payload, ctx)
+            while path is not None and not os.path.exists(path):
+                time.sleep(0.02)
+            time.sleep(payload.get("sleep", 0.002))
+        if path is not None:
+            note(ctx, "committed")
+    except Exception as error:
+        note(ctx, type(error).__name__)
+        raise
+
+
+@queue.task(max_attempts=%(max_attempts)d, retry_delay=0.2)
+async def work_tx_async(payload, ctx):
+    await record_async(ctx)
+    try:
+        async with ctx.transaction() as session:
+            await session.execute(EFFECT, effect_row(ctx, asyncio.current_task().get_name()))
+            path = gate(payload, ctx)
+            while path is not None and not os.path.exists(path):
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(payload.get("sleep", 0.002))
+        if path is not None:
+            note(ctx, "committed")
+    except BaseException as error:  # asyncio.CancelledError included: the worker may cancel it
+        note(ctx, type(error).__name__)
+        raise
+'''
+
 HANDLER_TASKS = {"sync": "work", "async": "work_async"}
+TX_TASKS = {"transaction": "work_tx", "transaction_async": "work_tx_async"}
+ALL_TASKS = {**HANDLER_TASKS, **TX_TASKS}
 
 SIDE_TABLE = """
 CREATE TABLE side_effects (
@@ -141,6 +221,30 @@ CREATE TABLE side_effects (
     runner text,  -- work_async: the name of the asyncio task it ran in; work: NULL
     started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     UNIQUE (job_id, claim_token)
+)
+"""
+
+# No unique constraint on job_id: a second committed effect of one job must be countable.
+EFFECTS_TABLE = """
+CREATE TABLE effects (
+    id bigserial PRIMARY KEY,
+    job_id bigint NOT NULL,
+    attempt integer NOT NULL,
+    pid integer NOT NULL,
+    claim_token text NOT NULL,
+    runner text  -- work_tx_async: the name of the asyncio task it ran in; work_tx: NULL
+)
+"""
+
+NOTES_TABLE = """
+CREATE TABLE handler_notes (
+    id bigserial PRIMARY KEY,
+    job_id bigint NOT NULL,
+    attempt integer NOT NULL,
+    pid integer NOT NULL,
+    claim_token text NOT NULL,
+    note text NOT NULL,
+    noted_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )
 """
 
@@ -216,7 +320,8 @@ def create_app_database(server_url: str, *, make_database: bool) -> str:
         if make_database:
             migrations.upgrade(conn)
     with engine.begin() as conn:
-        conn.execute(text(SIDE_TABLE))
+        for table in (SIDE_TABLE, EFFECTS_TABLE, NOTES_TABLE):
+            conn.execute(text(table))
     engine.dispose()
     return url.render_as_string(hide_password=False)
 
@@ -274,25 +379,28 @@ class FaultApp:
         self.root = root
         self.direct_url = direct_url
         self.handler_kind = handler_kind
-        self.task = HANDLER_TASKS[handler_kind]  # what `enqueue` and `enqueue_one` enqueue
+        self.task = ALL_TASKS[handler_kind]  # what `enqueue` and `enqueue_one` enqueue
         self.engine = create_engine(direct_url, poolclass=NullPool)
         self.workers: list[WorkerProcess] = []
         self._started = 0
         self.producer = sq.Queue(self.engine, load_entrypoints=False)
-        for task in HANDLER_TASKS.values():  # the producer only names them
+        for task in ALL_TASKS.values():  # the producer only names them
             self.producer.task(name=task, max_attempts=MAX_ATTEMPTS)(lambda payload, ctx: None)
         (root / "faultapp.py").write_text(
-            (APP_SOURCE + ASYNC_APP_SOURCE) % {"side": SIDE_APP_NAME, "max_attempts": MAX_ATTEMPTS}
+            (APP_SOURCE + ASYNC_APP_SOURCE + TX_APP_SOURCE)
+            % {"side": SIDE_APP_NAME, "max_attempts": MAX_ATTEMPTS}
         )
 
     # -- jobs -----------------------------------------------------------------------
 
-    def enqueue(self, count: int, *, sleep: float = 0.002, batch: int = 500, **options: Any) -> list[int]:
+    def enqueue(self, count: int, *, sleep: float = 0.002, batch: int = 500, task: str | None = None,
+                **options: Any) -> list[int]:
+        """`count` jobs of `task` (default: this app's handler kind's task)."""
         ids: list[int] = []
         for start in range(0, count, batch):
             size = min(batch, count - start)
             ids += self.producer.enqueue_many(
-                [{"task": self.task, "payload": {"sleep": sleep}, **options}] * size
+                [{"task": task or self.task, "payload": {"sleep": sleep}, **options}] * size
             )
         return ids
 
@@ -301,8 +409,14 @@ class FaultApp:
         return self.query("SELECT pid, attempt FROM side_effects WHERE job_id = :id ORDER BY id",
                           {"id": job_id})
 
-    def enqueue_one(self, *, sleep: float = 0.002) -> int:
-        return self.producer.enqueue(self.task, {"sleep": sleep})
+    def enqueue_one(self, *, sleep: float = 0.002, hold: Sequence[Path] = ()) -> int:
+        """One job; `hold` (transaction kinds): gate files, one per attempt from the first;
+        such an attempt notes "inside" in handler_notes and waits inside its block until its
+        file exists."""
+        payload: dict[str, Any] = {"sleep": sleep}
+        if hold:
+            payload["hold"] = [str(path) for path in hold]
+        return self.producer.enqueue(self.task, payload)
 
     # -- workers --------------------------------------------------------------------
 
@@ -421,6 +535,51 @@ class FaultApp:
             assert elsewhere == [], elsewhere
         return figures
 
+    def effects(self, job_id: int) -> list[Any]:
+        """The committed effect rows of one job: ``(pid, attempt, claim_token)`` in order."""
+        return self.query("SELECT pid, attempt, claim_token FROM effects WHERE job_id = :id ORDER BY id",
+                          {"id": job_id})
+
+    def notes(self, job_id: int) -> list[Any]:
+        """What the handler noted about one job: ``(pid, attempt, claim_token, note)`` in order."""
+        return self.query("SELECT pid, attempt, claim_token, note FROM handler_notes "
+                          "WHERE job_id = :id ORDER BY id", {"id": job_id})
+
+    def check_effects(self, total: int) -> dict[str, int]:
+        """The handler transaction's promise, on top of `check_invariants`: exactly one committed
+        effect row per job (counted, counted distinct, and looked for twice over), written by the
+        very claim that completed the job. Returns the figures; ``discarded_runs`` are handler
+        runs whose block wrote an effect that never committed (killed, or lost their claim)."""
+        effect_rows = self.scalar("SELECT count(*) FROM effects")
+        jobs_with_an_effect = self.scalar("SELECT count(DISTINCT job_id) FROM effects")
+        duplicated = self.query("SELECT job_id, count(*) AS effects FROM effects GROUP BY job_id "
+                                "HAVING count(*) > 1 ORDER BY job_id LIMIT 10")
+        figures = {"effect_rows": effect_rows, "jobs_with_an_effect": jobs_with_an_effect,
+                   "duplicate_effects": effect_rows - jobs_with_an_effect,
+                   "discarded_runs": self.scalar(
+                       "SELECT count(*) FROM side_effects s WHERE NOT EXISTS (SELECT 1 FROM effects e "
+                       "WHERE e.job_id = s.job_id AND e.claim_token = s.claim_token)")}
+        assert duplicated == [], f"jobs with more than one committed effect: {duplicated} ({figures})"
+        assert effect_rows == jobs_with_an_effect == total, figures
+        without = self.scalar("SELECT count(*) FROM sqla_queue_jobs j "
+                              "WHERE NOT EXISTS (SELECT 1 FROM effects e WHERE e.job_id = j.id)")
+        assert without == 0, f"{without} jobs completed without their effect"
+        # The effect that committed is the completing claim's: same token, same attempt.
+        stale = self.query(
+            "SELECT e.job_id, e.attempt, e.pid, j.attempts, j.status FROM effects e "
+            "LEFT JOIN sqla_queue_jobs j ON j.id = e.job_id WHERE j.id IS NULL OR j.status <> 'completed' "
+            "OR e.claim_token <> j.claim_token OR e.attempt <> j.attempts LIMIT 10"
+        )
+        assert stale == [], f"effects committed by a claim that did not complete the job: {stale}"
+        # work_tx_async's effects were written from the job's own asyncio task; work_tx's from a thread.
+        misplaced = self.query(
+            "SELECT e.job_id, j.task, e.runner FROM effects e JOIN sqla_queue_jobs j ON j.id = e.job_id "
+            "WHERE (j.task = 'work_tx_async') <> (e.runner IS NOT DISTINCT FROM 'sqla-queue-job-' || e.job_id) "
+            "LIMIT 5"
+        )
+        assert misplaced == [], misplaced
+        return figures
+
     def logs(self, chars: int = 2000) -> str:
         """The tail of every worker's output, for failure messages."""
         return "\n".join(f"--- {w.name} pid {w.pid} rc={w.process.poll()}\n{w.log()[-chars:]}"
@@ -435,7 +594,8 @@ class FaultApp:
 def fault_app(tmp_path: Path) -> Iterator[Callable[..., FaultApp]]:
     """Factory: ``fault_app(direct_url, handler_kind="sync")`` writes the app module and returns
     a `FaultApp` whose jobs run the ``work`` task (``"sync"``) or its twin ``work_async``
-    (``"async"``)."""
+    (``"async"``), or the handler-transaction tasks ``work_tx`` (``"transaction"``) and
+    ``work_tx_async`` (``"transaction_async"``)."""
     apps: list[FaultApp] = []
 
     def make(direct_url: str, handler_kind: str = "sync") -> FaultApp:
@@ -451,6 +611,13 @@ def fault_app(tmp_path: Path) -> Iterator[Callable[..., FaultApp]]:
 @pytest.fixture(params=sorted(HANDLER_TASKS))
 def handler_kind(request: pytest.FixtureRequest) -> str:
     """``"async"`` and ``"sync"``: which of the fault app's twin tasks a test's jobs run."""
+    return request.param
+
+
+@pytest.fixture(params=sorted(TX_TASKS))
+def tx_kind(request: pytest.FixtureRequest) -> str:
+    """``"transaction"`` and ``"transaction_async"``: the fault app's tasks whose effect row is
+    written inside ``ctx.transaction()``."""
     return request.param
 
 

@@ -13,12 +13,11 @@ than shrunk: the fewer jobs, the fewer kills land mid-run.
 
 from __future__ import annotations
 
-import random
-import signal
-import time
 from pathlib import Path
 
 import pytest
+
+from storm import report, stop_gracefully, storm
 
 JOBS = 3_000
 WORKERS = 3
@@ -31,38 +30,10 @@ WORKER_OPTIONS = ("--concurrency", str(CONCURRENCY), "--lease", "3", "--poll-int
 @pytest.mark.slow
 def test_sigkill_storm_loses_nothing_and_completes_every_job_once(fault_app, session_app_url, handler_kind):
     app = fault_app(session_app_url, handler_kind)
-    seed = random.randrange(1 << 30)
-    rng = random.Random(seed)
     app.enqueue(JOBS, sleep=0.05)  # >= 12.5 s of work for 12 slots: the kills land mid-run
-    running = [app.start_worker(*WORKER_OPTIONS) for _ in range(WORKERS)]
-    app.wait_until(lambda: app.started() > 0, 30, "the first job to start")
-
-    kills = 0
-    completed_at_kill: list[int] = []
-    while kills < KILLS:
-        time.sleep(rng.uniform(0.5, 1.0))  # pacing the kills, not synchronising
-        victim = rng.choice(running)
-        victim.signal(signal.SIGKILL)
-        victim.process.wait(timeout=10)
-        kills += 1
-        completed_at_kill.append(app.completed())
-        running[running.index(victim)] = app.start_worker(*WORKER_OPTIONS)
-
-    # The kills must have landed while there was work to lose.
-    assert completed_at_kill[-1] < JOBS, f"the work ended before the last kill: {completed_at_kill}"
-    app.wait_all_completed(JOBS, timeout=120)
-    figures = app.check_invariants(JOBS, max_duplicates=CONCURRENCY * kills)
-    figures.update(kills=kills, seed=seed, workers=WORKERS, concurrency=CONCURRENCY, handlers=handler_kind)
-
-    # A worker restarted by the last kill may still be starting; SIGTERM before its handlers are
-    # installed would kill it outright. The worker logs "serving" once it is up.
-    app.wait_until(lambda: all("serving" in worker.log() for worker in running), 60, "every worker to be up")
-    for worker in running:
-        worker.signal(signal.SIGTERM)
-    for worker in running:
-        assert worker.process.wait(timeout=30) == 0, app.logs()
-    report = ", ".join(f"{key}={value}" for key, value in figures.items())
-    print(f"\ncrash test figures: {report}")
-    print(f"completed jobs at each kill: {completed_at_kill}")
-    figures_path = FIGURES if handler_kind == "sync" else FIGURES.with_stem(f"{FIGURES.stem}_{handler_kind}")
-    figures_path.write_text(f"{report}\ncompleted at each kill: {completed_at_kill}\n")
+    figures, completed_at_kill, running = storm(app, jobs=JOBS, workers=WORKERS, concurrency=CONCURRENCY,
+                                                kills=KILLS, options=WORKER_OPTIONS)
+    figures.update(handlers=handler_kind)
+    stop_gracefully(app, running)
+    report("crash test figures", figures, completed_at_kill,
+           FIGURES if handler_kind == "sync" else FIGURES.with_stem(f"{FIGURES.stem}_{handler_kind}"))

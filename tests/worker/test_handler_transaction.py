@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from datetime import timedelta
 
@@ -351,3 +352,46 @@ def test_the_run_reports_the_result_stored_with_the_completion(engine, clean_job
     [claimed] = queue.claim(worker_id="w", limit=1)
     ran = run_claimed_job(queue, claimed)
     assert ran.result == {"wrote": "r"} == queue.get_job(job_id).result
+
+
+def test_a_claim_the_lease_keeper_found_lost_is_reported_once(engine, clean_jobs, effects, events):
+    """The worker's lease renewal finds the claim gone while the handler is inside its block;
+    the block then ends in LostClaimError without a second lost-claim report."""
+    seen, recorder = events
+    queue = sq.Queue(engine, load_entrypoints=False, plugins=[recorder])
+    inside, leave = threading.Event(), threading.Event()
+    raised: list[BaseException] = []
+
+    @queue.task(name="write")
+    def write(payload, ctx):
+        try:
+            with ctx.transaction() as session:
+                session.execute(INSERT, {"job_id": ctx.job_id, "note": "stale"})
+                inside.set()
+                leave.wait(30)
+        except sq.LostClaimError as exc:
+            raised.append(exc)
+            raise
+
+    job_id = queue.enqueue("write", {})
+    worker = queue.worker(poll_interval=0.05, lease=1.5)
+    thread = threading.Thread(target=worker.run, kwargs={"until_empty": True})
+    thread.start()
+    try:
+        assert inside.wait(30)
+        with engine.begin() as conn:  # recovered and claimed by someone else meanwhile
+            conn.execute(text("UPDATE sqla_queue_jobs SET status = 'pending', claim_token = NULL"))
+        [other] = queue.claim(worker_id="other", limit=1)
+        deadline = time.monotonic() + 30
+        while not any(kind == "lost" for kind, _ in seen) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the next renewal (every 0.5 s) finds the claim gone
+    finally:
+        leave.set()
+        thread.join(60)
+
+    assert [type(e) for e in raised] == [sq.LostClaimError]
+    lost = [(e.job_id, e.operation) for kind, e in seen if kind == "lost"]
+    assert lost == [(job_id, "heartbeat")]
+    assert (worker.summary.lost, worker.summary.completed) == (1, 0)
+    assert effects() == [] and queue.get_job(job_id).locked_by == "other"
+    assert queue.complete(job_id, other.claim_token)
