@@ -15,11 +15,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import asyncio_rows, claim_cost, drain, enqueue, idle, latency, raw, report, roundtrips, sustained
+from . import asyncio_rows, claim_cost, drain, enqueue, idle, latency, peers, raw, report, roundtrips, sustained
 from .server import benchmark_database, load_average, server_facts
 from .sizes import SIZES
 
-SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "idle", "asyncio", "roundtrips")
+SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "idle", "asyncio", "roundtrips", "peers")
+# What runs without --sections: every section but the peers, which install pgqueuer and
+# graphile-worker from PyPI and npm (--peers adds them).
+DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "peers")
 
 
 def section_list(value: str) -> tuple[str, ...]:
@@ -36,8 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--out", help="report path; the PNG goes beside it (default docs/performance.md; "
                         "required with --sections, so a partial run never replaces the full report)")
-    parser.add_argument("--sections", type=section_list, default=SECTIONS,
-                        help=f"comma-separated sections to run (default: all): {','.join(SECTIONS)}")
+    parser.add_argument("--sections", type=section_list, default=DEFAULT_SECTIONS,
+                        help=f"comma-separated sections to run (default: all but peers): {','.join(SECTIONS)}")
+    parser.add_argument("--peers", action="store_true",
+                        help="also run sqla_queue beside pgqueuer and graphile-worker (section 9): installs them at "
+                        "pinned versions under ~/.cache/sqla_queue_bench/peers ($SQLA_QUEUE_BENCH_CACHE) from PyPI "
+                        "and npm (needs node and npm)")
     parser.add_argument("--size", choices=sorted(SIZES), default="full",
                         help="full: the published figures (~30-40 min); small: a quick look; tiny: CI")
     parser.add_argument("--repeat", type=int, help="repetitions per figure (default: the size's)")
@@ -51,8 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--render", metavar="JSON", help="measure nothing: re-render the report and plot "
                         "from results written earlier with --json")
     args = parser.parse_args(argv)
+    if args.peers and "peers" not in args.sections:
+        args.sections = tuple(name for name in SECTIONS if name in (*args.sections, "peers"))
     if args.out is None:
-        if args.sections != SECTIONS and not args.render and not args.update:
+        if set(args.sections) - {"peers"} != set(DEFAULT_SECTIONS) and not args.render and not args.update:
             parser.error("--sections needs --out (or --update): a partial run must not replace "
                          "docs/performance.md")
         args.out = "docs/performance.md"
@@ -101,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             "idle": lambda: idle.run(db, size, log),
             "asyncio": lambda: asyncio_rows.run(db, size, log),
             "roundtrips": lambda: _roundtrips(db, size, log),
+            "peers": lambda: peers.run(db, size, log),
         }
         for name in args.sections:
             results[name] = runners[name]()

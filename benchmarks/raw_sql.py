@@ -213,3 +213,19 @@ SELECT pg_table_size('{TABLE}') AS table_bytes,
 FROM pg_stat_user_tables AS s
 WHERE s.relid = '{TABLE}'::regclass
 """
+
+# -- the peers (section 9): their own tables, read back after each run ----------------------------
+# Each system's finished jobs as seconds after %(start)s (the database clock when the first worker
+# process started): sqla_queue keeps completed_at on the row; pgqueuer deletes the job and logs
+# the outcome, with its time, in pgqueuer_log. graphile-worker keeps no completion time.
+PEER_COMPLETIONS = {
+    "sqla_queue": f"SELECT extract(epoch FROM completed_at - %(start)s) FROM {TABLE} WHERE status = 'completed'",
+    "pgqueuer": "SELECT extract(epoch FROM created - %(start)s) FROM pgqueuer_log WHERE status = 'successful'",
+}
+PEER_JOB_TABLES = {"sqla_queue": TABLE, "pgqueuer": "pgqueuer", "graphile-worker": "graphile_worker._private_jobs"}
+PEER_COUNT = {system: f"SELECT count(*) FROM {table}" for system, table in PEER_JOB_TABLES.items()}
+PEER_SETTLE = {system: f"VACUUM (ANALYZE) {table}" for system, table in PEER_JOB_TABLES.items()}
+PEER_RESET = (
+    "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics RESTART IDENTITY",
+    "TRUNCATE graphile_worker._private_jobs, graphile_worker._private_job_queues RESTART IDENTITY CASCADE",
+)

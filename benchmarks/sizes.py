@@ -43,6 +43,9 @@ class Size:
     sustained_repeat: int
     # asyncio: jobs that each await asyncio.sleep(0.1), drained at concurrency 100
     asyncio_sleep_jobs: int
+    # peers (--peers): idle wake-ups per system (each costs a rest of about a second); the
+    # drains and enqueues use drain_jobs
+    peers_latency_jobs: int = 0
 
     def with_repeat(self, repeat: int | None) -> Size:
         return self if repeat is None else replace(self, repeat=repeat)
@@ -57,7 +60,7 @@ SIZES = {
         latency_jobs=5, idle_workers=(1, 3), idle_settle=2.0, idle_window=3.0,
         claim_small_backlog=1_000, claim_large_backlog=10_000, claim_history=5_000, claim_samples=50,
         sustained_jobs=3_000, sustained_window=1.0, sustained_max_seconds=10.0, sustained_repeat=1,
-        asyncio_sleep_jobs=1_000,
+        asyncio_sleep_jobs=1_000, peers_latency_jobs=2,
     ),
     "small": Size(
         name="small", repeat=2,
@@ -68,7 +71,7 @@ SIZES = {
         claim_small_backlog=10_000, claim_large_backlog=100_000, claim_history=100_000,
         claim_samples=500,
         sustained_jobs=100_000, sustained_window=5.0, sustained_max_seconds=40.0, sustained_repeat=1,
-        asyncio_sleep_jobs=1_000,
+        asyncio_sleep_jobs=1_000, peers_latency_jobs=40,
     ),
     "full": Size(
         name="full", repeat=3,
@@ -81,7 +84,7 @@ SIZES = {
         # A 1,000,000-job backlog, but each variant stops after 120 s (12 windows): on this
         # machine class a full drain of 1M jobs per variant would not fit a ~40 min run.
         sustained_jobs=1_000_000, sustained_window=10.0, sustained_max_seconds=120.0,
-        sustained_repeat=1, asyncio_sleep_jobs=1_000,
+        sustained_repeat=1, asyncio_sleep_jobs=1_000, peers_latency_jobs=100,
     ),
 }
 

@@ -96,7 +96,7 @@ def evaluate(results: dict) -> list[dict]:
     rows.append(_row("Sustained drain: last window >= 80 % of the first (default table)", keep, keep,
                      lambda r: r >= 0.8, "{:.0%}",
                      note="run stopped at the time cap" if default.get("capped") else None))
-    return rows + asyncio_rows(results)
+    return rows + asyncio_rows(results) + peer_rows(results)
 
 
 # The priorities the claim-cost section puts in use (each pending job takes the next in turn);
@@ -158,6 +158,60 @@ def asyncio_rows(results: dict) -> list[dict]:
                      seconds, ratio(seconds, 2.0), lambda r: r <= 1 and not s.get("incomplete"), "{:.2f} s",
                      note=note))
     return rows
+
+
+# -- section 9, the peers (same run, same server, same clock) ---------------------------------------
+
+PEER_FACTOR = 2.0  # the lead over pgqueuer asked of the CLI drains
+
+
+def best_cli_drain(peers: dict) -> tuple[str | None, dict]:
+    """sqla_queue's best configuration among its CLI rows: the highest median from process start."""
+    rows = (peers.get("drain") or {}).get("sqla_queue") or {}
+    best = max(rows.items(), key=lambda kv: _median(kv[1], "jobs_per_s") or 0, default=(None, {}))
+    return best
+
+
+def peer_rows(results: dict) -> list[dict]:
+    """The issue's side-by-side targets, each against the peer's figure from the same run:
+    the CLI drains at 1 x 10 and 2 x 10 against pgqueuer's, sqla_queue's best CLI configuration
+    against graphile-worker's best (from process start, and steady), bulk enqueue against
+    graphile-worker's addJobs."""
+    peers = results.get("peers") or {}
+    drains = peers.get("drain") or {}
+    ours, pgq, gw = drains.get("sqla_queue") or {}, drains.get("pgqueuer") or {}, drains.get("graphile-worker") or {}
+    pgq_version = ((peers.get("versions") or {}).get("pgqueuer") or {}).get("pgqueuer", "")
+    gw_version = ((peers.get("versions") or {}).get("graphile-worker") or {}).get("graphile-worker", "")
+    rows = []
+    for key in ("1x10", "2x10"):
+        procs = key.split("x")[0]
+        a, b = _median(ours.get(key) or {}, "jobs_per_s"), _median(pgq.get(key) or {}, "jobs_per_s")
+        value = ratio(a, b)
+        rows.append(_row(f"CLI drain, {procs} process{'es' if procs != '1' else ''} x 10, from process start "
+                         f">= {PEER_FACTOR:g}x pgqueuer's, same run", value, value and value / PEER_FACTOR,
+                         lambda r: r >= 1, "{:.2f}x",
+                         note=_vs_note(a, b, f"pgqueuer {pgq_version}".strip())))
+    best_key, best = best_cli_drain(peers)
+    for field, label in (("jobs_per_s", "from process start"), ("steady_per_s", "steady")):
+        a, b = _median(best, field), _median(gw.get("best") or {}, field)
+        value = ratio(a, b)
+        vs = _vs_note(a, b, f"graphile-worker {gw_version}".strip())
+        rows.append(_row(f"Best sqla_queue CLI drain >= graphile-worker's best batched config, {label}, same run",
+                         value, value, lambda r: r >= 1, "{:.2f}x",
+                         note=vs and f"sqla_queue {best_key.replace('x', ' x ')}: {vs}"))
+    enq = peers.get("enqueue") or {}
+    a = _median((enq.get("sqla_queue") or {}).get("bulk") or {}, "jobs_per_s")
+    b = _median((enq.get("graphile-worker") or {}).get("bulk") or {}, "jobs_per_s")
+    value = ratio(a, b)
+    rows.append(_row("Bulk enqueue from a fresh process (calls of 1,000) >= graphile-worker's addJobs, same run",
+                     value, value, lambda r: r >= 1, "{:.2f}x", note=_vs_note(a, b, "addJobs")))
+    return rows
+
+
+def _vs_note(ours: float | None, theirs: float | None, who: str) -> str | None:
+    if ours is None or theirs is None:
+        return None
+    return f"{ours:,.0f} vs {who} {theirs:,.0f} jobs/s"
 
 
 def _median(mapping: dict, key: str) -> float | None:

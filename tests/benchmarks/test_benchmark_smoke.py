@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds benchmarks/
 
 from benchmarks import idle, raw_sql, report, stats, targets  # noqa: E402
-from benchmarks.__main__ import SECTIONS, parse_args  # noqa: E402
+from benchmarks.__main__ import DEFAULT_SECTIONS, SECTIONS, parse_args  # noqa: E402
 from benchmarks.pgbench import parse_output  # noqa: E402
 from benchmarks.sizes import SIZES, raw_jobs_for  # noqa: E402
 
@@ -86,6 +86,7 @@ def test_every_size_runs_every_section_and_full_is_the_issues():
         assert size.drain_jobs > 0 and size.sustained_jobs > 0 and size.latency_jobs > 0
         assert size.claim_large_backlog > size.claim_small_backlog
         assert 1 in size.idle_workers and len(size.idle_workers) >= 2 and size.idle_window > 0
+        assert size.peers_latency_jobs > 0
     full = SIZES["full"]
     assert full.drain_jobs == 20_000 and full.repeat >= 3 and full.latency_jobs >= 100
     assert full.idle_workers == (1, 20) and SIZES["small"].idle_workers == (1, 20)
@@ -188,7 +189,7 @@ def fake_asyncio() -> dict:
 
 def test_targets_are_judged_from_the_results():
     rows = {row["target"]: row for row in targets.evaluate(fake_results())}
-    assert len(rows) == 13
+    assert len(rows) == 18  # the peers' five rows are there, not measured, when --peers was not given
     assert all(set(row) == {"target", "measured", "ratio", "met", "note"} for row in rows.values())
     met = {name.split(" >=")[0].split(" <=")[0].split(" within")[0]: row["met"] for name, row in rows.items()}
     assert met["Drain, 1 process x concurrency 10"] is True  # 10,000 >= 6,000
@@ -291,7 +292,7 @@ def test_a_run_of_some_sections_renders_only_those():
 def test_sections_are_chosen_by_name_and_need_their_own_report_path(capsys):
     args = parse_args(["--sections", "latency,idle", "--size", "small", "--out", "/tmp/x.md"])
     assert args.sections == ("latency", "idle")  # in the benchmark's own order
-    assert parse_args([]).sections == SECTIONS and "idle" in SECTIONS
+    assert parse_args([]).sections == DEFAULT_SECTIONS and "idle" in SECTIONS  # all but the peers
     with pytest.raises(SystemExit):
         parse_args(["--sections", "idle,latncy", "--out", "/tmp/x.md"])
     assert "unknown section(s) latncy" in capsys.readouterr().err

@@ -1,0 +1,210 @@
+"""The peers section's pieces without a run: version pinning and reinstalling, the completion
+figures, the peers' own outputs as the section parses them, graphile-worker's completion log
+written by the benchmark's graphile.config.js (run by node when it is installed), the command
+line, the targets and the report. Nothing here installs a peer or times anything; CI runs the
+section itself at ``--size tiny --peers`` (.ci/run). The figures below are made up.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds benchmarks/
+
+from benchmarks import peer_install, peers, report, stats, targets  # noqa: E402
+from benchmarks.__main__ import DEFAULT_SECTIONS, SECTIONS, parse_args  # noqa: E402
+from test_benchmark_smoke import fake_results  # noqa: E402
+
+
+# -- installing ---------------------------------------------------------------------------------
+
+def test_peers_are_pinned_to_exact_versions():
+    assert peer_install.PGQUEUER_REQUIREMENTS[0] == f"pgqueuer[asyncpg]=={peer_install.PGQUEUER_VERSION}"
+    assert all("==" in req for req in peer_install.PGQUEUER_REQUIREMENTS)
+    package = peer_install.graphile_package_json()
+    assert package["dependencies"] == {"graphile-worker": peer_install.GRAPHILE_WORKER_VERSION}
+    assert peer_install.GRAPHILE_WORKER_VERSION[0].isdigit()  # exact: no ^ or ~ range
+
+
+def test_an_environment_is_reused_only_with_the_same_pins(tmp_path):
+    record = peer_install.pin_record("pgqueuer", {"requirements": ["pgqueuer==1.6.0"]})
+    assert not peer_install.is_installed(tmp_path, record)  # nothing there yet
+    (tmp_path / peer_install.MARKER).write_text(json.dumps(record))
+    assert peer_install.is_installed(tmp_path, record)
+    moved = peer_install.pin_record("pgqueuer", {"requirements": ["pgqueuer==1.7.0"]})
+    assert not peer_install.is_installed(tmp_path, moved)  # a changed pin installs again
+    (tmp_path / peer_install.MARKER).write_text("{half written")
+    assert not peer_install.is_installed(tmp_path, record)
+
+
+def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SQLA_QUEUE_BENCH_CACHE", str(tmp_path))
+    assert peer_install.cache_dir() == tmp_path
+    monkeypatch.delenv("SQLA_QUEUE_BENCH_CACHE")
+    assert peer_install.cache_dir().parts[-3:] == (".cache", "sqla_queue_bench", "peers")
+
+
+def test_node_versions_are_read():
+    assert peer_install.node_major("v20.20.2\n") == 20
+    with pytest.raises(ValueError, match="Node.js version"):
+        peer_install.node_major("command not found")
+
+
+# -- the figures ----------------------------------------------------------------------------------
+
+def test_steady_rate_leaves_out_start_up_and_the_tail():
+    # 1 s of start-up, then 100 jobs at 100 jobs/s, then one straggler
+    times = [1.0 + n / 100 for n in range(100)] + [5.0]
+    assert peers.steady_rate(times) == pytest.approx(100, rel=0.02)
+    assert peers.steady_rate([1.0] * 5) is None  # too few to say
+    assert peers.steady_rate([2.0] * 50) is None  # all at one instant
+
+
+def test_completion_figures_run_from_process_start():
+    times = [0.5 + n / 1000 for n in range(1000)]  # first after 0.5 s, last at 1.499 s
+    out = peers.completion_figures(times, 1000)
+    assert out["jobs"] == 1000 and out["incomplete"] is False
+    assert out["startup_s"] == 0.5 and out["seconds"] == pytest.approx(1.499)
+    assert out["jobs_per_s"] == pytest.approx(1000 / 1.499)
+    later = peers.completion_figures(times, 1001, last=2.0)  # graphile-worker's pool:release
+    assert later["seconds"] == 2.0 and later["incomplete"] is True
+    with pytest.raises(ValueError, match="no completions"):
+        peers.completion_figures([], 10)
+
+
+def test_graphile_completion_logs_are_read_relative_to_the_start():
+    one = json.dumps({"completed": [1_000_500, 1_000_750], "released": [1_000_800]})
+    two = json.dumps({"completed": [1_000_600], "released": [1_000_900]})
+    times, released = peers.parse_graphile_events([one, two], spawned_at=1_000.0)
+    assert times == pytest.approx([0.5, 0.75, 0.6]) and released == pytest.approx(0.9)
+    assert peers.parse_graphile_events([json.dumps({"completed": [1_000_500], "released": []})], 1_000.0)[1] is None
+
+
+def test_enqueue_output_is_the_last_json_line():
+    out = peers.parse_enqueue_output('npm notice\n{"jobs": 1, "batch": 1, "seconds": 0.02}\n')
+    assert out["seconds"] == 0.02
+    with pytest.raises(ValueError, match="no result"):
+        peers.parse_enqueue_output("Traceback ...")
+    with pytest.raises(ValueError, match="no time"):
+        peers.parse_enqueue_output('{"jobs": 1, "seconds": 0}')
+
+
+def test_wakeup_latency_pairs_each_enqueue_with_its_handler_start():
+    starts = peers.parse_starts("1 100.0105\n2 200.002\n1 150.0\n\n")  # a second run of job 1 is not its start
+    assert starts == {1: 100.0105, 2: 200.002}
+    out = peers.wakeup_latencies({1: (100.0, 100.0025), 2: (200.0, 200.001)}, starts)
+    assert out["after_commit_ms"] == pytest.approx([8.0, 1.0])
+    assert out["from_call_ms"] == pytest.approx([10.5, 2.0])
+    with pytest.raises(ValueError, match=r"job\(s\) \[3\]"):
+        peers.wakeup_latencies({3: (1.0, 2.0)}, starts)
+
+
+def test_configurations_are_described_as_run():
+    assert peers.describe_sqla_queue(2, 10) == ("2 x `sqla-queue --app APP worker --queues bench --concurrency 10 "
+                                                "--until-empty`")
+    assert "--batch-size 100" in peers.describe_pgqueuer(peers.PGQUEUER_DRAINS["best"])
+    best = peers.describe_graphile(peers.GRAPHILE_DRAINS["best"])
+    assert "localQueue.size 500" in best and "--jobs 24" in best
+    assert peers.describe_graphile(peers.GRAPHILE_DRAINS["1x10"]) == "1 x `graphile-worker --once --jobs 10`"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_graphile_config_writes_the_completion_log(tmp_path):
+    """The config file graphile-worker's CLI loads: its events write the completion log at exit."""
+    config = peer_install.SCRIPTS / "graphile" / "graphile.config.js"
+    out = tmp_path / "events.json"
+    script = (f"const c = require({json.dumps(str(config))});"
+              "c.worker.events.emit('job:complete', {error: null});"
+              "c.worker.events.emit('job:complete', {error: new Error('x')});"
+              "c.worker.events.emit('pool:release', {});"
+              "console.log(JSON.stringify({lq: c.worker.localQueue, d: c.worker.completeJobBatchDelay}));")
+    done = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True,
+                          env={"PATH": "/usr/bin:/bin:/usr/local/bin", "BENCH_EVENTS_OUT": str(out),
+                               "BENCH_LOCAL_QUEUE_SIZE": "500", "BENCH_COMPLETE_BATCH_DELAY": "0"})
+    assert json.loads(done.stdout) == {"lq": {"size": 500}, "d": 0}
+    log = json.loads(out.read_text())
+    assert len(log["completed"]) == 1 and len(log["released"]) == 1  # a failed job is no completion
+    times, released = peers.parse_graphile_events([out.read_text()], log["completed"][0] / 1000)
+    assert times == [0.0] and released >= 0
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+def test_peers_run_only_when_asked():
+    assert "peers" in SECTIONS and "peers" not in DEFAULT_SECTIONS
+    assert parse_args([]).sections == DEFAULT_SECTIONS
+    assert parse_args(["--peers"]).sections == (*DEFAULT_SECTIONS, "peers")
+    assert parse_args(["--peers"]).out == "docs/performance.md"  # every section plus the peers: a full run
+    assert parse_args(["--sections", "drain", "--peers", "--out", "x.md"]).sections == ("drain", "peers")
+    with pytest.raises(SystemExit):
+        parse_args(["--sections", "peers"])  # a partial run needs --out
+
+
+# -- targets and the report -------------------------------------------------------------------------
+
+def _stat(*values):
+    return stats.summary(values)
+
+
+def fake_peers() -> dict:
+    """The peers section's shape (numbers invented): the CLI 1 x 10 at 2.5x pgqueuer, 2 x 10 at
+    1.5x; sqla_queue's best (1 x 50) ahead of graphile-worker's best from process start, behind it
+    steady; bulk enqueue at 0.8x addJobs."""
+    def drain(rate, steady, startup=0.5):
+        return {"jobs_per_s": _stat(rate), "steady_per_s": _stat(steady), "startup_s": _stat(startup),
+                "seconds": _stat(20_000 / rate), "exit_s": _stat(20_000 / rate + 0.2), "jobs": 20_000,
+                "incomplete": False}
+
+    def enqueue(rate):
+        return {"bulk": {"jobs_per_s": _stat(rate), "process_seconds": _stat(1.0)},
+                "single": {"call_ms": _stat(20.0), "process_ms": _stat(300.0)}}
+
+    return {
+        "jobs": 20_000, "bulk_batch": 1_000,
+        "versions": {"pgqueuer": {"pgqueuer": "1.6.0", "asyncpg": "0.32.0"},
+                     "graphile-worker": {"graphile-worker": "0.17.3", "node": "20.20.2"}},
+        "configs": {"sqla_queue": {"1x10": "a", "2x10": "b", "1x50": "c"},
+                    "pgqueuer": {"1x10": "d", "2x10": "e", "best": "f"},
+                    "graphile-worker": {"1x10": "g", "2x10": "h", "best": "i"}},
+        "drain": {"sqla_queue": {"1x10": drain(5_000, 6_000), "2x10": drain(6_000, 7_000),
+                                 "1x50": drain(9_000, 10_000)},
+                  "pgqueuer": {"1x10": drain(2_000, 2_500), "2x10": drain(4_000, 4_500), "best": drain(7_000, 8_000)},
+                  "graphile-worker": {"1x10": drain(2_000, 2_100), "2x10": drain(2_500, 2_600),
+                                      "best": drain(8_000, 14_000)}},
+        "enqueue": {"sqla_queue": enqueue(40_000), "pgqueuer": enqueue(30_000), "graphile-worker": enqueue(50_000)},
+        "latency": {"jobs": 100, "rest_s": [1.0, 1.2], "sqla_queue_poll_interval_s": 0.5,
+                    **{s: {"p50_ms": _stat(2.0), "p99_ms": _stat(9.5), "call_p50_ms": _stat(3.0), "samples_ms": [2.0]}
+                       for s in ("sqla_queue", "pgqueuer", "graphile-worker")}},
+    }
+
+
+def test_the_issues_side_by_side_targets():
+    rows = targets.peer_rows({"peers": fake_peers()})
+    assert [row["met"] for row in rows] == [True, False, True, False, False]
+    assert rows[0]["measured"] == "2.50x" and rows[0]["ratio"] == pytest.approx(1.25)  # 2.5x of the 2x asked
+    assert "sqla_queue 1 x 50" in rows[2]["note"]  # the best CLI row, named
+    assert rows[4]["ratio"] == pytest.approx(0.8)
+    assert all(row["met"] is None for row in targets.peer_rows({}))  # not run: not measured
+
+
+def test_the_report_has_the_peers_side_by_side():
+    results = {**fake_results(), "peers": fake_peers()}
+    results["meta"]["sections"] = [*DEFAULT_SECTIONS, "peers"]
+    for data in (results, json.loads(json.dumps(results))):
+        text = report.render_markdown(data)
+        assert "## 9. Peers" in text and "Sections measured" not in text
+        assert "| 20,000 no-op jobs, jobs/s | sqla_queue (CLI) | pgqueuer 1.6.0 | graphile-worker 0.17.3 |" in text
+        assert "| drain 1 process x 10, from process start | 5,000 | 2,000 | 2,000 |" in text
+        assert "| best config, from process start | 9,000 | 7,000 | 8,000 |" in text
+        assert "pgqueuer 1.6.0 (asyncpg 0.32.0)" in text
+        assert "| 1 x 10 | 5,000 | 6,000 | 0.50 s | 4.20 s |" in text  # the CLI row beside section 3's
+        assert "CLI drain, 1 process x 10, from process start >= 2x pgqueuer's" in text
+        assert "| idle wake-up, enqueue call's return → handler start, p50 / p99 | 2.00 ms / 9.50 ms |" in text
+    without = report.render_markdown(fake_results())
+    assert "## 9. Peers" not in without and "not measured" in without
