@@ -36,7 +36,8 @@ def queue(own_engine: Engine, calls) -> sq.Queue:
     "images", 2 attempts), ``flaky`` (fails until its payload's ``succeed_on`` attempt, retried
     after 10 minutes), ``remind`` (snoozes for an hour the first time) and ``record`` (writes
     its ``note`` to the ``effects`` table inside ``ctx.transaction()``, result "recorded", and
-    raises in the block when the payload says ``fail``)."""
+    raises in the block when the payload says ``fail``; retried after 10 minutes: the default
+    backoff's second or so is over before a drain on a slow machine ends)."""
     q = sq.Queue(own_engine, load_entrypoints=False)
 
     @q.task(queue="mail")
@@ -62,7 +63,7 @@ def queue(own_engine: Engine, calls) -> sq.Queue:
             return ctx.snooze(timedelta(hours=1))
         return "reminded"
 
-    @q.task
+    @q.task(retry_delay=timedelta(minutes=10))  # a failed block is retried after every drain here
     def record(payload, ctx):
         with ctx.transaction() as session:
             session.execute(text("INSERT INTO effects (job_id, note) VALUES (:j, :n)"),
