@@ -374,14 +374,14 @@ def test_a_claim_the_lease_keeper_found_lost_is_reported_once(engine, clean_jobs
             raise
 
     job_id = queue.enqueue("write", {})
-    worker = queue.worker(poll_interval=0.05, lease=1.5)
+    worker = queue.worker(poll_interval=0.05, lease=1.5, concurrency=1)
     thread = threading.Thread(target=worker.run, kwargs={"until_empty": True})
     thread.start()
     try:
         assert inside.wait(30)
-        with engine.begin() as conn:  # recovered and claimed by someone else meanwhile
-            conn.execute(text("UPDATE sqla_queue_jobs SET status = 'pending', claim_token = NULL"))
-        [other] = queue.claim(worker_id="other", limit=1)
+        with engine.begin() as conn:  # recovered and claimed by another worker meanwhile
+            conn.execute(text("UPDATE sqla_queue_jobs SET claim_token = 'other-token', locked_by = 'other', "
+                              "locked_at = now()"))
         deadline = time.monotonic() + 30
         while not any(kind == "lost" for kind, _ in seen) and time.monotonic() < deadline:
             time.sleep(0.05)  # the next renewal (every 0.5 s) finds the claim gone
@@ -394,4 +394,4 @@ def test_a_claim_the_lease_keeper_found_lost_is_reported_once(engine, clean_jobs
     assert lost == [(job_id, "heartbeat")]
     assert (worker.summary.lost, worker.summary.completed) == (1, 0)
     assert effects() == [] and queue.get_job(job_id).locked_by == "other"
-    assert queue.complete(job_id, other.claim_token)
+    assert queue.complete(job_id, "other-token")
