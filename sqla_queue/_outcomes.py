@@ -60,7 +60,7 @@ class Outcomes:
             rows = conn.execute(self.statements.claim, params).all()
             # Idle path only: an empty claim is classified and counted in the same transaction.
             empty_reason = None if rows else self.counters.count_empty_claim(conn, queue)
-        jobs = sorted((_claimed_job(row) for row in rows), key=lambda j: j.id)
+        jobs = sorted((ClaimedJob.from_row(row) for row in rows), key=lambda j: j.id)
         self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
         return jobs
 
@@ -87,7 +87,7 @@ class Outcomes:
         completed = {row.id for row in completed_rows}
         results = {job.id: job.id in completed or self.complete(job.id, job.claim_token, results.get(job.id))
                    for job in finished}
-        jobs = sorted((_claimed_job(row) for row in claimed_rows), key=lambda j: j.id)
+        jobs = sorted((ClaimedJob.from_row(row) for row in claimed_rows), key=lambda j: j.id)
         if limit:
             self._emit_claimed(jobs, claimed_rows, queue, worker_id, limit, empty_reason)
         return results, jobs
@@ -310,15 +310,6 @@ def _held_params(jobs: Sequence[ClaimedJob], results: Mapping[int, str | None] |
     if results is not None:
         params["results"] = [results.get(job.id) for job in ordered]
     return params
-
-
-def _claimed_job(row: Any) -> ClaimedJob:
-    return ClaimedJob(
-        id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
-        max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
-        idempotency_key=row.idempotency_key, locked_at=row.locked_at, run_at=row.run_at,
-        priority=row.priority, scheduled_at=row.scheduled_at, snoozes=row.snoozes,
-    )
 
 
 def _position_params(position: Any) -> dict[str, Any]:

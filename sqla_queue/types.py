@@ -61,6 +61,17 @@ class ClaimedJob:
     scheduled_at: datetime | None = None  # the periodic tick it was enqueued for
     snoozes: int = 0
 
+    @classmethod
+    def from_row(cls, row: Any) -> ClaimedJob:
+        """A claim statement's returned row (`sql.claim_jobs`, `sql.claim_job_by_id`, the
+        round's claimed rows), by attribute."""
+        return cls(
+            id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
+            max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
+            idempotency_key=row.idempotency_key, locked_at=row.locked_at, run_at=row.run_at,
+            priority=row.priority, scheduled_at=row.scheduled_at, snoozes=row.snoozes,
+        )
+
     @property
     def is_last_attempt(self) -> bool:
         return self.attempts >= self.max_attempts

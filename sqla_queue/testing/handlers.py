@@ -403,12 +403,7 @@ def claim_one(queue: Queue, job_id: int, *, attempt: int | None = None,
               "attempt": attempt, "scheduled_at": scheduled_at}
     with queue.engine.begin() as conn:
         row = conn.execute(statement, params).first()
-    if row is None:
-        return None
-    return ClaimedJob(id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
-                      max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
-                      idempotency_key=row.idempotency_key, locked_at=row.locked_at, run_at=row.run_at,
-                      priority=row.priority, scheduled_at=row.scheduled_at, snoozes=row.snoozes)
+    return None if row is None else ClaimedJob.from_row(row)
 
 
 # -- statements ----------------------------------------------------------------------------
