@@ -395,3 +395,57 @@ class EmptyClaim:
     worker_id: str
     limit: int
     reason: str | None = None
+
+
+# Time series and operator views behind the web dashboard (docs/how-to/dashboard.md).
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One minute of one queue as the worker sampled it (`Queue.history`).
+
+    Backlog fields are the queue's state when the sample was taken; `completed`, `failed`,
+    `retried` and `empty_claims` count that minute; durations are claim-to-completion of the
+    jobs that completed in it (None when none did).
+    """
+
+    at: datetime
+    queue: str
+    pending: int = 0
+    eligible: int = 0
+    scheduled: int = 0
+    running: int = 0
+    oldest_eligible_age: timedelta | None = None
+    completed: int = 0
+    failed: int = 0
+    retried: int = 0
+    empty_claims: int = 0
+    duration_p50: timedelta | None = None
+    duration_p95: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class WorkerSeen:
+    """A worker that held or finished a job recently (`Queue.workers_seen`), by its claims'
+    ``locked_by``: the jobs it runs now and when it last claimed or renewed a lease."""
+
+    worker_id: str
+    last_seen: datetime
+    queues: tuple[str, ...] = ()
+    running_job_ids: tuple[int, ...] = ()
+    finished_recently: int = 0
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk operator action (`Queue.retry_jobs`, `Queue.cancel_jobs`) changed: the ids
+    of the jobs it changed, and how many matching jobs it left alone (held by another
+    transaction, or beyond `limit`)."""
+
+    action: str
+    changed: tuple[int, ...] = ()
+    skipped: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.changed)
