@@ -334,6 +334,30 @@ def _roundtrip_section(results: dict) -> list[str]:
 _SYSTEM_LABELS = {"sqla_queue": "sqla_queue (CLI)", "pgqueuer": "pgqueuer", "graphile-worker": "graphile-worker"}
 
 
+def _wakeups_section(results: dict) -> list[str]:
+    w = results["wakeups"]
+    lines = ["## 10. Wake-ups under concurrent enqueues", "",
+             f"{w['enqueuers']} single-job enqueuers at once, each variant for {w['seconds']:g} s, alternating, "
+             "on an empty table. *On*: `queue.enqueue(task, payload)`, whose transaction commits without a NOTIFY "
+             "and whose Queue's notifier wakes the workers right after, many enqueues per notification under load; "
+             "*off*: the same with the notifier silenced (no wake-up at all); *caller's transaction*: "
+             "`queue.enqueue(..., connection=conn)` inside `engine.begin()`, where the INSERT's NOTIFY rides on the "
+             "caller's commit and so takes PostgreSQL's database-wide notify lock through that commit's flush "
+             "(a different path too: its own BEGIN and COMMIT). The threads of the one-process layout share the "
+             "pool `Queue(url)` builds (5 + 10 overflow connections).", "",
+             "| Layout | on | off | on / off | caller's transaction | caller's / off |", "|---|---|---|---|---|---|"]
+    for layout, v in w["layouts"].items():
+        off = v["off"]["median"]
+        lines.append(f"| {layout} | {fmt_stat(v['on'], unit=' /s')} | {fmt_stat(v['off'], unit=' /s')} | "
+                     f"{_pct(v['on']['median'], off)} | {fmt_stat(v['caller_transaction'], unit=' /s')} | "
+                     f"{_pct(v['caller_transaction']['median'], off)} |")
+    return lines + [""]
+
+
+def _pct(value, of) -> str:
+    return f"{value / of:.0%}" if value is not None and of else "–"
+
+
 def _peer_label(peers: dict, system: str) -> str:
     version = ((peers.get("versions") or {}).get(system) or {}).get(system)
     return f"{_SYSTEM_LABELS[system]} {version}" if version else _SYSTEM_LABELS[system]
@@ -430,7 +454,7 @@ def _peers_section(results: dict) -> list[str]:
 _SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _drain_section),
              ("latency", _latency_section), ("claim_cost", _claim_cost_section),
              ("sustained", _sustained_section), ("idle", _idle_section), ("asyncio", _asyncio_section),
-             ("roundtrips", _roundtrip_section), ("peers", _peers_section))
+             ("roundtrips", _roundtrip_section), ("wakeups", _wakeups_section), ("peers", _peers_section))
 
 
 _DEFAULT_KEYS = tuple(key for key, _ in _SECTIONS if key != "peers")  # what a run without --sections measures

@@ -46,6 +46,8 @@ class Size:
     # peers (--peers): idle wake-ups per system (each costs a rest of about a second); the
     # drains and enqueues use drain_jobs
     peers_latency_jobs: int = 0
+    # wake-ups under 32 concurrent enqueuers: seconds each variant enqueues for
+    wakeup_seconds: float = 1.0
 
     def with_repeat(self, repeat: int | None) -> Size:
         return self if repeat is None else replace(self, repeat=repeat)
@@ -71,7 +73,7 @@ SIZES = {
         claim_small_backlog=10_000, claim_large_backlog=100_000, claim_history=100_000,
         claim_samples=500,
         sustained_jobs=100_000, sustained_window=5.0, sustained_max_seconds=40.0, sustained_repeat=1,
-        asyncio_sleep_jobs=1_000, peers_latency_jobs=40,
+        asyncio_sleep_jobs=1_000, peers_latency_jobs=40, wakeup_seconds=3.0,
     ),
     "full": Size(
         name="full", repeat=3,
@@ -85,6 +87,7 @@ SIZES = {
         # machine class a full drain of 1M jobs per variant would not fit a ~40 min run.
         sustained_jobs=1_000_000, sustained_window=10.0, sustained_max_seconds=120.0,
         sustained_repeat=1, asyncio_sleep_jobs=1_000, peers_latency_jobs=100,
+        wakeup_seconds=5.0,
     ),
 }
 

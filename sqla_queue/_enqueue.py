@@ -5,6 +5,10 @@ once per call (tasks, the idempotency-key hooks). The INSERT then runs on the ca
 connection, in our own READ COMMITTED transaction, or (on an engine we built from a URL, when
 the statement is all the call can write) alone in autocommit on the driver connection: one
 round trip. Keys an active job holds are resolved to that job's id, racing holders included.
+
+The workers' wake-up: an INSERT in the caller's transaction notifies as it commits; one in a
+transaction of ours commits without a NOTIFY and is announced right after by the Queue's
+`Notifier`, so concurrent enqueues do not commit one at a time (see `sql.insert_jobs`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from . import _validate
 from ._engine import database_errors
 from ._executor import ARRAY_PARAMS, DriverStatements, Executor
+from ._notifier import Notifier
 from ._plugins import emit_each, idempotency_key_asker
 from ._tasks import Handler, Task, TaskRegistry
 from .errors import EnqueueConflictError, InvalidInputError, UnknownTaskError
@@ -64,17 +69,16 @@ class _Jobs:
         return self.columns[6]
 
 
-def _insert_params(jobs: _Jobs, todo: Sequence[int], channel: str) -> tuple[bool, dict[str, Any]]:
+def _insert_params(jobs: _Jobs, todo: Sequence[int], channel: str, notify: bool) -> tuple[bool, dict[str, Any]]:
     """``(one, params)`` for the jobs at `todo`: `sql.insert_job`'s scalars for one job, else
-    `sql.insert_jobs`' arrays."""
+    `sql.insert_jobs`' arrays; `notify`: whether the INSERT itself wakes the workers."""
     columns = jobs.columns if len(todo) == len(jobs) else tuple([col[i] for i in todo] for col in jobs.columns)
-    if len(todo) == 1:
-        params = {name: column[0] for name, column in zip(INPUT_COLUMNS, columns)}
-        params["channel"] = channel
-        return True, params
-    params = dict(zip(ARRAY_PARAMS, columns))
+    one = len(todo) == 1
+    params = ({name: column[0] for name, column in zip(INPUT_COLUMNS, columns)} if one
+              else dict(zip(ARRAY_PARAMS, columns)))
     params["channel"] = channel
-    return False, params
+    params["notify"] = notify
+    return one, params
 
 
 def _ids_by_input(rows: Sequence[Any], params: dict[str, Any]) -> list[int | None]:
@@ -104,6 +108,7 @@ class Enqueuer:
         self.max_payload_bytes = max_payload_bytes
         self.statements = executor.statements
         self.channel = channel_name(executor.table)
+        self.notifier = Notifier(self._send_wake_ups)
 
     def enqueue(self, task: Task | Handler | str, payload: Any, options: dict[str, Any],
                 session: Session | None, connection: Connection | None) -> int:
@@ -218,16 +223,41 @@ class Enqueuer:
         session: Session | None,
         connection: Connection | None,
     ) -> list[int]:
-        done = self._enqueue_in_autocommit(jobs) if session is None and connection is None else None
-        if done is None:
+        if session is not None or connection is not None:
             with self.executor.callers(session, connection) as conn:
-                done = self._write(jobs, conn, None)
+                done = self._write(jobs, conn, None, notify=True)
+            return self._announced(jobs, done)
+        done = self._enqueue_in_autocommit(jobs)
+        if done is None:
+            with self.executor.callers(None, None) as conn:
+                done = self._write(jobs, conn, None, notify=False)
+        self._wake_after_commit(jobs, done)
         return self._announced(jobs, done)
+
+    def _wake_after_commit(self, jobs: _Jobs, done: tuple[list[int], list[bool]]) -> None:
+        """Hand the queues that gained a job to the notifier (`_notifier`): our transaction
+        committed without a NOTIFY, so it never queued behind other enqueues' commits."""
+        inserted = {queue for queue, deduplicated in zip(jobs.queues, done[1]) if not deduplicated}
+        if inserted:
+            self.notifier.announce(inserted)
+
+    def _send_wake_ups(self, queues: list[str]) -> None:
+        """On the notifier's thread: one statement, compiled once where the engine is ours."""
+        with self.executor.autocommit_enqueue() as autocommit:
+            if autocommit is not None:
+                pooled, fast = autocommit
+                fast.wake_queues.rows(pooled, {"queues": queues})
+                return
+        with self.executor.single_statement() as conn:
+            conn.execute(self.statements.wake_queues, {"queues": queues}).all()
 
     async def _enqueue_specs_async(self, jobs: _Jobs, session: AsyncSession | None,
                                    connection: AsyncConnection | None) -> list[int]:
-        """The synchronous face's `_write`, run by the executor on an asyncio connection."""
-        done = await self.executor.run_async(lambda conn, fast: self._write(jobs, conn, fast), session, connection)
+        """The synchronous face's `_write`, run by the executor on an asyncio connection. The
+        INSERT notifies in its transaction, ours included (the notifier's thread needs the
+        synchronous engine)."""
+        done = await self.executor.run_async(lambda conn, fast: self._write(jobs, conn, fast, notify=True),
+                                             session, connection)
         return self._announced(jobs, done)
 
     def _announced(self, jobs: _Jobs, done: tuple[list[int], list[bool]]) -> list[int]:
@@ -239,20 +269,21 @@ class Enqueuer:
         return ids
 
     def _write(self, jobs: _Jobs, target: Connection | PoolProxiedConnection,
-               fast: DriverStatements | None) -> tuple[list[int], list[bool]]:
+               fast: DriverStatements | None, *, notify: bool) -> tuple[list[int], list[bool]]:
         """Insert `jobs` on `target` and resolve their keys: through SQLAlchemy on a caller's
-        connection, with the compiled statements (`fast`) on a connection of our own."""
+        connection, with the compiled statements (`fast`) on a connection of our own. With
+        `notify`, the INSERT wakes the workers when its transaction commits."""
         channel = self.channel
 
         if fast is None:
             def insert(todo: Sequence[int]) -> list[int | None]:
-                return self._insert(target, jobs, todo)  # type: ignore[arg-type]
+                return self._insert(target, jobs, todo, notify)  # type: ignore[arg-type]
 
             def active_holders(keys: list[str]) -> dict[str, int]:
                 return self._active_holders(target, keys)  # type: ignore[arg-type]
         else:
             def insert(todo: Sequence[int]) -> list[int | None]:
-                one, params = _insert_params(jobs, todo, channel)
+                one, params = _insert_params(jobs, todo, channel, notify)
                 return _ids_by_input((fast.insert_one if one else fast.insert).rows(target, params), params)
 
             def active_holders(keys: list[str]) -> dict[str, int]:
@@ -315,9 +346,9 @@ class Enqueuer:
                 deduplicated[index] = True
         return [int(job_id) for job_id in ids], deduplicated  # type: ignore[arg-type]
 
-    def _insert(self, conn: Connection, jobs: _Jobs, todo: Sequence[int]) -> list[int | None]:
+    def _insert(self, conn: Connection, jobs: _Jobs, todo: Sequence[int], notify: bool) -> list[int | None]:
         """Ids of the jobs at `todo` (ascending indexes), None where an active job holds the key."""
-        one, params = _insert_params(jobs, todo, self.channel)
+        one, params = _insert_params(jobs, todo, self.channel, notify)
         with database_errors():
             rows = conn.execute(self.statements.insert_one if one else self.statements.insert, params).all()
         return _ids_by_input(rows, params)
@@ -345,4 +376,4 @@ class Enqueuer:
             if autocommit is None:
                 return None
             pooled, fast = autocommit
-            return self._write(jobs, pooled, fast)
+            return self._write(jobs, pooled, fast, notify=False)

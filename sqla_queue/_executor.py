@@ -99,6 +99,7 @@ class Statements:
         self.insert = sql.insert_jobs(table)
         self.insert_one = sql.insert_job(table)
         self.find_keys = sql.find_active_keys(table)
+        self.wake_queues = sql.wake_queues(table)
         # claim, outcomes, leases, recovery
         self.claim = sql.claim_jobs(table)
         self.complete_and_claim = sql.complete_and_claim_jobs(table)
@@ -180,11 +181,12 @@ class DriverStatements:
             **round_sample, "from_priority": 0, "from_run_at": None, "from_id": 0,
         })
         self.insert_one = DriverStatement(statements.insert_one, dialect,
-                                          {**dict.fromkeys(INPUT_COLUMNS), "channel": ""})
+                                          {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
         self.insert = DriverStatement(statements.insert, dialect,
-                                      {**dict.fromkeys(ARRAY_PARAMS, []), "channel": ""},
+                                      {**dict.fromkeys(ARRAY_PARAMS, []), "channel": "", "notify": True},
                                       binary=ARRAY_PARAMS)
         self.find_keys = DriverStatement(statements.find_keys, dialect, {"keys": []})
+        self.wake_queues = DriverStatement(statements.wake_queues, dialect, {"queues": []}, binary=("queues",))
 
 
 class Executor:

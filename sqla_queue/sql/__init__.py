@@ -12,7 +12,7 @@ from .claim import claim_jobs, complete_and_claim_jobs
 from .enqueue import find_active_keys, insert_job, insert_jobs
 from .jobs import claim_state, select_job, watch_job
 from .lease import release_jobs, renew_leases
-from .notify import channel_name, finished_channel, listen
+from .notify import channel_name, finished_channel, listen, wake_queues
 from .outcome import (
     complete_in_handler_transaction,
     complete_job,
@@ -39,6 +39,7 @@ __all__ = [
     "fail_job",
     "find_active_keys",
     "finished_channel",
+    "wake_queues",
     "insert_job",
     "insert_jobs",
     "listen",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    Boolean,
     DateTime,
     Integer,
     Interval,
@@ -11,6 +12,7 @@ from sqlalchemy import (
     Text,
     any_,
     bindparam,
+    case,
     cast,
     column,
     func,
@@ -51,9 +53,13 @@ def insert_jobs(table: Table) -> Executable:
     Rows are inserted in input order (``ORDER BY ord``), so the identity values ascend in input
     order; the caller relies on that to map returned ids back to its inputs.
 
-    Each inserted row also queues ``pg_notify(:channel, queue_name)``. PostgreSQL delivers
-    notifications only when the transaction commits (so a rolled-back enqueue wakes nobody) and
-    folds identical ones, so a batch sends one per queue.
+    With ``:notify`` true, each inserted row also queues ``pg_notify(:channel, queue_name)``:
+    the wake-up of an enqueue in the caller's transaction. PostgreSQL delivers notifications
+    only when the transaction commits (so a rolled-back enqueue wakes nobody) and folds
+    identical ones, so a batch sends one per queue. But a notifying commit holds a
+    database-wide lock through its WAL flush, so concurrent notifying enqueues commit one at a
+    time; an enqueue in a transaction of our own passes false and is announced after its
+    commit instead (`wake_queues`, `_notifier`).
     """
     src = (
         func.unnest(*(bindparam(f"{name}s", type_=ARRAY(type_)) for name, type_ in _INPUT_COLUMNS))
@@ -104,7 +110,8 @@ def insert_job(table: Table) -> Executable:
 
 def _skipping_held_keys_and_notifying(table: Table, inserting) -> Executable:
     """The enqueue INSERT's shared tail: skip a job whose key an active job holds, return
-    ``id, idempotency_key`` and queue one ``pg_notify`` per inserted row (see `insert_jobs`)."""
+    ``id, idempotency_key`` and, when ``:notify``, queue one ``pg_notify`` per inserted row
+    (see `insert_jobs`)."""
     inserted = (
         inserting.on_conflict_do_nothing(
             index_elements=[table.c.idempotency_key],
@@ -116,7 +123,8 @@ def _skipping_held_keys_and_notifying(table: Table, inserting) -> Executable:
     return select(
         inserted.c.id,
         inserted.c.idempotency_key,
-        func.pg_notify(bindparam("channel"), inserted.c.queue_name).label("notified"),
+        case((bindparam("notify", type_=Boolean),
+              func.pg_notify(bindparam("channel"), inserted.c.queue_name))).label("notified"),
     )
 
 

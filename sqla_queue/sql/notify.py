@@ -9,13 +9,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Table, Text, case, cast, func, literal, select, true
+from sqlalchemy import Table, Text, bindparam, case, cast, func, literal, select, true
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Executable, ClauseElement
 
 
 def channel_name(table: Table) -> str:
     return f"{table.name}_enqueued"
+
+
+def wake_queues(table: Table) -> Executable:
+    """Send a notification on `table`'s enqueue channel for each of ``:queues``, in a transaction that does
+    not wait for its commit's WAL flush.
+
+    A notifying commit holds PostgreSQL's database-wide notify lock until it returns, so this
+    one, which writes nothing else, returns at once: enqueues committed without notifying
+    (`insert_jobs` with ``:notify`` false) are announced here after their commit, many at a
+    time, and never queue behind each other's flushes. Losing this commit in a crash loses only
+    the wake-up, which PostgreSQL never keeps anyway.
+    """
+    queue = func.unnest(bindparam("queues", type_=ARRAY(Text))).table_valued("queue").render_derived()
+    return select(
+        func.set_config("synchronous_commit", "off", true()).label("synchronous_commit"),
+        func.pg_notify(literal(channel_name(table)), queue.c.queue).label("notified"),
+    ).select_from(queue)
 
 
 class Listen(Executable, ClauseElement):

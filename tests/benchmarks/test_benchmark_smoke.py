@@ -152,6 +152,11 @@ def fake_results() -> dict:
                                   "max_seconds": 90.0, "autovacuum_options": "x = 0"}},
         "roundtrips": {"drain": [{"statement": "COMMIT", "calls": 10, "per_job": 0.5}]},
         "asyncio": fake_asyncio(),
+        "wakeups": {"enqueuers": 32, "seconds": 5.0, "layouts": {
+            "32 processes x 1 thread": {"on": stats.summary([950.0]), "off": stats.summary([1000.0]),
+                                        "caller_transaction": stats.summary([400.0])},
+            "1 process x 32 threads": {"on": stats.summary([800.0]), "off": stats.summary([1000.0]),
+                                       "caller_transaction": stats.summary([300.0])}}},
         "idle": {"settle_s": 12.0, "window_s": 30.0, "poll_interval_s": 1.0,
                  1: {"workers": 1, "seconds": 30.0, "commits": 90, "xact_per_s": 3.0, "xact_per_s_per_worker": 3.0,
                      "cpu_percent": _stat(0.3)},
@@ -189,11 +194,14 @@ def fake_asyncio() -> dict:
 
 def test_targets_are_judged_from_the_results():
     rows = {row["target"]: row for row in targets.evaluate(fake_results())}
-    assert len(rows) == 18  # the peers' five rows are there, not measured, when --peers was not given
+    assert len(rows) == 19  # the peers' five rows are there, not measured, when --peers was not given
     assert all(set(row) == {"target", "measured", "ratio", "met", "note"} for row in rows.values())
     met = {name.split(" >=")[0].split(" <=")[0].split(" within")[0]: row["met"] for name, row in rows.items()}
     assert met["Drain, 1 process x concurrency 10"] is True  # 10,000 >= 6,000
-    assert met["Idle wake-up latency p99"] is False  # 25 ms > 20 ms
+    assert met["Idle wake-up latency p99"] is False  # 25 ms > 10 ms
+    wake = rows["Enqueue with wake-ups on >= 90 % of wake-ups off, 32 concurrent single-job enqueuers"]
+    assert wake["met"] is False and wake["measured"] == "80% (worst)"  # the one-process layout's 800 / 1,000
+    assert wake["note"] == "worst layout: 1 process x 32 threads"
     assert met["Claim cost at 1,000,000 pending"] is True  # 1.2x
     assert rows["Sustained drain: last window >= 80 % of the first (default table)"]["met"] is False
 
@@ -213,11 +221,12 @@ def test_report_renders_every_section_and_survives_json():
         for heading in ("## Targets", "## Machine and server", "## 1. The raw-SQL limit",
                         "## 2. sqla_queue enqueue", "## 3. Drain", "## 4. Idle wake-up latency",
                         "## 5. Claim cost against backlog", "## 6. Sustained drain", "## 7. Idle cost",
-                        "## 8. asyncio", "## Where the time goes"):
+                        "## 8. asyncio", "## Where the time goes", "## 10. Wake-ups under concurrent enqueues"):
             assert heading in text
         assert "![performance plot](performance.png)" in text
         assert "**met**" in text and "**not met**" in text
         assert "1,100 (900–1,100)" in text or "1,000 (900–1,100)" in text  # median (min–max)
+        assert "| 1 process x 32 threads | 800 /s | 1,000 /s | 80% | 300 /s | 30% |" in text
 
 
 def test_stat_formatting():
