@@ -354,6 +354,28 @@ def _wakeups_section(results: dict) -> list[str]:
     return lines + [""]
 
 
+def _fleet_section(results: dict) -> list[str]:
+    fleet = results["fleet"]
+    jobs = next(iter(fleet.values()))["jobs"]
+    many = max(f["processes"] for f in fleet.values())
+    lines = ["## 11. Many workers on one database", "",
+             f"{jobs:,} pre-enqueued no-op jobs drained by {many} worker processes of concurrency 2, beside 2 of "
+             "concurrency 10, alternating; rates as in section 3. *Peak connections*: the "
+             "most open to the database during the drain (each worker holds its claim loop's, its handlers' and "
+             "its listener's); *locked claims*: claims that found nothing while due jobs were pending because "
+             "other workers' claims held them (the `empty_locked` counter of `stats`), per 1,000 jobs. What an idle "
+             "fleet of 20 costs is in section 7; [scaling](explanation/scaling.md) turns these into sizing.", "",
+             "| Layout | jobs/s | jobs per claim | commits/job | server CPU/job | client CPU/job | peak connections "
+             "| locked claims / 1,000 jobs |", "|---|---|---|---|---|---|---|---|"]
+    for key, f in fleet.items():
+        lines.append(f"| {f['processes']} x {f['concurrency']} | {fmt_stat(f['jobs_per_s'])} | "
+                     f"{fmt_stat(f['batch'], '.1f')} | {fmt_stat(f['commits_per_job'], '.2f')} | "
+                     f"{fmt_stat(f['server_cpu_us_per_job'], ',.0f', ' µs')} | "
+                     f"{fmt_stat(f['client_cpu_us_per_job'], ',.0f', ' µs')} | {fmt_stat(f['peak_connections'])} | "
+                     f"{fmt_stat(f['empty_locked_per_1000'], '.1f')} |")
+    return lines + [""]
+
+
 def _pct(value, of) -> str:
     return f"{value / of:.0%}" if value is not None and of else "–"
 
@@ -454,7 +476,8 @@ def _peers_section(results: dict) -> list[str]:
 _SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _drain_section),
              ("latency", _latency_section), ("claim_cost", _claim_cost_section),
              ("sustained", _sustained_section), ("idle", _idle_section), ("asyncio", _asyncio_section),
-             ("roundtrips", _roundtrip_section), ("wakeups", _wakeups_section), ("peers", _peers_section))
+             ("roundtrips", _roundtrip_section), ("wakeups", _wakeups_section), ("fleet", _fleet_section),
+             ("peers", _peers_section))
 
 
 _DEFAULT_KEYS = tuple(key for key, _ in _SECTIONS if key != "peers")  # what a run without --sections measures

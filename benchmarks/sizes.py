@@ -48,6 +48,8 @@ class Size:
     peers_latency_jobs: int = 0
     # wake-ups under 32 concurrent enqueuers: seconds each variant enqueues for
     wakeup_seconds: float = 1.0
+    # many workers on one database: processes of concurrency 2 beside 2 x 10 (tiny: fewer)
+    fleet_processes: int = 20
 
     def with_repeat(self, repeat: int | None) -> Size:
         return self if repeat is None else replace(self, repeat=repeat)
@@ -62,7 +64,7 @@ SIZES = {
         latency_jobs=5, idle_workers=(1, 3), idle_settle=2.0, idle_window=3.0,
         claim_small_backlog=1_000, claim_large_backlog=10_000, claim_history=5_000, claim_samples=50,
         sustained_jobs=3_000, sustained_window=1.0, sustained_max_seconds=10.0, sustained_repeat=1,
-        asyncio_sleep_jobs=1_000, peers_latency_jobs=2,
+        asyncio_sleep_jobs=1_000, peers_latency_jobs=2, fleet_processes=4,
     ),
     "small": Size(
         name="small", repeat=2,

@@ -152,6 +152,12 @@ def fake_results() -> dict:
                                   "max_seconds": 90.0, "autovacuum_options": "x = 0"}},
         "roundtrips": {"drain": [{"statement": "COMMIT", "calls": 10, "per_job": 0.5}]},
         "asyncio": fake_asyncio(),
+        "fleet": {key: {"processes": p, "concurrency": c, "jobs": 1000,
+                        **{name: stats.summary([value]) for name, value in (
+                            ("jobs_per_s", 5000.0 / p), ("commits_per_job", 1.0), ("server_cpu_us_per_job", 90.0),
+                            ("client_cpu_us_per_job", 200.0), ("peak_connections", 4.0 * p),
+                            ("empty_locked_per_1000", 2.5), ("batch", float(c)))}}
+                  for key, p, c in (("2x10", 2, 10), ("20x2", 20, 2))},
         "wakeups": {"enqueuers": 32, "seconds": 5.0, "layouts": {
             "32 processes x 1 thread": {"on": stats.summary([950.0]), "off": stats.summary([1000.0]),
                                         "caller_transaction": stats.summary([400.0])},
@@ -221,12 +227,14 @@ def test_report_renders_every_section_and_survives_json():
         for heading in ("## Targets", "## Machine and server", "## 1. The raw-SQL limit",
                         "## 2. sqla_queue enqueue", "## 3. Drain", "## 4. Idle wake-up latency",
                         "## 5. Claim cost against backlog", "## 6. Sustained drain", "## 7. Idle cost",
-                        "## 8. asyncio", "## Where the time goes", "## 10. Wake-ups under concurrent enqueues"):
+                        "## 8. asyncio", "## Where the time goes", "## 10. Wake-ups under concurrent enqueues",
+                        "## 11. Many workers on one database"):
             assert heading in text
         assert "![performance plot](performance.png)" in text
         assert "**met**" in text and "**not met**" in text
         assert "1,100 (900–1,100)" in text or "1,000 (900–1,100)" in text  # median (min–max)
         assert "| 1 process x 32 threads | 800 /s | 1,000 /s | 80% | 300 /s | 30% |" in text
+        assert "| 20 x 2 | 250 | 2.0 | 1.00 | 90 µs | 200 µs | 80 | 2.5 |" in text
 
 
 def test_stat_formatting():
