@@ -21,6 +21,7 @@ PAGES = [
     "explanation/state-machine.md",
     "explanation/delivery-semantics.md",
     "explanation/priorities.md",
+    "explanation/scaling.md",
     "reference/api.md",
 ]
 API = DOCS / "reference" / "api.md"
