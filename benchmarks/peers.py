@@ -412,6 +412,7 @@ def run(db: Database, size: Size, log) -> dict:
     enqueues: dict = {s: {"bulk": [], "single": []} for s in SYSTEMS}
     latencies: dict = {s: {"p50_ms": [], "p99_ms": [], "call_p50_ms": [], "samples_ms": []} for s in SYSTEMS}
     rng = random.Random(7)
+    floors: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sqlaq-peers-") as root:
         work = Path(root)
         (work / f"{APP_MODULE}.py").write_text(APP_SOURCE)
@@ -419,6 +420,8 @@ def run(db: Database, size: Size, log) -> dict:
         peers = Peers(db, pgq, graphile, work, log)
         peers.install_schemas()
         for rep in range(size.repeat):
+            floors.append(import_floor())
+            log(f"peers: import floor rep {rep + 1}: {floors[-1] * 1000:.0f} ms")
             for system in SYSTEMS:  # bulk enqueue, then a single job, each from a fresh process
                 bulk = peers.enqueue(system, jobs, min(BULK_BATCH, jobs))
                 single = peers.enqueue(system, 1, 1)
@@ -458,7 +461,7 @@ def run(db: Database, size: Size, log) -> dict:
                     f"p99 {percentile(after, 99):.2f} ms")
         peers.empty_all()
     return {
-        "jobs": jobs, "bulk_batch": min(BULK_BATCH, jobs),
+        "jobs": jobs, "bulk_batch": min(BULK_BATCH, jobs), "import_floor_s": summary(floors),
         "versions": {"pgqueuer": pgq.versions, "graphile-worker": graphile.versions},
         "configs": {
             "sqla_queue": {f"{p}x{c}": describe_sqla_queue(p, c) for p, c in cli_configs},
@@ -475,6 +478,18 @@ def run(db: Database, size: Size, log) -> dict:
                     **{s: {**{k: summary(v) for k, v in lat.items() if k != "samples_ms"},
                            "samples_ms": lat["samples_ms"]} for s, lat in latencies.items()}},
     }
+
+
+IMPORT_FLOOR = "import sqlalchemy.orm, psycopg"
+
+
+def import_floor() -> float:
+    """Seconds a bare interpreter of sqla_queue's environment takes to start and import what
+    any worker of a SQLAlchemy application imports before sqla_queue does anything: the floor
+    under the CLI worker's start-up on this machine."""
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", IMPORT_FLOOR], check=True)
+    return time.monotonic() - t0
 
 
 def _summarise(outs: list[dict]) -> dict:

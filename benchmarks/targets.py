@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .peers import IMPORT_FLOOR
 from .stats import ratio
 
 
@@ -216,7 +217,26 @@ def peer_rows(results: dict) -> list[dict]:
     value = ratio(a, b)
     rows.append(_row("Bulk enqueue from a fresh process (calls of 1,000) >= graphile-worker's addJobs, same run",
                      value, value, lambda r: r >= 1, "{:.2f}x", note=_vs_note(a, b, "addJobs")))
+    rows.append(startup_row(peers))
     return rows
+
+
+STARTUP_LIMIT_S = 0.3
+
+
+def startup_row(peers: dict) -> dict:
+    """The CLI worker's start-up (process start to first completion, 1 x 10) against 300 ms,
+    with the import floor and pgqueuer's start-up from the same run for scale."""
+    drains = peers.get("drain") or {}
+    ours = _median((drains.get("sqla_queue") or {}).get("1x10") or {}, "startup_s")
+    pgq = _median((drains.get("pgqueuer") or {}).get("1x10") or {}, "startup_s")
+    floor = _median(peers, "import_floor_s")
+    parts = [f"import floor (`python -c '{IMPORT_FLOOR}'`) {floor * 1000:,.0f} ms" if floor is not None else None,
+             f"pgqueuer {pgq * 1000:,.0f} ms" if pgq is not None else None]
+    return _row(f"CLI worker start-up (process start to first completion, 1 x 10) <= {STARTUP_LIMIT_S * 1000:.0f} ms",
+                ours and ours * 1000, ratio(ours, STARTUP_LIMIT_S), lambda r: r <= 1, "{:,.0f} ms",
+                note="; ".join(p for p in parts if p) or None)
+
 
 
 def _vs_note(ours: float | None, theirs: float | None, who: str) -> str | None:

@@ -166,7 +166,7 @@ def fake_peers() -> dict:
                 "single": {"call_ms": _stat(20.0), "process_ms": _stat(300.0)}}
 
     return {
-        "jobs": 20_000, "bulk_batch": 1_000,
+        "jobs": 20_000, "bulk_batch": 1_000, "import_floor_s": _stat(0.25),
         "versions": {"pgqueuer": {"pgqueuer": "1.6.0", "asyncpg": "0.32.0"},
                      "graphile-worker": {"graphile-worker": "0.17.3", "node": "20.20.2"}},
         "configs": {"sqla_queue": {"1x10": "a", "2x10": "b", "1x50": "c"},
@@ -186,10 +186,12 @@ def fake_peers() -> dict:
 
 def test_the_issues_side_by_side_targets():
     rows = targets.peer_rows({"peers": fake_peers()})
-    assert [row["met"] for row in rows] == [True, False, True, False, False]
+    assert [row["met"] for row in rows] == [True, False, True, False, False, False]
     assert rows[0]["measured"] == "2.50x" and rows[0]["ratio"] == pytest.approx(1.25)  # 2.5x of the 2x asked
     assert "sqla_queue 1 x 50" in rows[2]["note"]  # the best CLI row, named
     assert rows[4]["ratio"] == pytest.approx(0.8)
+    assert rows[5]["measured"] == "500 ms" and rows[5]["ratio"] == pytest.approx(0.5 / 0.3)  # start-up
+    assert rows[5]["note"] == "import floor (`python -c 'import sqlalchemy.orm, psycopg'`) 250 ms; pgqueuer 500 ms"
     assert all(row["met"] is None for row in targets.peer_rows({}))  # not run: not measured
 
 
