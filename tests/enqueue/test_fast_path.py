@@ -73,22 +73,41 @@ def url_queue(database_url, clean_jobs):
     queue.engine.dispose()
 
 
-class Trace:
-    """What the client sends on `engine`'s one pooled connection during a call (libpq's trace):
-    each simple ``Query`` by its text, each extended-protocol exchange as ``"Sync"``; together,
-    the call's round trips."""
+def settle(queue: sq.Queue) -> None:
+    """Wait until the Queue's notifier has sent the wake-ups of earlier enqueues: it borrows a
+    pooled connection to send them, so until then the pool's one connection may be in use."""
+    queue._enqueuer.notifier.flush()
 
-    def __init__(self, engine) -> None:
+
+class Trace:
+    """What the client sends on `queue`'s (or `engine`'s) one pooled connection during a call
+    (libpq's trace): each simple ``Query`` by its text, each extended-protocol exchange as
+    ``"Sync"``; together, the call's round trips. The wake-ups the call asks for are held back
+    while it runs (`queues_woken` lists them): the notifier sends them after the commit, on a
+    pooled connection of its own choosing (tests/enqueue/test_wake_after_commit.py)."""
+
+    def __init__(self, queue_or_engine) -> None:
+        self.queue = queue_or_engine if isinstance(queue_or_engine, sq.Queue) else None
+        engine = self.queue.engine if self.queue is not None else queue_or_engine
+        if self.queue is not None:
+            settle(self.queue)
         with engine.connect() as conn:
             self.pgconn = conn.connection.driver_connection.pgconn
+        self.queues_woken: list[str] = []
 
     def __call__(self, call):
+        notifier = self.queue._enqueuer.notifier if self.queue is not None else None
+        if notifier is not None:
+            settle(self.queue)
+            send, notifier._send = notifier._send, self.queues_woken.extend
         with tempfile.TemporaryFile() as file:
             self.pgconn.trace(file.fileno())
             try:
                 result = call()
             finally:
                 self.pgconn.untrace()
+                if notifier is not None:
+                    notifier._send = send
             file.seek(0)
             lines = file.read().decode().splitlines()
         sent = []
@@ -106,7 +125,7 @@ def test_url_queue_enqueues_in_one_round_trip_where_nothing_can_half_write(creat
     monkeypatch.setattr(_engine, "PING_IF_IDLE_FOR", 3600.0)  # no idle ping in the traces
     url = _database(create_database)
     queue = _url_queue(url)
-    trace = Trace(queue.engine)
+    trace = Trace(queue)
     try:
         single, single_sent = trace(lambda: queue.enqueue("send_email", {"n": 1}))
         keyed, keyed_sent = trace(lambda: queue.enqueue("send_email", {"n": 2}, idempotency_key="k-1"))
@@ -140,7 +159,7 @@ def test_enqueues_in_the_callers_transaction_or_on_an_application_engine_are_unc
         with Session(url_queue.engine) as session:
             in_session = url_queue.enqueue("send_email", {}, session=session)
             session.commit()
-        on_host, host_sent = Trace(host_engine)(lambda: host_queue.enqueue("send_email", {}))
+        on_host, host_sent = Trace(host_queue)(lambda: host_queue.enqueue("send_email", {}))
         seen = _isolation_seen(url)
     finally:
         url_queue.engine.dispose()
@@ -156,7 +175,7 @@ def test_url_queue_enqueues_read_committed_when_the_database_defaults_to_seriali
     monkeypatch.setattr(_engine, "PING_IF_IDLE_FOR", 3600.0)
     url = _database(create_database, "serializable")
     queue = _url_queue(url)
-    trace = Trace(queue.engine)
+    trace = Trace(queue)
     try:
         with queue.engine.connect() as conn:  # sessions are looked at, never changed
             assert conn.execute(text("SHOW default_transaction_isolation")).scalar_one() == "serializable"
@@ -410,6 +429,7 @@ def test_a_connection_the_server_terminated_is_replaced_before_the_next_enqueue(
 ):
     monkeypatch.setattr(_engine, "PING_IF_IDLE_FOR", 3600.0)  # "used a moment ago": no idle ping
     url_queue.enqueue("send_email", {})
+    settle(url_queue)
     old_pid = _terminate_pooled_connection(url_queue, engine)
 
     url_queue.enqueue("send_email", {"secret": "hunter2"})
@@ -423,7 +443,7 @@ def test_a_connection_idle_past_the_ping_threshold_is_pinged_before_use(url_queu
     finds out. The ping is a round trip of its own before the INSERT; within the threshold
     there is none (the enqueue is its one Sync)."""
     url_queue.enqueue("send_email", {})
-    trace = Trace(url_queue.engine)
+    trace = Trace(url_queue)
 
     monkeypatch.setattr(_engine, "PING_IF_IDLE_FOR", 3600.0)
     _, recent = trace(lambda: url_queue.enqueue("send_email", {}))
