@@ -52,6 +52,7 @@ def test_the_doc_shows_these_worker_commands():
     assert commands() == [
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --concurrency 8",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --until-empty",
+        "sqla-queue --app myapp.jobs:queue worker --queues default,emails --processes 2",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --log-format json",  # test_worker_logging.py
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --pgbouncer",  # worker/test_pgbouncer.py
     ]
@@ -90,3 +91,24 @@ def test_readme_shows_the_worker_command_this_doc_runs():
     readme = (DOC.parents[2] / "README.md").read_text()
     [long_running] = [c for c in commands() if "--concurrency" in c]
     assert f"\n{long_running}\n" in readme
+
+
+def test_processes_command_runs_two_worker_processes_then_stops_them_on_sigterm(app_dir, database_url, queue):
+    [command] = [c for c in commands() if "--processes" in c]
+    process = subprocess.Popen(argv(command), cwd=app_dir, env=run_env(database_url),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ids = [queue.enqueue("send_email", {"to": "a@b.c"}, queue="emails") for _ in range(4)]
+        done = threading.Event()
+        while not done.wait(0.05):
+            if all(queue.get_job(i).status.value == "completed" for i in ids) or process.poll() is not None:
+                done.set()
+        assert [queue.get_job(i).status.value for i in ids] == ["completed"] * 4
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "starting 2 worker processes" in err
+    assert out.strip() == "claimed 4, completed 4, retried 0, failed 0, lost 0, released 0"
