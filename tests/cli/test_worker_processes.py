@@ -29,10 +29,15 @@ APP = textwrap.dedent(
     import time
     from pathlib import Path
 
+    from sqlalchemy import create_engine, event
+
     import sqla_queue as sq
 
-    queue = sq.Queue(os.environ["APP_DATABASE_URL"], load_entrypoints=False)
     STARTS = Path(os.environ["STARTS_DIR"])
+    engine = create_engine(os.environ["APP_DATABASE_URL"])
+    # Every connection made the app's way (the workers' too) says which process made it.
+    event.listen(engine, "connect", lambda *_: (STARTS.parent / f"connected-{os.getpid()}").write_text(""))
+    queue = sq.Queue(engine, load_entrypoints=False)
 
 
     def started(ctx):
@@ -193,6 +198,8 @@ def test_two_processes_both_claim_and_drain_with_one_summary(command, queue, eng
     assert len(workers) == 2  # each process its own worker id, and both claimed
     assert {int(w.split(":")[1]) for w in workers} == command.running_pids()
     assert len(ids) == 6
+    connected = {int(p.name.split("-")[1]) for p in command.root.glob("connected-*")}
+    assert connected == command.running_pids()  # each child its own connections; none in the supervisor
 
 
 def test_one_process_runs_the_worker_in_the_command_itself(command, queue, engine):
