@@ -2,7 +2,7 @@
 ``--processes 2``, side by side.
 
 ``python -m benchmarks.cpu_scaling [--jobs 600] [--job-ms 7] [--repeat 3] [--database-url URL]``
-calibrates a pure-Python loop to about `--job-ms` milliseconds a job on this machine, fills
+calibrates a pure-Python loop to about `--job-ms` milliseconds of CPU a job on this machine, fills
 the table with that many pending jobs, and drains them with
 ``sqla-queue --app benchmarks.cpu_scaling_app:queue worker --until-empty --processes P`` for
 P = 1 and 2 in turn, each repetition running both back to back (alternating which goes first),
@@ -43,8 +43,9 @@ def burn(iterations: int) -> int:
 
 
 def calibrate(job_ms: float, samples: int = 15) -> tuple[int, float]:
-    """Iterations of `burn` that take about `job_ms` here, and the milliseconds they took
-    (the median of `samples` runs)."""
+    """Iterations of `burn` that take about `job_ms` of CPU time here, and the CPU milliseconds
+    they took (the median of `samples` runs). CPU time, not wall: other work on the machine
+    would otherwise make the jobs shorter."""
     probe = 20_000
     seconds = statistics.median(_timed_burn(probe) for _ in range(samples))
     iterations = max(1, round(probe * job_ms / 1000 / seconds))
@@ -52,9 +53,9 @@ def calibrate(job_ms: float, samples: int = 15) -> tuple[int, float]:
 
 
 def _timed_burn(iterations: int) -> float:
-    started = time.perf_counter()
+    started = time.thread_time()
     burn(iterations)
-    return time.perf_counter() - started
+    return time.thread_time() - started
 
 
 def drain(db: Database, processes: int, jobs: int, iterations: int, concurrency: int) -> float:
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log = lambda line: print(line, file=sys.stderr)  # noqa: E731
     iterations, job_ms = calibrate(args.job_ms)
-    log(f"calibrated: {iterations:,} iterations a job, {job_ms:.2f} ms here; {os.cpu_count()} cores")
+    log(f"calibrated: {iterations:,} iterations a job, {job_ms:.2f} ms of CPU here; {os.cpu_count()} cores")
     with benchmark_database(args.database_url) as db:
         medians = measure(db, args.jobs, iterations, args.concurrency, args.repeat, log)
     print(table(medians, jobs=args.jobs, job_ms=job_ms, concurrency=args.concurrency, repeat=args.repeat))
