@@ -121,9 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda line: print(line, file=sys.stderr)  # noqa: E731
     iterations, job_ms = calibrate(args.job_ms)
     log(f"calibrated: {iterations:,} iterations a job, {job_ms:.2f} ms of CPU here; {os.cpu_count()} cores")
+    load_before = os.getloadavg()[0]
     with benchmark_database(args.database_url) as db:
         medians = measure(db, args.jobs, iterations, args.concurrency, args.repeat, log)
     print(table(medians, jobs=args.jobs, job_ms=job_ms, concurrency=args.concurrency, repeat=args.repeat))
+    # A second process only helps if a second core is free: say how busy the machine was.
+    print(f"\nload average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, "
+          f"on {os.cpu_count()} cores")
     return 0
 
 

@@ -19,10 +19,12 @@ DOC = ROOT / "docs" / "how-to" / "run-workers.md"
 def test_the_cpu_scaling_benchmark_drains_with_one_and_two_processes(capsys, server_url):
     assert cpu_scaling.main(["--jobs", "40", "--repeat", "1", "--job-ms", "2", "--database-url", server_url]) == 0
     out = capsys.readouterr()
-    table = out.out.strip().splitlines()
+    table, load = out.out.strip().split("\n\n")
+    table = table.splitlines()
     assert table[0].startswith("| 40 jobs of ") and "| --processes 1 | --processes 2 | 2 / 1 |" in table[0]
     assert [line.split("|")[1].strip() for line in table[2:]] == [
         "seconds, process start to last completion", "jobs/s"]
+    assert load.startswith("load average (1 min) ") and load.endswith(" cores")
     assert "rep 1 --processes 1" in out.err and "rep 1 --processes 2" in out.err
 
 
