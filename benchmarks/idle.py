@@ -105,7 +105,7 @@ def idle_workers(db: Database, workers: int) -> Iterator[list[subprocess.Popen]]
         env = {**os.environ, "SQLA_QUEUE_BENCH_URL": url.render_as_string(hide_password=False),
                "SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD": "1"}
         command = [sys.executable, "-m", "sqla_queue.cli", "--app", f"{APP_MODULE}:queue", "worker",
-                   "--queues", QUEUE, "--poll-interval", str(POLL_INTERVAL)]
+                   "--processes", "1", "--queues", QUEUE, "--poll-interval", str(POLL_INTERVAL)]
         procs = []
         try:
             for n in range(workers):

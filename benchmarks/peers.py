@@ -302,7 +302,7 @@ class Peers:
     # drains -----------------------------------------------------------------------------------
 
     def drain_sqla_queue(self, jobs: int, processes: int, concurrency: int) -> dict:
-        argv = [*self.sqla_queue_cli(), "--app", f"{APP_MODULE}:queue", "worker", "--queues", QUEUE,
+        argv = [*self.sqla_queue_cli(), "--app", f"{APP_MODULE}:queue", "worker", "--processes", "1", "--queues", QUEUE,
                 "--concurrency", str(concurrency), "--until-empty"]
         return self._drain_from_table("sqla_queue", jobs, [(argv, self.work, self.env())] * processes)
 
@@ -352,7 +352,7 @@ class Peers:
         env = self.env(BENCH_STARTS_OUT=str(starts_path))
         bench = self.graphile.root / "bench"
         if system == "sqla_queue":
-            worker = ([*self.sqla_queue_cli(), "--app", f"{LATENCY_APP}:queue", "worker", "--queues", QUEUE,
+            worker = ([*self.sqla_queue_cli(), "--app", f"{LATENCY_APP}:queue", "worker", "--processes", "1", "--queues", QUEUE,
                        "--concurrency", "10", "--poll-interval", f"{POLL_INTERVAL}s"], self.work)
             enqueuer = ([sys.executable, str(SCRIPTS / "sqla_queue_enqueuer.py")], self.work)
         elif system == "pgqueuer":

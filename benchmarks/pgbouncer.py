@@ -209,7 +209,7 @@ def drain_cli(db: Database, route: Route, jobs: int, concurrency: int) -> dict:
     wall from just before it starts to the last completion, and steady from its first claim."""
     tables.reset(db, pending=jobs)
     command = [sys.executable, "-c", "from sqla_queue.cli import run; run()",
-               "--app", "benchmarks.pgbouncer_app:queue", "worker", "--queues", raw_sql.QUEUE,
+               "--app", "benchmarks.pgbouncer_app:queue", "worker", "--processes", "1", "--queues", raw_sql.QUEUE,
                "--concurrency", str(concurrency), "--until-empty", "--log-level", "WARNING", *route.flags]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SQLA_QUEUE_")}
     env.update(SQLA_QUEUE_DATABASE_URL=route.queue_url, SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD="1")

@@ -84,7 +84,8 @@ class Notifier:
             self.flush()
 
 
-def _flush_all() -> None:
+def flush_all() -> None:
+    """Send every Queue's pending wake-ups now (at exit, and where a process ends without it)."""
     for notifier in list(_NOTIFIERS):
         notifier.flush()
 
@@ -95,5 +96,5 @@ def _forget_in_child() -> None:
         notifier._reset()
 
 
-atexit.register(_flush_all)
+atexit.register(flush_all)
 os.register_at_fork(after_in_child=_forget_in_child)

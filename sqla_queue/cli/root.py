@@ -181,17 +181,26 @@ def run() -> None:
     """Entry point: errors become one-line messages, not tracebacks (exit codes above)."""
     try:
         main.main(standalone_mode=False)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, click.ClickException, SqlaQueueError, click.exceptions.Exit) as exc:
+        sys.exit(report_error(exc))
+
+
+def report_error(exc: BaseException) -> int:
+    """Say what went wrong in one line (on stderr) and return the exit code it means; an
+    exception that is not one of the command's own is raised again. Also what a worker process
+    started by ``worker --processes`` ends with."""
+    if isinstance(exc, click.exceptions.Abort):
         click.echo("Aborted.", err=True)
-        sys.exit(EXIT_PROBLEM)
-    except click.ClickException as exc:
+        return EXIT_PROBLEM
+    if isinstance(exc, click.ClickException):
         exc.show()
-        sys.exit(exc.exit_code)
-    except DatabaseError as exc:
+        return exc.exit_code
+    if isinstance(exc, DatabaseError):
         click.echo(f"Error: database: {exc}", err=True)
-        sys.exit(EXIT_PROBLEM)
-    except SqlaQueueError as exc:
+        return EXIT_PROBLEM
+    if isinstance(exc, SqlaQueueError):
         click.echo(f"Error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return EXIT_USAGE
+    if isinstance(exc, click.exceptions.Exit):
+        return exc.exit_code
+    raise exc

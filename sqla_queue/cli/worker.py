@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import logging.config
+import os
 
 import click
 from click.core import ParameterSource
 
-from .root import CliContext, main
+from .root import CliContext, main, report_error
 from ._params import DURATION, DURATION_HELP, format_seconds
 from ..logformat import LOG_FORMATS, logging_config
 from ..types import DEFAULT_LEASE
 
 LISTEN_URL_ENV = "SQLA_QUEUE_LISTEN_URL"
+PROCESSES_ENV = "SQLA_QUEUE_PROCESSES"
+MAX_PROCESSES = 1024
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @main.command()
 @click.option("--queues", default="default", show_default=True, help="Comma-separated queue names.")
+@click.option("--processes", type=click.IntRange(min=1, max=MAX_PROCESSES), envvar=PROCESSES_ENV,
+              default=lambda: usable_cores(), show_default="one per usable core",
+              help="Worker processes, each with its own connections and --concurrency threads, under a "
+                   "supervisor that restarts one that dies and passes signals on; 1 runs the worker in this "
+                   f"process (default: ${PROCESSES_ENV}, else one per usable core).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Handler threads (most jobs held at once).")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Most jobs per claim (default: concurrency).")
@@ -40,14 +48,17 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
               help="text: time, level, logger, message; json: one object per line with the job's fields.")
 @click.pass_obj
-def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interval, grace, no_listen,
+def worker(obj: CliContext, queues, processes, concurrency, batch_size, lease, poll_interval, grace, no_listen,
            pgbouncer, listen_url, until_empty, log_level, log_format) -> None:
     """Claim and run jobs. First SIGTERM/SIGINT: finish running jobs, release the rest; second: exit now."""
     if listen_url and no_listen:
         raise click.UsageError("--listen-url and --no-listen contradict each other: pick one")
+    if processes > 1 and not hasattr(os, "fork"):
+        raise click.BadParameter("more than one process needs os.fork (Linux, macOS): pass 1",
+                                 param_hint="--processes")
     queue = obj.queue()  # imports the app, which may configure logging itself
     _configure_logging(log_level, log_format)
-    summary = queue.worker(
+    options = dict(
         queues=tuple(q.strip() for q in queues.split(",")),
         concurrency=concurrency,
         batch_size=batch_size,
@@ -57,11 +68,44 @@ def worker(obj: CliContext, queues, concurrency, batch_size, lease, poll_interva
         listen=not no_listen and (not pgbouncer or bool(listen_url)),
         listen_engine=listen_url or None,
         prepared_statements=not pgbouncer,
-    ).run(until_empty=until_empty)
+    )
+    if processes == 1:
+        summary = queue.worker(**options).run(until_empty=until_empty)
+    else:
+        summary = _supervised(queue, options, processes, until_empty)
     click.echo(
         f"claimed {summary.claimed}, completed {summary.completed}, retried {summary.retried}, "
         f"failed {summary.failed}, lost {summary.lost}, released {summary.released}"
     )
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which ``taskset`` and container
+    cpusets narrow), else every core the machine has. A CPU quota (``docker --cpus``) is not
+    an affinity: pass --processes there."""
+    try:
+        return max(1, min(len(os.sched_getaffinity(0)), MAX_PROCESSES))
+    except AttributeError:  # macOS: no affinity; Windows: no fork either, so one process
+        return max(1, min(os.cpu_count() or 1, MAX_PROCESSES)) if hasattr(os, "fork") else 1
+
+
+def _supervised(queue, options: dict, processes: int, until_empty: bool):
+    """N worker processes under `sqla_queue.supervisor`. A worker is built here first, so a bad
+    option is reported once rather than by every process; it opens no connection."""
+    from ..supervisor import supervise
+
+    queue.worker(**options).engine.dispose()
+
+    def make_worker():
+        queue.engine.dispose(close=False)  # the parent's pooled connections, if its import made any
+        return queue.worker(**options)
+
+    result = supervise(make_worker, processes, until_empty=until_empty, report_error=report_error)
+    if result.exit_code > 128:
+        raise SystemExit(result.exit_code)
+    if result.problem is not None:
+        raise click.ClickException(result.problem)
+    return result.summary
 
 
 def _configure_logging(level: str, log_format: str) -> None:

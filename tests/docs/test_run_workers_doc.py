@@ -52,6 +52,7 @@ def test_the_doc_shows_these_worker_commands():
     assert commands() == [
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --concurrency 8",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --until-empty",
+        "sqla-queue --app myapp.jobs:queue worker --queues default,emails --processes 2",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --log-format json",  # test_worker_logging.py
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --pgbouncer",  # worker/test_pgbouncer.py
     ]
@@ -66,27 +67,43 @@ def test_until_empty_command_drains_and_exits(app_dir, database_url, queue):
     assert queue.get_job(job_id).status.value == "completed"
 
 
-def test_long_running_command_works_then_stops_gracefully_on_sigterm(app_dir, database_url, queue):
-    [command] = [c for c in commands() if "--concurrency" in c]
+def run_then_sigterm(command: str, app_dir, database_url, queue, jobs: int) -> tuple[int, str, str]:
+    """Start the doc's long-running `command`, enqueue `jobs` jobs, wait until they have all
+    completed, send SIGTERM; returns the exit code, stdout and stderr."""
     process = subprocess.Popen(argv(command), cwd=app_dir, env=run_env(database_url),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        job_id = queue.enqueue("send_email", {"to": "a@b.c"}, queue="emails")
+        ids = [queue.enqueue("send_email", {"to": "a@b.c"}, queue="emails") for _ in range(jobs)]
         done = threading.Event()
         while not done.wait(0.05):
-            if queue.get_job(job_id).status.value == "completed" or process.poll() is not None:
+            if all(queue.get_job(i).status.value == "completed" for i in ids) or process.poll() is not None:
                 done.set()
-        assert queue.get_job(job_id).status.value == "completed"
+        assert [queue.get_job(i).status.value for i in ids] == ["completed"] * jobs
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 0, err
+    return process.returncode, out, err
+
+
+def test_long_running_command_works_then_stops_gracefully_on_sigterm(app_dir, database_url, queue):
+    [command] = [c for c in commands() if "--concurrency" in c]
+    code, out, err = run_then_sigterm(command, app_dir, database_url, queue, jobs=1)
+    assert code == 0, err
     assert out.strip().startswith("claimed 1, completed 1")
+
+
+def test_processes_command_runs_two_worker_processes_then_stops_them_on_sigterm(app_dir, database_url, queue):
+    [command] = [c for c in commands() if "--processes" in c]
+    code, out, err = run_then_sigterm(command, app_dir, database_url, queue, jobs=4)
+    assert code == 0, err
+    assert "starting 2 worker processes" in err
+    assert out.strip() == "claimed 4, completed 4, retried 0, failed 0, lost 0, released 0"
 
 
 def test_readme_shows_the_worker_command_this_doc_runs():
     readme = (DOC.parents[2] / "README.md").read_text()
     [long_running] = [c for c in commands() if "--concurrency" in c]
     assert f"\n{long_running}\n" in readme
+

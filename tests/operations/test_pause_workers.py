@@ -68,7 +68,8 @@ def setup(tmp_path, create_database):
     def start_worker() -> None:
         log = open(tmp_path / f"worker-{len(workers)}.log", "wb")
         workers.append(subprocess.Popen(
-            [SCRIPT, "--app", "pauseapp:queue", "worker", "--queues", "a,b", "--concurrency", "2",
+            # One process per worker: the job counts above assume two workers of 2 slots each.
+            [SCRIPT, "--app", "pauseapp:queue", "worker", "--processes", "1", "--queues", "a,b", "--concurrency", "2",
              "--poll-interval", str(POLL)],
             cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 

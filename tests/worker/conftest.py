@@ -422,7 +422,8 @@ class FaultApp:
 
     def start_worker(self, *options: str, queue_url: str | None = None,
                      side_url: str | None = None) -> WorkerProcess:
-        """``sqla-queue --app faultapp:queue worker <options>`` as a real process."""
+        """``sqla-queue --app faultapp:queue worker --processes 1 <options>`` as a real process:
+        one worker, whose pid the fault tests kill, stop and count."""
         self._started += 1
         name = f"worker-{self._started}"
         log_path = self.root / f"{name}.log"
@@ -434,7 +435,7 @@ class FaultApp:
             SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD="1",
         )
         command = [sys.executable, "-c", "from sqla_queue.cli import run; run()",
-                   "--app", "faultapp:queue", "worker", *options]
+                   "--app", "faultapp:queue", "worker", "--processes", "1", *options]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(command, cwd=self.root, env=env, stdout=log,
                                        stderr=subprocess.STDOUT, start_new_session=True)

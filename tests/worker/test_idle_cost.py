@@ -88,7 +88,9 @@ class IdleApp:
     def start_worker(self, *options: str) -> subprocess.Popen:
         env = {**os.environ, "APP_DATABASE_URL": self.url.render_as_string(hide_password=False),
                "STARTS_DIR": str(self.starts), "SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        command = [sys.executable, "-m", "sqla_queue.cli", "--app", "idleapp:queue", "worker", *options]
+        # One worker process, measured by its pid (the command's default is one per core).
+        command = [sys.executable, "-m", "sqla_queue.cli", "--app", "idleapp:queue", "worker",
+                   "--processes", "1", *options]
         with open(self.root / "worker.log", "wb") as log:
             self.process = subprocess.Popen(command, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
         return self.process
