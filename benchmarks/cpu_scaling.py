@@ -93,7 +93,7 @@ def measure(db: Database, jobs: int, iterations: int, concurrency: int, repeat: 
 
 
 def table(medians: dict, *, jobs: int, job_ms: float, concurrency: int, repeat: int) -> str:
-    one, two = medians[1], medians[2]
+    one, two = medians.get(1, medians.get("1")), medians.get(2, medians.get("2"))
     return "\n".join([
         f"| {jobs:,} jobs of {job_ms:.1f} ms pure-Python CPU, --concurrency {concurrency}, median of {repeat} "
         "| --processes 1 | --processes 2 | 2 / 1 |",
@@ -101,6 +101,24 @@ def table(medians: dict, *, jobs: int, job_ms: float, concurrency: int, repeat: 
         f"| seconds, process start to last completion | {one:.2f} | {two:.2f} | {two / one:.2f} |",
         f"| jobs/s | {jobs / one:.1f} | {jobs / two:.1f} | {one / two:.2f}x |",
     ])
+
+
+JOB_MS = 7.0
+CONCURRENCY = 4
+
+
+def run(db: Database, size, log) -> dict:
+    """The ``cpu`` section of ``python -m benchmarks``: the same measurement at the size's
+    scale (its drain jobs / 33: 600 at ``full``), with the load average around it."""
+    jobs = max(20, size.drain_jobs // 33)
+    iterations, job_ms = calibrate(JOB_MS)
+    log(f"cpu: calibrated {iterations:,} iterations a job, {job_ms:.2f} ms of CPU")
+    load_before = os.getloadavg()[0]
+    medians = measure(db, jobs, iterations, CONCURRENCY, size.repeat,
+                      log=lambda line: log(f"cpu: {line}"))
+    return {"jobs": jobs, "job_ms": job_ms, "concurrency": CONCURRENCY, "repeat": size.repeat,
+            "seconds": {str(p): s for p, s in medians.items()},
+            "load": [load_before, os.getloadavg()[0]], "cores": os.cpu_count()}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -11,7 +11,7 @@ import re
 from rich.console import Console
 from rich.table import Table
 
-from . import targets
+from . import cpu_scaling, targets
 from .targets import _get
 
 
@@ -376,6 +376,20 @@ def _fleet_section(results: dict) -> list[str]:
     return lines + [""]
 
 
+def _cpu_section(results: dict) -> list[str]:
+    c = results["cpu"]
+    load = c["load"]
+    return ["## 12. CPU-bound handlers: one process or two", "",
+            f"{c['jobs']:,} jobs whose handler burns about {c['job_ms']:.1f} ms of pure-Python CPU (holding the GIL), "
+            f"drained by `sqla-queue worker --until-empty --concurrency {c['concurrency']} --processes P` from the "
+            "shell, P = 1 and 2 back to back in alternating order, timed from just before the command starts to the "
+            f"last completion (start-up, forking and connecting included); median of {c['repeat']} "
+            f"(`python -m benchmarks.cpu_scaling` runs it alone). A second process only helps when a second core is "
+            f"free: the load average was {load[0]:.1f} before and {load[1]:.1f} after, on {c['cores']} cores.", "",
+            cpu_scaling.table(c["seconds"], jobs=c["jobs"], job_ms=c["job_ms"], concurrency=c["concurrency"],
+                              repeat=c["repeat"]), ""]
+
+
 def _pct(value, of) -> str:
     return f"{value / of:.0%}" if value is not None and of else "–"
 
@@ -477,7 +491,7 @@ _SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _dr
              ("latency", _latency_section), ("claim_cost", _claim_cost_section),
              ("sustained", _sustained_section), ("idle", _idle_section), ("asyncio", _asyncio_section),
              ("roundtrips", _roundtrip_section), ("wakeups", _wakeups_section), ("fleet", _fleet_section),
-             ("peers", _peers_section))
+             ("cpu", _cpu_section), ("peers", _peers_section))
 
 
 _DEFAULT_KEYS = tuple(key for key, _ in _SECTIONS if key != "peers")  # what a run without --sections measures

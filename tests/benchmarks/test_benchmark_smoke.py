@@ -158,6 +158,8 @@ def fake_results() -> dict:
                             ("client_cpu_us_per_job", 200.0), ("peak_connections", 4.0 * p),
                             ("empty_locked_per_1000", 2.5), ("batch", float(c)))}}
                   for key, p, c in (("2x10", 2, 10), ("20x2", 20, 2))},
+        "cpu": {"jobs": 600, "job_ms": 7.0, "concurrency": 4, "repeat": 3, "seconds": {"1": 5.0, "2": 2.8},
+                "load": [0.4, 1.9], "cores": 2},
         "wakeups": {"enqueuers": 32, "seconds": 5.0, "layouts": {
             "32 processes x 1 thread": {"on": stats.summary([950.0]), "off": stats.summary([1000.0]),
                                         "caller_transaction": stats.summary([400.0])},
@@ -228,13 +230,14 @@ def test_report_renders_every_section_and_survives_json():
                         "## 2. sqla_queue enqueue", "## 3. Drain", "## 4. Idle wake-up latency",
                         "## 5. Claim cost against backlog", "## 6. Sustained drain", "## 7. Idle cost",
                         "## 8. asyncio", "## Where the time goes", "## 10. Wake-ups under concurrent enqueues",
-                        "## 11. Many workers on one database"):
+                        "## 11. Many workers on one database", "## 12. CPU-bound handlers: one process or two"):
             assert heading in text
         assert "![performance plot](performance.png)" in text
         assert "**met**" in text and "**not met**" in text
         assert "1,100 (900–1,100)" in text or "1,000 (900–1,100)" in text  # median (min–max)
         assert "| 1 process x 32 threads | 800 /s | 1,000 /s | 80% | 300 /s | 30% |" in text
         assert "| 20 x 2 | 250 | 2.0 | 1.00 | 90 µs | 200 µs | 80 | 2.5 |" in text
+        assert "| jobs/s | 120.0 | 214.3 | 1.79x |" in text
 
 
 def test_stat_formatting():
