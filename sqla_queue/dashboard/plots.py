@@ -23,7 +23,7 @@ LEFT, RIGHT, TOP, BOTTOM = 52, 12, 12, 26
 PALETTE = ("#2563eb", "#16a34a", "#d97706", "#dc2626", "#7c3aed", "#0891b2")
 
 # Clock-tick steps, shortest first: the first that gives at most `MAX_X_TICKS` ticks is used.
-_TIME_STEPS = tuple(timedelta(minutes=m) for m in (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440))
+_TIME_STEPS = tuple(timedelta(minutes=m) for m in (1, 2, 5, 10, 15, 30, 60, 120, 180, 240, 360, 720, 1440))
 MAX_X_TICKS = 7
 
 
