@@ -9,8 +9,7 @@ worker sampled is a gap in the line, not a zero.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -30,6 +29,7 @@ COLORS = {"pending": "#2563eb", "eligible": "#0891b2", "running": "#d97706", "co
 _COUNTS = ("completed", "failed", "retried", "empty_claims")
 _GAUGES = ("pending", "eligible", "scheduled", "running")
 _DURATIONS = ("duration_p50", "duration_p95")
+_SUMMED = (*_COUNTS, *_GAUGES)
 
 
 @dataclass(frozen=True)
@@ -41,21 +41,28 @@ class Minute:
 
 
 def combine(points: Iterable[HistoryPoint], queue: str | None = None) -> dict[datetime, Minute]:
-    """The points of `queue` (or of all queues), one `Minute` per sampled minute."""
-    by_minute: dict[datetime, list[HistoryPoint]] = defaultdict(list)
+    """The points of `queue` (or of all queues), one `Minute` per sampled minute; one pass,
+    since a day of many queues is thousands of points."""
+    minutes: dict[datetime, Minute] = {}
     for point in points:
-        if queue is None or point.queue == queue:
-            by_minute[point.at.replace(second=0, microsecond=0)].append(point)
-    return {at: Minute(at, _combined(group)) for at, group in by_minute.items()}
+        if queue is not None and point.queue != queue:
+            continue
+        at = point.at.replace(second=0, microsecond=0)
+        minute = minutes.get(at)
+        if minute is None:
+            minute = minutes[at] = Minute(at, {**dict.fromkeys(_SUMMED, 0.0), **dict.fromkeys(_DURATIONS)})
+        _add(minute.values, point)
+    return minutes
 
 
-def _combined(group: Sequence[HistoryPoint]) -> dict[str, float | None]:
-    values: dict[str, float | None] = {name: float(sum(getattr(p, name) for p in group))
-                                       for name in (*_COUNTS, *_GAUGES)}
+def _add(values: dict[str, float | None], point: HistoryPoint) -> None:
+    for name in _SUMMED:
+        values[name] += getattr(point, name)
     for name in _DURATIONS:
-        seconds = [d.total_seconds() for p in group if (d := getattr(p, name)) is not None]
-        values[name] = max(seconds) if seconds else None
-    return values
+        duration = getattr(point, name)
+        if duration is not None:
+            seconds, slowest = duration.total_seconds(), values[name]
+            values[name] = seconds if slowest is None else max(slowest, seconds)
 
 
 def bucketed(minutes: dict[datetime, Minute], name: str, start: datetime, end: datetime,

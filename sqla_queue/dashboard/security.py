@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 
-Auth = Callable[[Request], "bool | Awaitable[bool]"]
+Auth = Callable[[Request], bool | Awaitable[bool]]
 CSRF_COOKIE = "sqlaq_csrf"
 FLASH_COOKIE = "sqlaq_flash"
 CSRF_FIELD = "csrf_token"

@@ -61,10 +61,11 @@ def dash_queue(dash_engine) -> Iterator[sq.Queue]:
 
 @pytest.fixture
 def failed_job(dash_queue) -> Callable[..., JobView]:
-    """Factory: a job of `task` that has failed for good, with `error` as its last error."""
+    """Factory: a job of `task` that has failed for good, with `error` as its last error (a
+    high priority makes it the one claimed before the test's pending jobs)."""
 
     def make(payload: dict | None = None, *, task: str = "send_email", error: str = "SMTP said no") -> JobView:
-        job_id = dash_queue.enqueue(task, payload or {"to": "a@example.com"})
+        job_id = dash_queue.enqueue(task, payload or {"to": "a@example.com"}, priority=100)
         queue_name = dash_queue.get_job(job_id).queue
         [claimed] = dash_queue.claim(queue_name, worker_id="test-worker", limit=1)
         assert claimed.id == job_id

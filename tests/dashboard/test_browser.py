@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from sqla_queue.dashboard import create_app
 
@@ -96,14 +97,12 @@ def served(dash_queue) -> Iterator[str]:
 
 
 @pytest.fixture
-def worker(dash_queue) -> Iterator:
-    """A worker running in a thread for the test's length."""
+def start_worker(dash_queue) -> Iterator:
+    """Starts a worker in a thread, which runs until the test ends."""
     running = dash_queue.worker(queues=("default", "images"), concurrency=2, poll_interval=0.2)
     thread = threading.Thread(target=running.run, daemon=True)
-    thread.start()
-    try:
-        yield running
-    finally:
+    yield thread.start
+    if thread.is_alive():
         running.stop()
         thread.join(30)
 
@@ -123,19 +122,50 @@ def wait(browser, condition, seconds: float = 20):
 
 
 def screenshot(browser, directory: Path, name: str) -> None:
-    """The whole page, not only the window: the window grows to the document's height first."""
-    height = browser.execute_script("return document.documentElement.scrollHeight")
-    browser.set_window_size(WIDTH, min(max(height, 600), 4000) + 20)
-    browser.save_screenshot(str(directory / f"{name}.png"))
-    browser.set_window_size(WIDTH, 900)
+    """The whole page, not only the window: the viewport is stretched to the content's height."""
+    height = browser.execute_script("return Math.ceil(document.body.getBoundingClientRect().height)")
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": WIDTH, "height": min(height, 6000), "deviceScaleFactor": 1, "mobile": False})
+    try:
+        browser.save_screenshot(str(directory / f"{name}.png"))
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+# The hour before the test, as workers would have sampled it: mail flows steadily, images
+# back up from 35 minutes ago until a second worker drains them, and failures jump 20
+# minutes ago (a deploy). Written as the samples table's rows: the plots read nothing else.
+PAST_HOUR = text("""
+    INSERT INTO sqla_queue_jobs_samples
+        (bucket, queue_name, pending, eligible, scheduled, running, completed, failed, retried,
+         empty_claims, oldest_eligible_age, duration_p50, duration_p95)
+    SELECT date_trunc('minute', now()) - make_interval(mins => m), q.name,
+           p.pending, p.pending - m % 3, m % 3, least(p.pending, 4), p.completed, p.failed, p.failed * 2,
+           CASE WHEN p.pending < 5 THEN (m * 5) % 7 ELSE 0 END, make_interval(secs => p.pending * 0.4),
+           make_interval(secs => q.p50 * (1 + (m % 7) / 10.0)), make_interval(secs => q.p50 * (3 + (m % 5) / 4.0))
+    FROM generate_series(2, 60) AS m,
+         (VALUES ('default', 0.08), ('images', 0.9)) AS q(name, p50),
+         LATERAL (SELECT
+             CASE WHEN q.name = 'images' AND m BETWEEN 12 AND 35 THEN (36 - m) * 6 + m % 4
+                  ELSE 2 + m % 5 END AS pending,
+             CASE WHEN q.name = 'default' THEN 40 + (m * 7) % 13 ELSE 8 + m % 6 END AS completed,
+             CASE WHEN m < 20 AND q.name = 'default' THEN 3 + m % 4 ELSE m % 9 / 8 END AS failed) AS p
+""")
+
+
+def record_past_hour(dash_queue) -> None:
+    with dash_queue.engine.begin() as conn:
+        conn.execute(PAST_HOUR)
 
 
 def seed(dash_queue, failed_job) -> int:
-    """A shop's afternoon: pending mail and images, a completed run, one failed job."""
-    dash_queue.enqueue_many("send_email", [{"to": f"customer{n}@example.com"} for n in range(12)])
-    dash_queue.enqueue_many("resize", [{"image": n} for n in range(5)])
+    """A shop's afternoon: an hour of samples, pending mail and images, a completed run, one
+    failed job."""
+    record_past_hour(dash_queue)
+    dash_queue.enqueue_many([{"task": "send_email", "payload": {"to": f"customer{n}@example.com"}} for n in range(12)])
+    dash_queue.enqueue_many([{"task": "resize", "payload": {"image": n}} for n in range(5)])
     dash_queue.worker(queues=("images",), concurrency=2).run(until_empty=True)
-    dash_queue.enqueue_many("resize", [{"image": n} for n in range(3)])
+    dash_queue.enqueue_many([{"task": "resize", "payload": {"image": n}} for n in range(3)])
     failed = failed_job({"to": "bounced@example.com"}, error="SMTPRecipientsRefused: 550 mailbox unavailable")
     dash_queue.record_sample()
     return failed.id
@@ -157,8 +187,9 @@ def test_overview_shows_live_queues_and_plots(browser, served, dash_queue, faile
 
 
 def test_filter_open_a_failed_job_retry_it_and_watch_it_complete(browser, served, dash_queue, failed_job,
-                                                                 worker, screenshots):
+                                                                 start_worker, screenshots):
     failed_id = seed(dash_queue, failed_job)
+    start_worker()
     sign_in(browser, served)
     browser.get(served + "/jobs")
     Select(browser.find_element(By.NAME, "status")).select_by_value("failed")

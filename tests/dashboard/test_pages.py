@@ -75,7 +75,7 @@ def test_a_bad_filter_is_named_and_lists_nothing(client, dash_queue):
 
 
 def test_jobs_are_paged_by_keyset_newest_first(client, dash_queue):
-    dash_queue.enqueue_many("send_email", [{"to": str(n)} for n in range(60)])
+    dash_queue.enqueue_many([{"task": "send_email", "payload": {"to": str(n)}} for n in range(60)])
     first = client.get("/jobs")
     assert job_ids(first.text) == list(range(60, 10, -1))
     older = link(first.text, 'id="older"')
