@@ -105,7 +105,10 @@ class Pages:
         selected = request.query_params.get("queue") or None
         await self.d.call(self.d.sample_now)
         stats = await self.d.call(self.queue.stats)
-        points = await self.d.call(self.queue.history, since=history.RANGES[range_name], queue_name=selected)
+        try:
+            points = await self.d.call(self.queue.history, since=history.RANGES[range_name], queue_name=selected)
+        except InvalidInputError as exc:  # a queue name no queue could have
+            return await self.d.render(request, "problem.html", status_code=400, problem=str(exc), nav="overview")
         charts = []
         for chart in history.charts(points, range_name=range_name, now=stats.measured_at, queue=selected):
             chart = with_colors(chart)
@@ -132,7 +135,10 @@ class Pages:
 
     async def job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        job = await self.d.call(self.queue.get_job, job_id) if job_id > 0 else None
+        try:
+            job = await self.d.call(self.queue.get_job, job_id)
+        except InvalidInputError:  # not a job id at all (zero, beyond bigint)
+            job = None
         if job is None:
             return await self.d.render(request, "missing.html", status_code=404, job_id=job_id, nav="jobs")
         return await self.d.render(request, "job.html", job=job, live=job.status in ACTIVE, nav="jobs",

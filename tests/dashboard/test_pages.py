@@ -181,3 +181,10 @@ def link(html: str, marker: str) -> str:
 
 def figure(html: str, n: int) -> str:
     return between(html, f'data-chart="{n}"', "</figure>")
+
+
+def test_bad_input_in_a_url_is_a_clear_4xx_not_an_error(client):
+    assert client.get("/jobs/0").status_code == 404
+    assert client.get(f"/jobs/{2**70}").status_code == 404
+    page = client.get("/", params={"queue": "x" * 10_000})
+    assert page.status_code == 400 and "queue" in page.text
