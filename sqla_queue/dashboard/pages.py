@@ -7,6 +7,7 @@ Each page reads through the Queue's public methods, the same index-served statem
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -104,9 +105,9 @@ class Pages:
             range_name = "1h"
         selected = request.query_params.get("queue") or None
         await self.d.call(self.d.sample_now)
-        stats = await self.d.call(self.queue.stats)
         try:
-            points = await self.d.call(self.queue.history, since=history.RANGES[range_name], queue_name=selected)
+            stats, points = await self.d.call_together(
+                self.queue.stats, partial(self.queue.history, since=history.RANGES[range_name], queue_name=selected))
         except InvalidInputError as exc:  # a queue name no queue could have
             return await self.d.render(request, "problem.html", status_code=400, problem=str(exc), nav="overview")
         charts = []
