@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from datetime import timedelta
 
 import click
 
 from .root import CliContext, main
+from ._params import DURATION, DURATION_HELP
 
 PASSWORD_ENV = "SQLA_QUEUE_DASHBOARD_PASSWORD"
 SECRET_ENV = "SQLA_QUEUE_DASHBOARD_SECRET"
@@ -35,11 +37,11 @@ def is_loopback(host: str) -> bool:
 @click.option("--allow-actions", is_flag=True,
               help="Let every visitor retry, cancel, pause and resume (only with a loopback --host). "
                    f"Otherwise actions need ${PASSWORD_ENV} (HTTP basic auth, user admin).")
-@click.option("--refresh", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
-              help="Seconds between the live pages' refreshes.")
+@click.option("--refresh", type=DURATION, default="10s", show_default=True,
+              help=f"How often the live pages refresh. {DURATION_HELP}")
 @click.option("--title", default="sqla_queue", show_default=True, help="Shown in the navigation bar.")
 @click.pass_obj
-def dashboard(obj: CliContext, host: str, port: int, allow_actions: bool, refresh: float, title: str) -> None:
+def dashboard(obj: CliContext, host: str, port: int, allow_actions: bool, refresh: timedelta, title: str) -> None:
     """Serve the web dashboard: queues, history plots, jobs, workers, doctor checks."""
     try:
         import uvicorn
@@ -52,7 +54,7 @@ def dashboard(obj: CliContext, host: str, port: int, allow_actions: bool, refres
         raise click.UsageError(f"--allow-actions lets anyone act: only with a loopback --host; on {host} "
                                f"set ${PASSWORD_ENV} instead")
     auth = (lambda request: True) if allow_actions else basic_auth(password) if password else None
-    app = create_app(obj.queue(), auth=auth, title=title, refresh=refresh, secret_key=os.environ.get(SECRET_ENV))
+    app = create_app(obj.queue(), auth=auth, title=title, refresh=refresh.total_seconds(), secret_key=os.environ.get(SECRET_ENV))
     mode = "actions allowed" if allow_actions else "actions need sign-in" if password else "read-only"
     click.echo(f"sqla-queue dashboard on http://{host}:{port}/ ({mode}); Ctrl-C stops it", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
