@@ -84,6 +84,7 @@ def served(dash_queue) -> Iterator[str]:
 
     app = create_app(dash_queue, auth=operator_cookie, refresh=1.0, title="shop jobs")
     sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as uvicorn's own sockets have it
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
