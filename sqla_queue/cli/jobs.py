@@ -165,7 +165,7 @@ def _id_list(ids, shown: int = 20) -> str:
 
 
 @jobs.command()
-@click.argument("job_ids", metavar="[JOB_ID]...", nargs=-1, type=click.IntRange(min=1))
+@click.argument("job_ids", metavar="[JOB_ID]...", nargs=-1, type=int)
 @_bulk_options()
 @click.pass_obj
 def retry(obj: CliContext, job_ids: tuple[int, ...], queue_name, task, limit, all_) -> None:
@@ -185,7 +185,7 @@ def retry(obj: CliContext, job_ids: tuple[int, ...], queue_name, task, limit, al
 
 
 @jobs.command()
-@click.argument("job_ids", metavar="[JOB_ID]...", nargs=-1, type=click.IntRange(min=1))
+@click.argument("job_ids", metavar="[JOB_ID]...", nargs=-1, type=int)
 @_bulk_options(statuses=("pending", "running"))
 @click.pass_obj
 def cancel(obj: CliContext, job_ids: tuple[int, ...], queue_name, task, limit, status) -> None:
