@@ -25,6 +25,7 @@ from sqlalchemy import text
 from sqla_queue.dashboard import create_app
 
 webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
@@ -119,7 +120,13 @@ def sign_out(browser, base: str) -> None:
 
 
 def wait(browser, condition, seconds: float = 20):
-    return WebDriverWait(browser, seconds, poll_frequency=0.1).until(condition)
+    """Until `condition` holds; an element the live refresh just replaced is read again."""
+    return WebDriverWait(browser, seconds, poll_frequency=0.1,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(condition)
+
+
+def texts(browser, css: str) -> list[str]:
+    return [element.text for element in browser.find_elements(By.CSS_SELECTOR, css)]
 
 
 def screenshot(browser, directory: Path, name: str) -> None:
@@ -175,15 +182,12 @@ def seed(dash_queue, failed_job) -> int:
 def test_overview_shows_live_queues_and_plots(browser, served, dash_queue, failed_job, screenshots):
     seed(dash_queue, failed_job)
     browser.get(served + "/")
-    rows = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#queues tbody tr"))
-    assert [r.find_element(By.TAG_NAME, "td").text.split()[0] for r in rows] == ["default", "images"]
-    assert browser.find_element(By.ID, "total-pending").text == "15"
-    lines = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "figure.plot svg.chart path.line, "
-                                                                      "figure.plot svg.chart circle"))
-    assert lines and lines[0].is_displayed()
-    box = browser.find_element(By.CSS_SELECTOR, "figure.plot svg.chart").rect
+    wait(browser, lambda b: [t.split()[0] for t in texts(b, "#queues tbody tr td:first-child")] == ["default", "images"])
+    wait(browser, lambda b: texts(b, "#total-pending") == ["15"])
+    wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, "figure.plot svg.chart path.line").is_displayed())
+    box = wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, "figure.plot svg.chart").rect)
     assert box["width"] > 300 and box["height"] > 100  # the plot is laid out, not collapsed
-    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart .xlabel")) >= 3
+    wait(browser, lambda b: len(b.find_elements(By.CSS_SELECTOR, "svg.chart .xlabel")) >= 3 * 5)  # time ticks
     screenshot(browser, screenshots, "overview")
 
 
@@ -218,8 +222,7 @@ def test_jobs_workers_and_doctor_pages(browser, served, dash_queue, failed_job, 
     assert len(wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#jobs tbody tr"))) == 21
     screenshot(browser, screenshots, "jobs")
     browser.get(served + "/workers")
-    row = wait(browser, ec.visibility_of_element_located((By.CSS_SELECTOR, "#workers tbody tr")))
-    assert "web-1:pid-4242" in row.text
+    wait(browser, lambda b: any("web-1:pid-4242" in row for row in texts(b, "#workers tbody tr")))
     screenshot(browser, screenshots, "workers")
     browser.get(served + "/doctor")
     assert len(wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#checks section.check"))) >= 5
