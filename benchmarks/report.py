@@ -46,7 +46,8 @@ def render_markdown(results: dict, plot_name: str | None = None) -> str:
         "Beside pgqueuer and graphile-worker (section 9): add `--peers`, which installs them at pinned versions under "
         "`~/.cache/sqla_queue_bench/peers` (`$SQLA_QUEUE_BENCH_CACHE`) from PyPI and npm (Node.js and npm needed) and "
         "runs every worker from its own command line on the same server; `--sections peers --out FILE` runs only "
-        "that section.  ",
+        "that section. The web dashboard's page times on a table of 1,000,000 jobs are a command of their own: "
+        "`python -m benchmarks.dashboard` (docs/how-to/dashboard.md).  ",
         f"This run: `{meta['command']}`  ",
         *([f"Sections measured: {', '.join(meta['sections'])} (the others were not run).  "]
           if meta.get("sections") and set(_DEFAULT_KEYS) - set(meta["sections"]) else []),

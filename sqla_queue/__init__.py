@@ -31,7 +31,9 @@ from .queue import Queue
 from .scheduling import Schedule
 from .types import DEFAULT_LEASE
 from .types import (
+    BulkResult,
     ClaimedJob,
+    HistoryPoint,
     JobContext,
     JobStatus,
     JobView,
@@ -39,6 +41,7 @@ from .types import (
     QueueHealth,
     QueueState,
     QueueStats,
+    WorkerSeen,
 )
 
 try:
@@ -57,11 +60,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BulkResult",
     "ClaimedJob",
     "ConfigurationError",
     "DEFAULT_LEASE",
     "DatabaseError",
     "EnqueueConflictError",
+    "HistoryPoint",
     "InvalidInputError",
     "Job",
     "JobCancelledError",
@@ -85,6 +90,7 @@ __all__ = [
     "Task",
     "UnknownTaskError",
     "WaitTimeoutError",
+    "WorkerSeen",
     "errors",
     "hookimpl",
     "metadata",

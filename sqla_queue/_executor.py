@@ -71,11 +71,12 @@ from ._engine import (
     make_engine,
 )
 from .errors import ConfigurationError, InvalidInputError
-from .models import counters_table, queues_table
+from .models import counters_table, queues_table, samples_table
 from .sql import counters as counter_sql
 from .sql import operator_actions as ops_sql
 from .sql import prune as prune_sql
 from .sql import queues as queues_sql
+from .sql import samples as samples_sql
 from .sql import schedules as schedule_sql
 from .sql import stats as stats_sql
 from .sql.enqueue import INPUT_COLUMNS
@@ -141,6 +142,12 @@ class Statements:
         self.paused_queues = queues_sql.paused_queues(queues)
         self.cancelled_in_window = stats_sql.cancelled_in_window(table)
         self.cancel = ops_sql.cancel_job(table)
+        # the dashboard's reads: history, workers
+        samples = samples_table(table)
+        self.record_sample = samples_sql.record_sample(table, counters, samples)
+        self.history = samples_sql.history(samples)
+        self.queue_history = samples_sql.history(samples, by_queue=True)
+        self.workers_seen = stats_sql.workers_seen(table)
         # schedules
         self.advance_schedule = schedule_sql.advance_schedule(table)
         self.schedule_last_tick_locked = schedule_sql.last_tick_locked(table)
@@ -152,22 +159,44 @@ class Statements:
             "cancelled": prune_sql.prune_finished(table, JobStatus.CANCELLED),
             "counters": counter_sql.prune_counters(counters),
         }
-        self._lists: dict[tuple, Any] = {}
+        self._variants: dict[tuple, Any] = {}
+        self._variants_lock = threading.Lock()
 
     @staticmethod
     @lru_cache(maxsize=64)
     def for_table(table: Table) -> Statements:
         return Statements(table)
 
-    def list_jobs(self, status: JobStatus | None, by_queue: bool, by_task: bool, paged: bool) -> Any:
-        """The `list_jobs` page statement for this combination of filters (16 at most)."""
-        key = (status, by_queue, by_task, paged)
-        statement = self._lists.get(key)
+    def list_jobs(self, status: JobStatus | None, by_queue: bool, by_task: bool, paged: bool,
+                  created_after: bool = False, created_before: bool = False) -> Any:
+        """The `list_jobs` page statement for this combination of filters."""
+        return self._variant(ops_sql.list_jobs, status=status, by_queue=by_queue, by_task=by_task, paged=paged,
+                             created_after=created_after, created_before=created_before)
+
+    def retry_jobs(self, **filters: bool) -> Any:
+        """The bulk retry statement for this combination of filters (`ops_sql.retry_failed_jobs`)."""
+        return self._variant(ops_sql.retry_failed_jobs, **filters)
+
+    def cancel_jobs(self, statuses: tuple[JobStatus, ...], **filters: bool) -> Any:
+        """The bulk cancel statement for these statuses and filters (`ops_sql.cancel_jobs`)."""
+        return self._variant(ops_sql.cancel_jobs, statuses, **filters)
+
+    def count_matching(self, statuses: tuple[JobStatus, ...], **filters: bool) -> Any:
+        """How many jobs a bulk action's filter matches (`ops_sql.count_matching`)."""
+        return self._variant(_count_matching, statuses, **filters)
+
+    def _variant(self, build: Callable[..., Any], *args: Any, **flags: Any) -> Any:
+        """A statement whose shape depends on which filters a call gives, built once per shape."""
+        key = (build, args, tuple(sorted(flags.items())))
+        statement = self._variants.get(key)
         if statement is None:
-            statement = ops_sql.list_jobs(self.table, status=status, by_queue=by_queue, by_task=by_task,
-                                          paged=paged)
-            self._lists[key] = statement
+            with self._variants_lock:
+                statement = self._variants.setdefault(key, build(self.table, *args, **flags))
         return statement
+
+
+def _count_matching(table: Table, statuses: tuple[JobStatus, ...], **filters: bool) -> Any:
+    return ops_sql.count_matching(table, ops_sql.bulk_filter(table, statuses, **filters))
 
 
 class DriverStatements:

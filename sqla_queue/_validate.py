@@ -246,7 +246,13 @@ def job_id(value: Any, what: str = "job_id") -> int:
         raise InvalidInputError(f"{what} must be an integer, got {type(value).__name__}")
     if value < 1:
         raise InvalidInputError(f"{what} must be a positive integer, got {value}")
+    if value > MAX_JOB_ID:  # no row has it, and PostgreSQL would refuse the parameter
+        raise InvalidInputError(f"{what} {value} is beyond the largest job id, {MAX_JOB_ID}")
     return value
+
+
+MAX_JOB_ID = 2**63 - 1
+"""Job ids are bigint."""
 
 
 def claim_token(value: Any) -> str:

@@ -13,6 +13,8 @@ from . import _validate
 from ._engine import parse_url
 from .errors import ConfigurationError
 from .maintenance import PruneConfig
+from .operations import DEFAULT_SAMPLE_RETENTION
+from .sampling import DEFAULT_SAMPLE_INTERVAL
 from .types import DEFAULT_LEASE
 
 
@@ -50,6 +52,11 @@ class WorkerConfig:
         uses another driver. The worker adds its keepalives, timeouts and pool size on top.
     :param pruning: a `sqla_queue.maintenance.PruneConfig`: delete old finished jobs a few
         batches at a time from the claim loop. Default None (no pruning).
+    :param sample_interval: seconds between the worker's samples of every queue into the
+        history behind `Queue.history` (`sqla_queue.sampling.Sampler`): one statement each,
+        and the first worker to sample a minute writes it. Default 60; None: no sampling.
+    :param sample_retention: samples older than this are deleted when a new one is written
+        (a ``timedelta`` or seconds). Default 7 days.
     """
 
     queues: tuple[str, ...] = ("default",)
@@ -66,14 +73,17 @@ class WorkerConfig:
     worker_id: str | None = None
     engine: Engine | None = field(default=None, compare=False)
     pruning: PruneConfig | None = None
+    sample_interval: float | None = DEFAULT_SAMPLE_INTERVAL
+    sample_retention: timedelta = DEFAULT_SAMPLE_RETENTION
 
     @classmethod
     def build(cls, **options: Any) -> WorkerConfig:
         _validate.known_options(options, [f.name for f in fields(cls)], "worker")
         if isinstance(options.get("queues"), str):
             options["queues"] = tuple(q for q in options["queues"].split(",") if q)
-        if "lease" in options:
-            options["lease"] = _validate.as_config(_validate.duration, options["lease"], "lease", positive=True)
+        for name in ("lease", "sample_retention"):
+            if name in options:
+                options[name] = _validate.as_config(_validate.duration, options[name], name, positive=True)
         config = cls(**options)
         config.validate()
         return config
@@ -98,7 +108,7 @@ class WorkerConfig:
             raise ConfigurationError(f"pruning must be a PruneConfig, got {type(self.pruning).__name__}")
         if self.batch_size is not None:
             _validate.config_positive_int(self.batch_size, "batch_size")
-        for name in ("poll_interval", "shutdown_grace", "call_timeout", "recovery_interval"):
+        for name in ("poll_interval", "shutdown_grace", "call_timeout", "recovery_interval", "sample_interval"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                 raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    Interval,
     MetaData,
     PrimaryKeyConstraint,
     SmallInteger,
@@ -161,9 +162,10 @@ class JobMixin:
         )
 
 
-def companion_tables(job_table: Table) -> tuple[Table, Table, Table]:
-    """The tables that live beside a job table: counters, queues and schedules."""
-    return counters_table(job_table), queues_table(job_table), schedules_table(job_table)
+def companion_tables(job_table: Table) -> tuple[Table, Table, Table, Table]:
+    """The tables that live beside a job table: counters, queues, schedules and samples."""
+    return (counters_table(job_table), queues_table(job_table), schedules_table(job_table),
+            samples_table(job_table))
 
 
 def counters_table(job_table: Table) -> Table:
@@ -185,6 +187,32 @@ def counters_table(job_table: Table) -> Table:
         Column("kind", Text, nullable=False),
         Column("events", BigInteger, nullable=False),
         PrimaryKeyConstraint("bucket", "queue_name", "kind"),
+    )
+
+
+SAMPLE_COUNTS = ("pending", "eligible", "scheduled", "running", "completed", "failed", "retried", "empty_claims")
+"""The samples' count columns, named as `HistoryPoint`'s fields."""
+
+
+def samples_table(job_table: Table) -> Table:
+    """``<job table>_samples``: one row per (minute, queue), the history the dashboard plots
+    (revision sqlaq_0006, `Queue.history`).
+
+    A row describes the minute that began at ``bucket``: the events counted in it (completions,
+    terminal failures, retries, empty claims, completion durations) and the queue's backlog as
+    measured just after it ended. Workers write it about once a minute
+    (`sqla_queue.sql.samples.record_sample`), the first to get there for the minute, and delete
+    rows older than the retention in the same statement, so the table stays a week of minutes.
+    """
+    return _companion(
+        job_table, "samples",
+        Column("bucket", DateTime(timezone=True), nullable=False),
+        Column("queue_name", Text, nullable=False),
+        *(Column(name, Integer, nullable=False, server_default=text("0")) for name in SAMPLE_COUNTS),
+        Column("oldest_eligible_age", Interval),
+        Column("duration_p50", Interval),
+        Column("duration_p95", Interval),
+        PrimaryKeyConstraint("bucket", "queue_name"),
     )
 
 

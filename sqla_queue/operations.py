@@ -1,5 +1,6 @@
-"""Operator-facing work on a Queue: health stats, listing, reading a job, retry-now, cancel,
-pausing and resuming queues.
+"""Operator-facing work on a Queue: health stats, the per-minute history and the workers seen,
+listing, reading a job, retry-now and cancel (one job, or many by a filter), pausing and
+resuming queues.
 
 `Queue`'s methods of the same names delegate to an `Operations` on the queue's executor, which
 gives the table's statements and the transaction modes (with their call deadline), and its
@@ -9,8 +10,10 @@ plugin manager, which hears of the jobs a cancel ends.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import Any
 
 import pluggy
 from sqlalchemy import Connection
@@ -22,8 +25,11 @@ from ._executor import Executor, Statements
 from .errors import DatabaseError, InvalidInputError, JobStateError
 from .sql import counters as counter_sql
 from .types import (
+    ACTIVE_STATUSES,
     DEFAULT_STATS_WINDOW,
     FINISHED_STATUSES,
+    BulkResult,
+    HistoryPoint,
     JobCancelled,
     JobPage,
     JobStatus,
@@ -31,13 +37,18 @@ from .types import (
     QueueHealth,
     QueueState,
     QueueStats,
+    WorkerSeen,
 )
-
-if TYPE_CHECKING:
-    from datetime import timedelta
 
 MAX_PAGE = 1000
 """The most jobs one `list_jobs` page returns."""
+MAX_BULK = 10_000
+"""The most jobs one `retry_jobs` or `cancel_jobs` call changes."""
+DEFAULT_BULK_LIMIT = 1000
+DEFAULT_HISTORY = timedelta(hours=1)
+DEFAULT_SAMPLE_RETENTION = timedelta(days=7)
+"""How long the per-minute samples behind `history` are kept (`record_sample`)."""
+DEFAULT_WORKERS_WITHIN = timedelta(minutes=15)
 
 _KIND_FIELDS = {
     counter_sql.RETRIED: "retried",
@@ -111,8 +122,11 @@ class Operations:
         task: str | None = None,
         limit: int = 50,
         before_id: int | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> JobPage:
-        """A page of jobs, newest first, filtered by status, queue and task (all optional)."""
+        """A page of jobs, newest first, filtered by status, queue, task and creation time
+        (``created_after <= created_at < created_before``; all optional)."""
         status = _status(status)
         limit = _page_size(limit)
         params: dict[str, Any] = {"limit": limit + 1}
@@ -122,8 +136,12 @@ class Operations:
             params["task"] = _validate.name(task, "task")
         if before_id is not None:
             params["before_id"] = _validate.job_id(before_id, "before_id")
+        for bound, value in (("created_after", created_after), ("created_before", created_before)):
+            if value is not None:
+                params[bound] = _validate.aware_datetime(value, bound)
         statement = self.statements.list_jobs(status, queue_name is not None, task is not None,
-                                               before_id is not None)
+                                               before_id is not None, created_after is not None,
+                                               created_before is not None)
         with self.executor.connection() as conn:
             rows = conn.execute(statement, params).all()
         jobs = [job_view(row) for row in rows[:limit]]
@@ -164,11 +182,92 @@ class Operations:
                 raise _cancel_refusal(conn, s, job_id)
         view = job_view(row)
         if view.status is JobStatus.CANCELLED:
-            emit(self.plugin_manager, "sqla_queue_job_cancelled", event=JobCancelled(
-                job_id=view.id, queue=view.queue, task=view.task, attempt=view.attempts,
-                requested_while_running=False,
-            ))
+            self._emit_cancelled(view)
         return view
+
+    def _emit_cancelled(self, view: JobView) -> None:
+        """Tell plugins that an operator's cancel ended pending job `view`."""
+        emit(self.plugin_manager, "sqla_queue_job_cancelled", event=JobCancelled(
+            job_id=view.id, queue=view.queue, task=view.task, attempt=view.attempts,
+            requested_while_running=False,
+        ))
+
+    # -- many jobs at once -------------------------------------------------------------
+
+    def retry_jobs(self, *, queue_name: str | None = None, task: str | None = None,
+                   job_ids: Iterable[int] | None = None, limit: int = DEFAULT_BULK_LIMIT) -> BulkResult:
+        """`retry_now` for up to `limit` failed jobs (lowest ids first) of `queue_name`, of
+        `task` and among `job_ids` (each filter optional), in one statement. Jobs another
+        transaction holds, jobs whose idempotency key an active job holds, and matching jobs
+        beyond `limit` are left alone and counted in ``skipped``."""
+        statuses = (JobStatus.FAILED,)
+        flags, params = _bulk_filter(queue_name, task, job_ids, limit)
+        try:
+            return self._bulk("retry", statuses, self.statements.retry_jobs(**flags), flags, params)
+        except DatabaseError as exc:
+            if _sqlstate(exc) == "23505":  # an enqueue took a key between our check and update
+                raise JobStateError("an idempotency key of a job being retried was just taken by a new "
+                                    "active job; nothing was retried, try again") from None
+            raise
+
+    def cancel_jobs(self, *, status: JobStatus | str | None = None, queue_name: str | None = None,
+                    task: str | None = None, job_ids: Iterable[int] | None = None,
+                    limit: int = DEFAULT_BULK_LIMIT) -> BulkResult:
+        """`cancel` for up to `limit` active jobs (lowest ids first): pending ones end cancelled,
+        running ones get a cancel request (``cancel_requested``). `status` (pending or running;
+        default both), `queue_name`, `task` and `job_ids` filter them; at least one is needed.
+        Jobs another transaction holds, and matching jobs beyond `limit`, are counted in
+        ``skipped``."""
+        statuses = _active_statuses(status)
+        if status is None and queue_name is None and task is None and job_ids is None:
+            raise InvalidInputError("cancel_jobs needs a filter (status, queue_name, task or job_ids): "
+                                    "it will not cancel every active job unasked")
+        flags, params = _bulk_filter(queue_name, task, job_ids, limit)
+        return self._bulk("cancel", statuses, self.statements.cancel_jobs(statuses, **flags), flags, params)
+
+    def _bulk(self, action: str, statuses: tuple[JobStatus, ...], statement: Any, flags: dict[str, bool],
+              params: dict[str, Any]) -> BulkResult:
+        """Count what the filter matches, then change what is free, in one transaction."""
+        with self.executor.transaction() as conn:
+            matching = conn.execute(self.statements.count_matching(statuses, **flags), params).scalar_one()
+            views = [job_view(row) for row in conn.execute(statement, params).all()]
+        views.sort(key=lambda view: view.id)
+        for view in views:
+            if view.status is JobStatus.CANCELLED:
+                self._emit_cancelled(view)
+        requested = tuple(v.id for v in views if action == "cancel" and v.status is JobStatus.RUNNING)
+        return BulkResult(action=action, changed=tuple(v.id for v in views),
+                          skipped=max(0, matching - len(views)), cancel_requested=requested)
+
+    # -- history and workers ------------------------------------------------------------
+
+    def record_sample(self, retention: timedelta | float = DEFAULT_SAMPLE_RETENTION) -> int:
+        """Write the last minute's sample of every queue unless a worker already did, and then
+        delete samples older than `retention`; returns the rows written (0: nothing to write,
+        or written already). One statement (`sql.samples.record_sample`)."""
+        params = {"retention": _validate.duration(retention, "retention", positive=True)}
+        with self.executor.single_statement() as conn:
+            return int(conn.execute(self.statements.record_sample, params).one().written)
+
+    def history(self, since: timedelta | float = DEFAULT_HISTORY, queue_name: str | None = None) -> list[HistoryPoint]:
+        """The samples of the minutes since `since` ago, in (minute, queue) order."""
+        params: dict[str, Any] = {"since": _validate.duration(since, "since", positive=True)}
+        statement = self.statements.history
+        if queue_name is not None:
+            params["queue"] = _validate.name(queue_name, "queue")
+            statement = self.statements.queue_history
+        with self.executor.connection() as conn:
+            rows = conn.execute(statement, params).all()
+        return [_history_point(row) for row in rows]
+
+    def workers_seen(self, within: timedelta | float = DEFAULT_WORKERS_WITHIN) -> list[WorkerSeen]:
+        """Workers holding jobs now, or that finished one within `within`, most recent first."""
+        params = {"within": _validate.duration(within, "within", positive=True)}
+        with self.executor.connection() as conn:
+            rows = conn.execute(self.statements.workers_seen, params).all()
+        return [WorkerSeen(worker_id=row.worker_id, last_seen=row.last_seen, queues=tuple(row.queues),
+                           running_job_ids=tuple(row.running_job_ids), finished_recently=row.finished_recently)
+                for row in rows]
 
     # -- queue control -------------------------------------------------------------------
 
@@ -209,6 +308,42 @@ def _status(value: Any) -> JobStatus | None:
     except ValueError:
         names = ", ".join(s.value for s in JobStatus)
         raise InvalidInputError(f"unknown status {value!r}; expected one of {names}") from None
+
+
+def _active_statuses(value: Any) -> tuple[JobStatus, ...]:
+    """What a bulk cancel acts on: pending, running, or (None) both."""
+    status = _status(value)
+    if status is None:
+        return ACTIVE_STATUSES
+    if status not in ACTIVE_STATUSES:
+        raise InvalidInputError(f"only pending or running jobs can be cancelled, got status {status.value!r}")
+    return (status,)
+
+
+def _bulk_filter(queue_name: Any, task: Any, job_ids: Any, limit: Any) -> tuple[dict[str, bool], dict[str, Any]]:
+    """A bulk action's filter, checked: which filters are given, and their parameters."""
+    limit = _validate.positive_int(limit, "limit")
+    if limit > MAX_BULK:
+        raise InvalidInputError(f"limit must be at most {MAX_BULK}, got {limit}")
+    params: dict[str, Any] = {"limit": limit}
+    if queue_name is not None:
+        params["queue"] = _validate.name(queue_name, "queue")
+    if task is not None:
+        params["task_name"] = _validate.name(task, "task")
+    if job_ids is not None:
+        if isinstance(job_ids, (str, bytes)) or not isinstance(job_ids, Iterable):
+            raise InvalidInputError(f"job_ids must be a list of job ids, got {type(job_ids).__name__}")
+        params["job_ids"] = sorted({_validate.job_id(job_id) for job_id in job_ids})
+    flags = {"by_queue": queue_name is not None, "by_task": task is not None, "by_ids": job_ids is not None}
+    return flags, params
+
+
+def _history_point(row: Any) -> HistoryPoint:
+    values = {f.name: getattr(row, _HISTORY_COLUMNS.get(f.name, f.name)) for f in fields(HistoryPoint)}
+    return HistoryPoint(**values)
+
+
+_HISTORY_COLUMNS = {"at": "bucket", "queue": "queue_name"}
 
 
 def _page_size(value: Any) -> int:

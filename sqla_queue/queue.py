@@ -28,18 +28,27 @@ from ._plugins import build_plugin_manager, configure
 from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
 from .errors import ConfigurationError
 from .models import Job
-from .operations import Operations
+from .operations import (
+    DEFAULT_BULK_LIMIT,
+    DEFAULT_HISTORY,
+    DEFAULT_SAMPLE_RETENTION,
+    DEFAULT_WORKERS_WITHIN,
+    Operations,
+)
 from .scheduling import Schedule, Schedules
 from .types import (
     DEFAULT_LEASE,
     DEFAULT_STATS_WINDOW,
+    BulkResult,
     ClaimedJob,
+    HistoryPoint,
     JobPage,
     JobStatus,
     JobView,
     Outcome,
     QueueState,
     QueueStats,
+    WorkerSeen,
 )
 
 DEFAULT_QUEUE = "default"
@@ -441,10 +450,15 @@ class Queue:
         task: str | None = None,
         limit: int = 50,
         before_id: int | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> JobPage:
-        """A page of jobs, newest first; pass ``before_id=page.next_before`` for the next."""
-        return self._operations.list_jobs(status=status, queue_name=queue, task=task,
-                                          limit=limit, before_id=before_id)
+        """A page of jobs, newest first; pass ``before_id=page.next_before`` for the next.
+        `created_after` (inclusive) and `created_before` (exclusive), timezone-aware, bound
+        the jobs' creation time."""
+        return self._operations.list_jobs(status=status, queue_name=queue, task=task, limit=limit,
+                                          before_id=before_id, created_after=created_after,
+                                          created_before=created_before)
 
     def retry_now(self, job_id: int) -> JobView:
         """Make a failed job pending and due now, with at least one attempt left."""
@@ -455,6 +469,40 @@ class Queue:
         request its worker passes on to the handler (`JobContext.cancel_requested`), ending
         ``cancelled`` when the handler returns or raises. A finished job is a `JobStateError`."""
         return self._operations.cancel(job_id)
+
+    def retry_jobs(self, *, queue_name: str | None = None, task: str | None = None,
+                   job_ids: Iterable[int] | None = None, limit: int = DEFAULT_BULK_LIMIT) -> BulkResult:
+        """`retry_now` for up to `limit` failed jobs matching the filters (each optional), in
+        one statement; jobs another transaction holds are skipped and counted
+        (docs/how-to/operations.md, "Acting on many jobs")."""
+        return self._operations.retry_jobs(queue_name=queue_name, task=task, job_ids=job_ids, limit=limit)
+
+    def cancel_jobs(self, *, status: JobStatus | str | None = None, queue_name: str | None = None,
+                    task: str | None = None, job_ids: Iterable[int] | None = None,
+                    limit: int = DEFAULT_BULK_LIMIT) -> BulkResult:
+        """`cancel` for up to `limit` pending and/or running jobs matching the filters (at least
+        one), in one statement; jobs another transaction holds are skipped and counted."""
+        return self._operations.cancel_jobs(status=status, queue_name=queue_name, task=task,
+                                            job_ids=job_ids, limit=limit)
+
+    # -- history and workers (what the dashboard plots) -----------------------------------
+
+    def record_sample(self, *, retention: timedelta | float = DEFAULT_SAMPLE_RETENTION) -> int:
+        """Record the last minute of every queue in the samples table behind `history`, unless
+        someone already did, deleting samples older than `retention` (default 7 days); returns
+        the rows written. Workers call it once a minute; one statement."""
+        return self._operations.record_sample(retention)
+
+    def history(self, *, since: timedelta | float = DEFAULT_HISTORY,
+                queue_name: str | None = None) -> list[HistoryPoint]:
+        """The per-minute samples of the last `since` (default one hour), of every queue or of
+        `queue_name`, ordered by (minute, queue)."""
+        return self._operations.history(since, queue_name)
+
+    def workers_seen(self, *, within: timedelta | float = DEFAULT_WORKERS_WITHIN) -> list[WorkerSeen]:
+        """The workers holding jobs now or that finished one within `within` (default 15
+        minutes), by the ``locked_by`` of their claims, most recently seen first."""
+        return self._operations.workers_seen(within)
 
     # -- queue control -------------------------------------------------------------------
 

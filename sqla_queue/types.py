@@ -440,11 +440,14 @@ class WorkerSeen:
 class BulkResult:
     """What a bulk operator action (`Queue.retry_jobs`, `Queue.cancel_jobs`) changed: the ids
     of the jobs it changed, and how many matching jobs it left alone (held by another
-    transaction, or beyond `limit`)."""
+    transaction, or beyond `limit`). For a cancel, `cancel_requested` names the changed jobs
+    that were running: they only got a request their worker passes on; the others ended
+    cancelled."""
 
     action: str
     changed: tuple[int, ...] = ()
     skipped: int = 0
+    cancel_requested: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:

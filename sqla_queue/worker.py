@@ -5,8 +5,8 @@ Threads, each with one job:
 
 * the **claim loop** (the thread that calls `run`; with `run_async` a thread of its own):
   claims at most as many jobs as there are free slots, hands them to the handler threads or
-  the event loop, makes the periodic passes of lease recovery (`recovery.Recoverer`) and
-  pruning (`maintenance.Pruner`), and sleeps until a notification, a freed slot or the poll
+  the event loop, makes the periodic passes of lease recovery (`recovery.Recoverer`),
+  pruning (`maintenance.Pruner`) and the per-minute sample (`sampling.Sampler`), and sleeps until a notification, a freed slot or the poll
   interval wakes it;
 * **handler threads** (``concurrency`` of them, started with the first synchronous job): run a
   handler, then record its outcome;
@@ -57,6 +57,7 @@ from ._tasks import Task
 from .errors import DatabaseError, JobCancelledError, Snooze, UnknownTaskError
 from .maintenance import worker_pruner
 from .recovery import Recoverer, RecoveryConfig
+from .sampling import worker_sampler
 from .running import (
     call_handler,
     calls_handlers,
@@ -103,6 +104,7 @@ class Worker:
         self._recoverer = Recoverer(self.queue, RecoveryConfig(
             lease=self.config.lease, interval=self.config.recovery_interval))
         self._scheduler = Scheduler(self.queue)
+        self._sampler = worker_sampler(self.queue, self.config.sample_interval, self.config.sample_retention)
         # Handler transactions open their sessions on the application's engine (the one given,
         # not the worker's autocommit connections) and its asyncio engine.
         self._sessions = HandlerSessions.of(queue)
@@ -202,6 +204,7 @@ class Worker:
                 self._recoverer.run_if_due()
                 self._pruner.run_if_due()
                 self._scheduler.run_if_due()
+                self._sampler.run_if_due()
                 # Sampled before the claim: a job that finishes during it may retry at once, so
                 # "empty" only counts when nothing was held while the queue was looked at.
                 idle_before = self._held_count() == 0

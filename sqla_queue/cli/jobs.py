@@ -1,4 +1,5 @@
-"""``jobs list / show / retry / cancel``: find jobs and act on one of them.
+"""``jobs list / show / retry / cancel``: find jobs and act on one of them, or (retry, cancel)
+on every job a filter matches, through the same `Queue` methods as the dashboard.
 
 Exit codes as everywhere: 0 done, 1 the command ran and found a problem (no such job, a job in
 the wrong state or busy), 2 bad usage or input. Payloads are printed bounded (`payload_text`):
@@ -15,7 +16,7 @@ from rich.table import Table
 from .root import EXIT_PROBLEM, CliContext, main
 from ._params import console, payload_fields, payload_text, timestamp
 from ..errors import JobStateError
-from ..types import JobPage, JobStatus, JobView
+from ..types import BulkResult, JobPage, JobStatus, JobView
 
 
 class Refused(click.ClickException):
@@ -26,7 +27,7 @@ class Refused(click.ClickException):
 
 @main.group()
 def jobs() -> None:
-    """List jobs, show one, retry a failed one now, cancel one."""
+    """List jobs, show one, retry failed jobs now, cancel jobs (one, or every job a filter matches)."""
 
 
 @jobs.command("list")
@@ -111,11 +112,70 @@ def _job_text(job: JobView) -> str:
     return "\n".join(lines)
 
 
+def _bulk_options(*, statuses: tuple[str, ...] = ()):
+    """The options that turn `retry` / `cancel` into a bulk action on every job they match."""
+
+    def decorate(command):
+        options = [
+            click.option("--queue", "queue_name", help="Every matching job of this queue."),
+            click.option("--task", help="Every matching job of this task."),
+            click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True,
+                         help="The most jobs changed (lowest ids first); the rest are counted as skipped."),
+        ]
+        if statuses:
+            options.append(click.option("--status", type=click.Choice(statuses),
+                                        help="Only jobs in this state (default: pending and running)."))
+        else:
+            options.append(click.option("--all", "all_", is_flag=True,
+                                        help="Every failed job (up to --limit), when no other filter is given."))
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _single_or_bulk(job_ids: tuple[int, ...], filters: dict) -> int | None:
+    """The one job id of a single action, or None for a bulk action; a mix is a usage error."""
+    given = {name: value for name, value in filters.items() if value not in (None, False)}
+    if len(job_ids) == 1 and not given:
+        return job_ids[0]
+    if not job_ids and not given:
+        raise click.UsageError("give a JOB_ID, several, or a filter (--queue, --task, " +
+                               ("--status" if "status" in filters else "--all") + ")")
+    return None
+
+
+def _bulk_report(result: BulkResult, done: str) -> None:
+    """What a bulk action changed (`done` says it of N jobs), and what it left alone."""
+    ended = [job_id for job_id in result.changed if job_id not in result.cancel_requested]
+    click.echo(done.format(n=len(ended)) + (f": {_id_list(ended)}" if ended else ""))
+    if result.cancel_requested:
+        click.echo(f"cancel requested for {len(result.cancel_requested)} running job(s): "
+                   f"{_id_list(result.cancel_requested)}")
+    if result.skipped:
+        click.echo(f"skipped {result.skipped} matching job(s): held by another transaction right now, "
+                   "beyond --limit, or (retry) holding an idempotency key an active job holds")
+
+
+def _id_list(ids, shown: int = 20) -> str:
+    ids = list(ids)
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(str(job_id) for job_id in ids[:shown]) + more
+
+
 @jobs.command()
-@click.argument("job_id", type=int)
+@click.argument("job_ids", metavar="[JOB_ID]...", nargs=-1, type=int)
+@_bulk_options()
 @click.pass_obj
-def retry(obj: CliContext, job_id: int) -> None:
-    """Make failed job JOB_ID pending and due now, with at least one attempt left."""
+def retry(obj: CliContext, job_ids: tuple[int, ...], queue_name, task, limit, all_) -> None:
+    """Make failed job JOB_ID pending and due now, with at least one attempt left; with several
+    ids or a filter (--queue, --task, --all), every failed job they match."""
+    job_id = _single_or_bulk(job_ids, {"queue": queue_name, "task": task, "all": all_})
+    if job_id is None:
+        result = obj.queue().retry_jobs(queue_name=queue_name, task=task, job_ids=job_ids or None, limit=limit)
+        _bulk_report(result, "retried {n} failed job(s), pending again and due now")
+        return
     try:
         job = obj.queue().retry_now(job_id)
     except JobStateError as exc:
@@ -125,10 +185,18 @@ def retry(obj: CliContext, job_id: int) -> None:
 
 
 @jobs.command()
-@click.argument("job_id", type=int)
+@click.argument("job_ids", metavar="[JOB_ID]...", nargs=-1, type=int)
+@_bulk_options(statuses=("pending", "running"))
 @click.pass_obj
-def cancel(obj: CliContext, job_id: int) -> None:
-    """Cancel pending job JOB_ID, or ask the worker running it to stop; prints which."""
+def cancel(obj: CliContext, job_ids: tuple[int, ...], queue_name, task, limit, status) -> None:
+    """Cancel pending job JOB_ID, or ask the worker running it to stop; prints which. With
+    several ids or a filter (--queue, --task, --status), every active job they match."""
+    job_id = _single_or_bulk(job_ids, {"queue": queue_name, "task": task, "status": status})
+    if job_id is None:
+        result = obj.queue().cancel_jobs(status=status, queue_name=queue_name, task=task,
+                                         job_ids=job_ids or None, limit=limit)
+        _bulk_report(result, "cancelled {n} pending job(s)")
+        return
     try:
         job = obj.queue().cancel(job_id)
     except JobStateError as exc:
@@ -139,4 +207,3 @@ def cancel(obj: CliContext, job_id: int) -> None:
                    f"cancelled when its handler returns or raises")
         return
     click.echo(f"cancelled job {job.id} ({what}); payload: {payload_text(job.payload, indent=None)}")
-

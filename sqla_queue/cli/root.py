@@ -136,8 +136,8 @@ def _restore_env(name: str, value: str | None) -> None:
 # Each command's module, imported when that command runs (or a help text lists it): a worker
 # never loads Alembic, Rich's tables or the doctor's checks, which it does not use.
 COMMAND_MODULES = {
-    "alembic": "alembic_cmd", "db": "db", "doctor": "doctor", "enqueue": "enqueue", "jobs": "jobs",
-    "plugins": "plugins", "prune": "prune", "queues": "queues", "recover": "recover",
+    "alembic": "alembic_cmd", "dashboard": "dashboard", "db": "db", "doctor": "doctor", "enqueue": "enqueue",
+    "jobs": "jobs", "plugins": "plugins", "prune": "prune", "queues": "queues", "recover": "recover",
     "schedules": "schedules", "stats": "stats", "worker": "worker",
 }
 

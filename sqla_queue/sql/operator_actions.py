@@ -1,4 +1,4 @@
-"""Operator actions on single jobs: list jobs, retry a failed job now, cancel a job.
+"""Operator actions: list jobs, retry failed jobs now, cancel jobs (one by id, or many by a filter).
 
 None of them can fight a claim. Each write selects its target in a CTE with ``FOR UPDATE SKIP
 LOCKED`` and a literal status, so a row that a claim (or any other transaction) holds is
@@ -9,7 +9,24 @@ alone. Zero rows back means "not in that state, or busy": the caller reads the r
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, Table, bindparam, case, exists, func, literal, select, update
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    DateTime,
+    Integer,
+    Table,
+    any_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql import Executable
 
 from ..types import ACTIVE_STATUSES, JobStatus
@@ -24,12 +41,17 @@ def list_jobs(
     by_queue: bool = False,
     by_task: bool = False,
     paged: bool = False,
+    created_after: bool = False,
+    created_before: bool = False,
 ) -> Executable:
     """Up to ``:limit`` jobs, newest first, optionally filtered; keyset-paged by ``:before_id``.
 
     The status is a literal of our own enum, so the planner may answer from that status's
-    partial index; queue and task arrive as parameters. Keyset paging (``id < :before_id``)
-    costs the same on page 1,000 as on page 1, unlike OFFSET.
+    partial index; queue, task and the creation-time bounds (``:created_after`` inclusive,
+    ``:created_before`` exclusive) arrive as parameters. Keyset paging (``id < :before_id``)
+    costs the same on page 1,000 as on page 1, unlike OFFSET. The time bounds filter the
+    primary key's walk from the newest job down (ids grow with creation time); there is no
+    index on ``created_at``, which every claim and completion would have to update.
     """
     conditions: list[ColumnElement[bool]] = []
     if status is not None:
@@ -40,7 +62,44 @@ def list_jobs(
         conditions.append(table.c.task == bindparam("task"))
     if paged:
         conditions.append(table.c.id < bindparam("before_id"))
+    if created_after:
+        conditions.append(table.c.created_at >= bindparam("created_after", type_=DateTime(timezone=True)))
+    if created_before:
+        conditions.append(table.c.created_at < bindparam("created_before", type_=DateTime(timezone=True)))
     return select(table).where(*conditions).order_by(table.c.id.desc()).limit(bindparam("limit"))
+
+
+def bulk_filter(table: Table, statuses: tuple[JobStatus, ...], *, by_queue: bool = False, by_task: bool = False,
+                by_ids: bool = False) -> list[ColumnElement[bool]]:
+    """What a bulk action's filter says: jobs in `statuses` (literals, for the partial
+    indexes), of queue ``:queue``, of task ``:task_name`` (``:task`` would clash with the
+    column an UPDATE sets), among ``:job_ids``."""
+    conditions = [status_is(table, *statuses)]
+    if by_queue:
+        conditions.append(table.c.queue_name == bindparam("queue"))
+    if by_task:
+        conditions.append(table.c.task == bindparam("task_name"))
+    if by_ids:
+        conditions.append(table.c.id == any_(bindparam("job_ids", type_=ARRAY(BigInteger))))
+    return conditions
+
+
+def count_matching(table: Table, conditions: list[ColumnElement[bool]]) -> Executable:
+    """How many jobs a bulk action's filter matches, busy ones included: what it reports as
+    skipped is this minus what it changed."""
+    return select(func.count()).select_from(table).where(*conditions)
+
+
+def locked_targets(table: Table, conditions: list[ColumnElement[bool]], *, limit: bool = False,
+                   with_keys: bool = False) -> Any:
+    """The rows an operator write acts on, as a CTE of their ids (and idempotency keys, when
+    `with_keys`): matching `conditions`, row-locked, rows another transaction holds skipped;
+    the ``:limit`` lowest ids when `limit`."""
+    columns = [table.c.id, table.c.idempotency_key] if with_keys else [table.c.id]
+    target = select(*columns).where(*conditions).with_for_update(skip_locked=True)
+    if limit:
+        target = target.order_by(table.c.id).limit(bindparam("limit", type_=Integer))
+    return target.cte("target")
 
 
 def retry_failed_job(table: Table) -> Executable:
@@ -52,19 +111,29 @@ def retry_failed_job(table: Table) -> Executable:
     whose idempotency key an active job holds meanwhile is not touched (it would be a duplicate,
     and the active-key index would refuse it).
     """
-    target = (
-        select(table.c.id)
-        .where(table.c.id == bindparam("job_id"), status_is(table, JobStatus.FAILED))
-        .with_for_update(skip_locked=True)
-        .cte("target")
-    )
+    return retry_failed(table, locked_targets(table, [table.c.id == bindparam("job_id"),
+                                                      status_is(table, JobStatus.FAILED)], with_keys=True))
+
+
+def retry_failed_jobs(table: Table, *, by_queue: bool = False, by_task: bool = False, by_ids: bool = False) -> Executable:
+    """`retry_failed_job` for up to ``:limit`` failed jobs matching a bulk filter (`bulk_filter`)."""
+    conditions = bulk_filter(table, (JobStatus.FAILED,), by_queue=by_queue, by_task=by_task, by_ids=by_ids)
+    return retry_failed(table, locked_targets(table, conditions, limit=True, with_keys=True))
+
+
+def retry_failed(table: Table, target: Any) -> Executable:
+    """The retry of `retry_failed_job` applied to the failed rows `target` (a CTE of ids and
+    keys) locked. Of several targets sharing an idempotency key only the lowest id is retried:
+    two active jobs may not hold one key."""
     holder = table.alias("holder")
     key_free = ~exists().where(
         holder.c.idempotency_key == table.c.idempotency_key, status_is(holder, *ACTIVE_STATUSES)
     )
+    earlier = target.alias("earlier")
+    first_of_key = ~exists().where(earlier.c.idempotency_key == table.c.idempotency_key, earlier.c.id < table.c.id)
     return (
         update(table)
-        .where(table.c.id == target.c.id, key_free)
+        .where(table.c.id == target.c.id, key_free, first_of_key)
         .values(
             status=JobStatus.PENDING.value,
             run_at=func.clock_timestamp(),
@@ -88,12 +157,20 @@ def cancel_job(table: Table) -> Executable:
     outcome the job then records into ``cancelled``. Which of the two is decided on the row as
     locked, so a claim that committed meanwhile makes this a request, not a cancel.
     """
-    target = (
-        select(table.c.id)
-        .where(table.c.id == bindparam("job_id"), status_is(table, *ACTIVE_STATUSES))
-        .with_for_update(skip_locked=True)
-        .cte("target")
-    )
+    return cancel_active(table, locked_targets(table, [table.c.id == bindparam("job_id"),
+                                                       status_is(table, *ACTIVE_STATUSES)]))
+
+
+def cancel_jobs(table: Table, statuses: tuple[JobStatus, ...] = ACTIVE_STATUSES, *, by_queue: bool = False,
+                by_task: bool = False, by_ids: bool = False) -> Executable:
+    """`cancel_job` for up to ``:limit`` jobs in `statuses` (pending, running or both) matching
+    a bulk filter (`bulk_filter`)."""
+    conditions = bulk_filter(table, statuses, by_queue=by_queue, by_task=by_task, by_ids=by_ids)
+    return cancel_active(table, locked_targets(table, conditions, limit=True))
+
+
+def cancel_active(table: Table, target: Any) -> Executable:
+    """The cancel of `cancel_job` applied to the active rows `target` (a CTE of ids) locked."""
     was_pending = status_is(table, JobStatus.PENDING)
     now = func.clock_timestamp()
     changed = (

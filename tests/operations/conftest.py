@@ -22,6 +22,7 @@ import sqla_queue as sq
 
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 COUNTERS = "sqla_queue_jobs_counters"
+SAMPLES = "sqla_queue_jobs_samples"
 
 APP = textwrap.dedent(
     """
@@ -49,9 +50,9 @@ def register_tasks(queue: sq.Queue) -> sq.Queue:
 
 @pytest.fixture
 def ops_queue(engine: Engine, clean_jobs: None) -> sq.Queue:
-    """A fresh Queue (its own empty-claim throttle) on empty job and counter tables."""
+    """A fresh Queue (its own empty-claim throttle) on empty job, counter and sample tables."""
     with engine.begin() as conn:
-        conn.execute(text(f"TRUNCATE {COUNTERS}"))
+        conn.execute(text(f"TRUNCATE {COUNTERS}, {SAMPLES}"))
     return register_tasks(sq.Queue(engine, load_entrypoints=False))
 
 

@@ -32,6 +32,7 @@ COMMANDS = {  # every command on the page, in page order, with the exit status i
     f"{APP} queues pause emails": 0,
     f"{APP} queues list": 0,
     f"{APP} queues resume emails": 0,
+    f"{APP} jobs cancel --queue emails --status pending": 0,
 }
 
 

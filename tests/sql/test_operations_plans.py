@@ -4,25 +4,26 @@ sequential scan of the job table."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from plan_helpers import indexes_used, plan_of, seq_scanned
 from sqlalchemy import create_engine, text
 
 import sqla_queue as sq
-from sqla_queue.models import counters_table
-from sqla_queue.sql import catalog, counters, prune, stats
+from sqla_queue.models import counters_table, samples_table
+from sqla_queue.sql import catalog, counters, operator_actions, prune, samples, stats
 
 JOBS = sq.Job.__table__
 COUNTERS = counters_table(JOBS)
+SAMPLES = samples_table(JOBS)
 WINDOW = {"window": timedelta(minutes=15)}
 
 
 @pytest.fixture(scope="module")
 def big(create_database):
     """100,000 completed and 5,000 failed jobs over four weeks, a few hundred active ones, and a
-    week of per-minute counters; analyzed."""
+    week of per-minute counters and samples; analyzed."""
     engine = create_engine(create_database())
     with engine.begin() as conn:
         conn.execute(text(
@@ -53,16 +54,22 @@ def big(create_database):
             " SELECT date_trunc('minute', now()) - make_interval(mins => g), q, 'empty_scheduled', 1"
             " FROM generate_series(0, 10079) AS g, unnest(ARRAY['default', 'images']) AS q"
         ))
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs_samples (bucket, queue_name, pending)"
+            " SELECT date_trunc('minute', now()) - make_interval(mins => g), q, 1"
+            " FROM generate_series(2, 10079) AS g, unnest(ARRAY['default', 'images']) AS q"
+        ))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE sqla_queue_jobs"))
         conn.execute(text("VACUUM ANALYZE sqla_queue_jobs_counters"))
+        conn.execute(text("VACUUM ANALYZE sqla_queue_jobs_samples"))
     yield engine
     engine.dispose()
 
 
 def assert_served_by(plan, index: str) -> None:
     assert index in indexes_used(plan), plan
-    assert not seq_scanned(plan) & {"sqla_queue_jobs", "sqla_queue_jobs_counters"}, plan
+    assert not seq_scanned(plan) & {"sqla_queue_jobs", "sqla_queue_jobs_counters", "sqla_queue_jobs_samples"}, plan
 
 
 def test_the_active_aggregate_reads_the_active_key_index_not_the_finished_jobs(big):
@@ -101,3 +108,30 @@ def test_doctor_reads_of_the_job_table_use_the_running_and_failed_indexes(big):
 def test_pruning_walks_the_finished_at_index_from_the_oldest(big, status, index):
     plan = plan_of(big, prune.prune_finished(JOBS, status), {"age": timedelta(days=7), "limit": 1000})
     assert_served_by(plan, index)
+
+
+def test_a_sample_reads_what_stats_reads_bounded_to_one_minute(big):
+    plan = plan_of(big, samples.record_sample(JOBS, COUNTERS, SAMPLES), {"retention": timedelta(days=7)})
+    for index in ("sqla_queue_jobs_active_key_idx", "sqla_queue_jobs_completed_at_idx",
+                  "sqla_queue_jobs_failed_at_idx", "pk_sqla_queue_jobs_counters", "pk_sqla_queue_jobs_samples"):
+        assert_served_by(plan, index)
+
+
+@pytest.mark.parametrize("by_queue", [False, True])
+def test_history_is_a_range_on_the_samples_primary_key(big, by_queue):
+    params = {"since": timedelta(days=1), "queue": "images"}
+    assert_served_by(plan_of(big, samples.history(SAMPLES, by_queue=by_queue), params), "pk_sqla_queue_jobs_samples")
+
+
+def test_workers_seen_reads_running_jobs_and_ranges_of_finished_ones(big):
+    plan = plan_of(big, stats.workers_seen(JOBS), {"within": timedelta(minutes=15)})
+    for index in ("sqla_queue_jobs_running_lease_idx", "sqla_queue_jobs_completed_at_idx",
+                  "sqla_queue_jobs_failed_at_idx"):
+        assert_served_by(plan, index)
+
+
+def test_a_page_filtered_by_creation_time_walks_the_primary_key_newest_first(big):
+    statement = operator_actions.list_jobs(JOBS, created_after=True, created_before=True)
+    params = {"created_after": datetime.now(timezone.utc) - timedelta(days=1),
+              "created_before": datetime.now(timezone.utc), "limit": 51}
+    assert_served_by(plan_of(big, statement, params), "pk_sqla_queue_jobs")

@@ -124,3 +124,46 @@ def test_a_host_job_table_gets_its_own_counters_table():
     assert counters_table(HostJob.__table__) is table
     assert [c.name for c in table.primary_key] == ["bucket", "queue_name", "kind"]
     assert "INSERT INTO host_jobs_counters" in rendered(counters.count_events(table))
+
+
+# -- the dashboard's statements: bulk actions, samples, workers ------------------------------
+
+def test_bulk_writes_lock_with_skip_locked_literal_statuses_and_a_bounded_batch():
+    retry = rendered(operator_actions.retry_failed_jobs(JOBS, by_queue=True, by_task=True, by_ids=True))
+    assert "WHERE sqla_queue_jobs.status = 'failed' AND sqla_queue_jobs.queue_name = %(queue)s" in retry
+    assert "sqla_queue_jobs.task = %(task_name)s::VARCHAR AND sqla_queue_jobs.id = ANY (%(job_ids)s::BIGINT[])" in retry
+    assert "ORDER BY sqla_queue_jobs.id LIMIT %(limit)s::INTEGER FOR UPDATE SKIP LOCKED" in retry
+    assert "earlier.idempotency_key = sqla_queue_jobs.idempotency_key AND earlier.id < sqla_queue_jobs.id" in retry
+    cancel = rendered(operator_actions.cancel_jobs(JOBS, (sq.JobStatus.PENDING,), by_queue=True))
+    assert "WHERE sqla_queue_jobs.status = 'pending' AND sqla_queue_jobs.queue_name = %(queue)s" in cancel
+    assert "LIMIT %(limit)s::INTEGER FOR UPDATE SKIP LOCKED" in cancel and "SELECT pg_notify(" in cancel
+
+
+def test_the_single_and_bulk_actions_share_one_write():
+    single = rendered(operator_actions.retry_failed_job(JOBS))
+    bulk = rendered(operator_actions.retry_failed_jobs(JOBS))
+    assert single.split(") UPDATE ", 1)[1] == bulk.split(") UPDATE ", 1)[1]
+    single = rendered(operator_actions.cancel_job(JOBS))
+    bulk = rendered(operator_actions.cancel_jobs(JOBS))
+    assert single.split("changed AS (", 1)[1] == bulk.split("changed AS (", 1)[1]
+
+
+def test_a_sample_is_written_once_per_minute_and_prunes_only_when_it_wrote():
+    from sqla_queue.models import samples_table
+    from sqla_queue.sql import samples
+
+    text = rendered(samples.record_sample(JOBS, COUNTERS, samples_table(JOBS)))
+    assert "WHERE NOT (EXISTS (SELECT * FROM sqla_queue_jobs_samples WHERE sqla_queue_jobs_samples.bucket =" in text
+    assert "ON CONFLICT (bucket, queue_name) DO NOTHING" in text
+    assert "DELETE FROM sqla_queue_jobs_samples WHERE sqla_queue_jobs_samples.bucket < now() - %(retention)s" in text
+    assert "AND (EXISTS (SELECT * FROM written))" in text
+    assert "WHERE sqla_queue_jobs.status IN ('pending', 'running')" in text  # the stats aggregate
+    assert "sqla_queue_jobs.status = 'completed' AND sqla_queue_jobs.completed_at >=" in text
+
+
+def test_workers_seen_bounds_each_finished_state_by_its_own_time():
+    text = rendered(stats.workers_seen(JOBS))
+    for status, column in (("completed", "completed_at"), ("failed", "failed_at"), ("cancelled", "cancelled_at")):
+        assert (f"sqla_queue_jobs.status = '{status}' AND sqla_queue_jobs.locked_by IS NOT NULL AND "
+                f"sqla_queue_jobs.{column} >= now() - %(within)s") in text
+    assert "sqla_queue_jobs.status = 'running' AND sqla_queue_jobs.locked_by IS NOT NULL UNION ALL" in text

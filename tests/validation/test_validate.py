@@ -161,7 +161,8 @@ def test_config_positive_int_raises_configuration_error():
     ("value", "message"),
     [(True, "job_id must be an integer, got bool"), ("7", "job_id must be an integer, got str"),
      (1.0, "job_id must be an integer, got float"), (0, "job_id must be a positive integer, got 0"),
-     (-2, "job_id must be a positive integer, got -2")],
+     (-2, "job_id must be a positive integer, got -2"),
+     (2**63, f"job_id {2**63} is beyond the largest job id, {2**63 - 1}")],
 )
 def test_job_id_is_one_rule_for_every_call(value, message):
     with pytest.raises(InvalidInputError, match=f"^{message}$"):

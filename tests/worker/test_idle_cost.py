@@ -1,5 +1,5 @@
 """An idle worker rests: a CLI worker process on an empty queue commits only what its poll
-interval, lease recovery and listener probe explain, uses next to no CPU, and still starts an
+interval, lease recovery, per-minute sample and listener probe explain, uses next to no CPU, and still starts an
 enqueued job at once through LISTEN/NOTIFY.
 
 Transactions are ``xact_commit`` of the worker's own database in ``pg_stat_database`` (read
@@ -54,6 +54,8 @@ LISTENER_PROBE_EVERY = 5.0  # sqla_queue._listener._CHECK_EVERY
 # the claim, and the classification of the empty claim (its own autocommit statement).
 COMMITS_PER_EMPTY_CLAIM = 3
 COMMITS_PER_RECOVERY = 2  # a checkout ping and the recovery statement
+SAMPLE_INTERVAL = 60.0  # sqla_queue.sampling.DEFAULT_SAMPLE_INTERVAL
+COMMITS_PER_SAMPLE = 2  # a checkout ping and the sample statement
 # Start-up work whose counts a backend may still hold when the window opens (a backend reports
 # at most once a second): opening each pooled connection, LISTEN, the first claims.
 START_UP_SLACK = 15
@@ -141,12 +143,14 @@ def idle_app(tmp_path: Path, create_database, server_url: str) -> Iterator[IdleA
 
 def commits_bound(seconds: float, poll_interval: float, lease_seconds: float) -> int:
     """What a resting worker may commit in `seconds`: one empty claim per poll interval, a
-    recovery pass every ``lease / 2`` (at least 1 s), a listener probe every 5 s (one more of
-    each for the window's edges), and what start-up left unreported."""
+    recovery pass every ``lease / 2`` (at least 1 s), a sample every minute, a listener probe
+    every 5 s (one more of each for the window's edges), and what start-up left unreported."""
     claims = math.ceil(seconds / poll_interval) + 1
     recoveries = math.ceil(seconds / max(1.0, lease_seconds / 2)) + 1
+    samples = math.ceil(seconds / SAMPLE_INTERVAL) + 1
     probes = math.ceil(seconds / LISTENER_PROBE_EVERY) + 1
-    return claims * COMMITS_PER_EMPTY_CLAIM + recoveries * COMMITS_PER_RECOVERY + probes + START_UP_SLACK
+    return (claims * COMMITS_PER_EMPTY_CLAIM + recoveries * COMMITS_PER_RECOVERY + samples * COMMITS_PER_SAMPLE
+            + probes + START_UP_SLACK)
 
 
 def test_an_idle_worker_commits_a_handful_of_transactions_and_uses_next_to_no_cpu(idle_app):

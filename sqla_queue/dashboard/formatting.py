@@ -1,0 +1,48 @@
+"""How the pages write times, durations, rates and payloads: the CLI's own formats (UTC to the
+second, ``4m05s``, payloads cut at the CLI's preview size), so a terminal and the dashboard
+quote the same job the same way. Jinja's autoescape escapes every value these return."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..cli._params import PAYLOAD_PREVIEW_CHARS, payload_size, payload_text, timestamp
+from ..doctor import format_duration
+
+__all__ = ["PAYLOAD_PREVIEW_CHARS", "age", "duration", "payload_size", "payload_text", "per_minute",
+           "percent", "seconds_text", "timestamp"]
+
+
+def duration(value: timedelta | None) -> str:
+    return format_duration(value)
+
+
+def seconds_text(seconds: float) -> str:
+    """A plot's duration axis label: ``0``, ``250ms``, ``1.5s``, ``2m00s``."""
+    return "0" if seconds == 0 else format_duration(timedelta(seconds=seconds))
+
+
+def age(value: datetime | None, now: datetime | None) -> str:
+    """How long before `now` (database time) `value` was: ``12s ago``; ``-`` for no time."""
+    if value is None or now is None:
+        return "-"
+    if value > now:
+        return f"in {format_duration(value - now)}"
+    return f"{format_duration(now - value)} ago"
+
+
+def per_minute(count: int, window: timedelta) -> str:
+    """Jobs per minute over the stats window, with one decimal below ten."""
+    rate = count / (window.total_seconds() / 60)
+    return f"{rate:.1f}" if rate < 10 else f"{rate:,.0f}"
+
+
+def percent(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a percentage; ``-`` when nothing finished."""
+    return "-" if whole == 0 else f"{100 * part / whole:.1f}%"
+
+
+def compact(value: Any) -> str:
+    """A payload or result on one line, bounded: for table cells."""
+    return payload_text(value, 160, indent=None)

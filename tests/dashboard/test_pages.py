@@ -1,0 +1,190 @@
+"""The pages over HTTP (Starlette's TestClient, the app in-process) on real PostgreSQL: what each
+shows, that user-controlled text is escaped, the jobs filters and keyset pages."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.testclient import TestClient
+
+from sqla_queue.dashboard import create_app
+
+
+@pytest.fixture
+def client(dash_queue) -> TestClient:
+    """A read-only dashboard: pages only."""
+    return TestClient(create_app(dash_queue))
+
+
+def test_overview_shows_every_queue_with_its_backlog_and_pause(client, dash_queue):
+    for n in range(3):
+        dash_queue.enqueue("send_email", {"to": f"{n}@example.com"})
+    dash_queue.enqueue("resize", {"image": 1})
+    dash_queue.enqueue("send_email", {"to": "later"}, delay=timedelta(hours=1))
+    dash_queue.pause("images")
+    page = client.get("/")
+    assert page.status_code == 200
+    rows = table_rows(page.text, "queues")
+    assert rows["default"][:4] == ["4", "3", "1", "0"]  # pending, eligible, scheduled, running
+    assert rows["images"][:4] == ["1", "1", "0", "0"]
+    assert 'class="badge paused">paused' in row_html(page.text, "images")
+    assert page.text.count("<svg") == 5  # backlog, throughput, failures, durations, empty claims
+
+
+def test_overview_plots_what_the_samples_recorded(client, dash_queue, failed_job):
+    dash_queue.enqueue("send_email", {"to": "x"})
+    failed_job()
+    assert dash_queue.record_sample() >= 1
+    page = client.get("/?range=1h")
+    backlog = figure(page.text, 1)
+    assert "Backlog" in backlog and '<path class="line"' in backlog
+    assert "no samples in this range yet" not in backlog
+    assert "pending <b>1</b>" in " ".join(backlog.split())
+    assert "last 24h" in page.text and client.get("/?range=24h&queue=default").status_code == 200
+
+
+def test_jobs_filter_by_status_queue_and_task(client, dash_queue, failed_job):
+    dash_queue.enqueue("send_email", {"to": "a"})
+    dash_queue.enqueue("resize", {"image": 2})
+    failed = failed_job()
+    assert job_ids(client.get("/jobs?status=failed").text) == [failed.id]
+    assert job_ids(client.get("/jobs?queue=images").text) == [2]
+    assert job_ids(client.get("/jobs?task=send_email").text) == [failed.id, 1]
+    assert job_ids(client.get("/jobs?task=send_email&status=pending").text) == [1]
+
+
+def test_jobs_filter_by_creation_time(client, dash_queue):
+    dash_queue.enqueue("send_email", {"to": "a"})
+    now = datetime.now(timezone.utc)
+    minute = "%Y-%m-%dT%H:%M"
+    assert job_ids(client.get("/jobs", params={"created_after": (now - timedelta(hours=1)).strftime(minute)}).text) == [1]
+    assert job_ids(client.get("/jobs", params={"created_after": (now + timedelta(hours=1)).strftime(minute)}).text) == []
+    assert job_ids(client.get("/jobs", params={"created_before": (now - timedelta(hours=1)).strftime(minute)}).text) == []
+
+
+def test_a_bad_filter_is_named_and_lists_nothing(client, dash_queue):
+    dash_queue.enqueue("send_email", {"to": "a"})
+    page = client.get("/jobs", params={"created_after": "yesterday-ish"})
+    assert page.status_code == 400
+    assert "created after: &#39;yesterday-ish&#39; is not a date and time" in page.text
+    assert client.get("/jobs?before_id=abc").status_code == 400
+    assert "unknown status" in client.get("/jobs?status=lost").text
+
+
+def test_jobs_are_paged_by_keyset_newest_first(client, dash_queue):
+    dash_queue.enqueue_many([{"task": "send_email", "payload": {"to": str(n)}} for n in range(60)])
+    first = client.get("/jobs")
+    assert job_ids(first.text) == list(range(60, 10, -1))
+    older = link(first.text, 'id="older"')
+    assert "before_id=11" in older
+    second = client.get(older)
+    assert job_ids(second.text) == list(range(10, 0, -1))
+    assert 'id="older"' not in second.text and "last page" in second.text
+
+
+def test_job_detail_escapes_payload_error_and_traceback(client, dash_queue):
+    job_id = dash_queue.enqueue("explode", {"html": "<script>alert('payload')</script>"})
+    dash_queue.worker(concurrency=1).run(until_empty=True)
+    page = client.get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    assert "<script>alert" not in page.text and "&lt;script&gt;alert(" in page.text
+    assert "<b>mailer</b>" not in page.text and "the &lt;b&gt;mailer&lt;/b&gt; refused" in page.text
+    assert 'class="traceback"' in page.text and "in explode" in page.text
+    assert 'class="badge status-failed">failed' in page.text
+
+
+def test_job_detail_bounds_a_large_payload_and_shows_the_result(client, dash_queue):
+    job_id = dash_queue.enqueue("send_email", {"to": "big@example.com", "blob": "x" * 100_000})
+    dash_queue.worker(concurrency=1).run(until_empty=True)
+    page = client.get(f"/jobs/{job_id}")
+    assert "bytes in all" in page.text and len(page.text) < 20_000
+    assert "&#34;sent_to&#34;: &#34;big@example.com&#34;" in page.text  # the handler's result
+
+
+def test_a_missing_job_is_a_404_page(client):
+    page = client.get("/jobs/424242")
+    assert page.status_code == 404 and "No job 424242" in page.text
+
+
+def test_workers_page_lists_who_holds_which_job(client, dash_queue):
+    job_id = dash_queue.enqueue("send_email", {"to": "a"})
+    dash_queue.claim("default", worker_id="host-7:pid-99", limit=1)
+    page = client.get("/workers")
+    row = row_html(page.text, "host-7:pid-99")
+    assert f">{job_id}</a>" in row and "default" in row
+
+
+def test_doctor_page_shows_each_check_with_its_verdict(client):
+    page = client.get("/doctor")
+    assert page.status_code == 200
+    for name in ("claim plan", "vacuum horizon", "stuck jobs"):
+        assert name in page.text.replace("_", " ")
+    assert "verdict-" in page.text
+
+
+def test_mounted_under_a_prefix_every_link_keeps_it(dash_queue):
+    host = Starlette(routes=[Mount("/ops/queue", app=create_app(dash_queue))])
+    client = TestClient(host)
+    page = client.get("/ops/queue/")
+    assert page.status_code == 200
+    assert 'href="/ops/queue/static/dashboard.css"' in page.text
+    assert 'href="/ops/queue/jobs"' in page.text
+    assert client.get("/ops/queue/static/htmx.min.js").status_code == 200
+    assert client.get("/ops/queue/static/dashboard.css").headers["content-type"].startswith("text/css")
+
+
+def test_nothing_is_loaded_from_another_site(client):
+    page = client.get("/")
+    assert "http://" not in page.text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in page.text
+
+
+# -- reading the pages --------------------------------------------------------------------
+
+
+def between(text: str, start: str, end: str) -> str:
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def table_rows(html: str, table_id: str) -> dict[str, list[str]]:
+    """A table's rows by their first cell's text: the other cells' texts."""
+    import re
+
+    body = between(html, f'id="{table_id}"', "</tbody>")
+    rows = {}
+    for row in body.split("<tr>")[2:]:
+        cells = [re.sub(r"<[^>]+>", " ", cell) for cell in row.split("<td")[1:]]
+        cells = [" ".join(c.split(">", 1)[1].split()) for c in cells]
+        rows[cells[0].split()[0]] = cells[1:]
+    return rows
+
+
+def row_html(html: str, first_cell: str) -> str:
+    return next(row for row in html.split("<tr>") if f">{first_cell}<" in row)
+
+
+def job_ids(html: str) -> list[int]:
+    import re
+
+    if 'id="jobs"' not in html:
+        return []
+    return [int(n) for n in re.findall(r'<td class="num"><a href="/jobs/(\d+)">', html)]
+
+
+def link(html: str, marker: str) -> str:
+    tag = next(t for t in html.split("<a ") if marker in t)
+    return between(tag, 'href="', '"').replace("&amp;", "&")
+
+
+def figure(html: str, n: int) -> str:
+    return between(html, f'data-chart="{n}"', "</figure>")
+
+
+def test_bad_input_in_a_url_is_a_clear_4xx_not_an_error(client):
+    assert client.get("/jobs/0").status_code == 404
+    assert client.get(f"/jobs/{2**70}").status_code == 404
+    page = client.get("/", params={"queue": "x" * 10_000})
+    assert page.status_code == 400 and "queue" in page.text
