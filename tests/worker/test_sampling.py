@@ -27,18 +27,21 @@ class Clock:
 
 
 @pytest.fixture
-def sampled_queue(queue, engine):
-    """The committed queue on an empty samples table, with one pending job to sample, at least
-    15 s before the database's next minute (so the test's samples all describe one minute)."""
+def sampled_queue(committed_queue, engine):
+    """The committed queue on empty job, counters and samples tables (other tests' jobs and
+    empty claims in the same minute would be sampled too), with one pending job to sample, at
+    least 15 s before the database's next minute (so the test's samples all describe one
+    minute)."""
+    queue = committed_queue
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE sqla_queue_jobs_samples"))
+        conn.execute(text("TRUNCATE sqla_queue_jobs_samples, sqla_queue_jobs_counters"))
         seconds = float(conn.execute(text("SELECT extract(second FROM now())")).scalar_one())
     if seconds > 45:
         time.sleep(61 - seconds)
     queue.enqueue("resize", {})
     yield queue
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE sqla_queue_jobs_samples"))
+        conn.execute(text("TRUNCATE sqla_queue_jobs_samples, sqla_queue_jobs_counters"))
 
 
 def test_a_sample_is_due_once_per_interval_at_the_samplers_offset(sampled_queue):
