@@ -4,13 +4,14 @@ A commit that carries a NOTIFY takes PostgreSQL's database-wide notify lock and 
 its WAL flush, so enqueues that notify commit one at a time: with 32 concurrent single-job
 enqueuers, about half the throughput of the same INSERTs without it (docs/performance.md). An
 enqueue whose transaction is ours (`Queue.enqueue` with neither session nor connection)
-therefore commits without notifying and hands its queue names to this per-Queue notifier. Its
-thread sends them in one statement that does not wait for a flush (`sql.wake_queues`). The first
-wake-up after a quiet spell goes out at once; later ones wait until `MIN_INTERVAL` has passed
-since the previous send and go out together, so a busy process sends at most one notification
-per interval however many jobs it enqueues, and a job waits at most that long for its wake-up
-(workers that are busy claim it sooner: they claim again as soon as they have room). The
-wake-up still follows the commit, as a NOTIFY inside the transaction would.
+therefore commits without notifying and hands its queue names to this per-Queue notifier,
+which sends them in one statement that does not wait for a flush (`sql.wake_queues`). The first
+wake-up after a quiet spell goes out at once, from the enqueuing call itself (an idle worker
+wakes as fast as with a NOTIFY in the transaction); later ones go from the notifier's thread
+once `MIN_INTERVAL` has passed since the previous send, together, so a busy process sends at
+most one notification per interval however many jobs it enqueues, and a job waits at most
+that long for its wake-up (workers that are busy claim it sooner: they claim again as soon as
+they have room). The wake-up still follows the commit, as a NOTIFY inside the transaction would.
 
 Pending wake-ups are sent before the interpreter exits (a short script that enqueues and ends
 still wakes the workers at once), and a forked child starts with none and a thread of its own.
@@ -51,9 +52,20 @@ class Notifier:
         self._last_sent = float("-inf")
 
     def announce(self, queues: Iterable[str]) -> None:
-        """Wake the workers of `queues`, whose jobs have just committed."""
+        """Wake the workers of `queues`, whose jobs have just committed: at once, in the
+        caller, after a quiet spell (so an idle worker wakes as fast as with a NOTIFY in the
+        transaction); otherwise from the thread, with whatever else arrives meanwhile."""
         with self._lock:
             self._pending.update(queues)
+        if self._sending.acquire(blocking=False):  # nobody is sending: maybe send it now, here
+            try:
+                if time.monotonic() - self._last_sent >= MIN_INTERVAL:
+                    self._last_sent = time.monotonic()
+                    self._send_pending()
+                    return
+            finally:
+                self._sending.release()
+        with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="sqla-queue-notifier", daemon=True)
                 self._thread.start()
@@ -62,16 +74,20 @@ class Notifier:
     def flush(self) -> None:
         """Send what is pending now, after any send in progress."""
         with self._sending:
-            with self._lock:
-                queues = sorted(self._pending)
-                self._pending.clear()
-            if not queues:
-                return
-            try:
-                self._send(queues)
-            except Exception as exc:  # the jobs are committed: workers still find them by polling
-                logger.warning("could not wake the workers of %s (they find the jobs when they next poll): %s",
-                               ", ".join(queues), type(exc).__name__)
+            self._send_pending()
+
+    def _send_pending(self) -> None:
+        """With `_sending` held: one notification for every queue announced so far."""
+        with self._lock:
+            queues = sorted(self._pending)
+            self._pending.clear()
+        if not queues:
+            return
+        try:
+            self._send(queues)
+        except Exception as exc:  # the jobs are committed: workers still find them by polling
+            logger.warning("could not wake the workers of %s (they find the jobs when they next poll): %s",
+                           ", ".join(queues), type(exc).__name__)
 
     def _run(self) -> None:
         while True:
@@ -80,8 +96,9 @@ class Notifier:
             if rest > 0:
                 time.sleep(rest)  # what is announced meanwhile goes out with this send
             self._wake.clear()
-            self._last_sent = time.monotonic()
-            self.flush()
+            with self._sending:
+                self._last_sent = time.monotonic()
+                self._send_pending()
 
 
 def flush_all() -> None:

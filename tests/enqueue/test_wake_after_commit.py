@@ -60,6 +60,16 @@ def test_an_enqueue_in_our_transaction_wakes_the_listeners_after_it_commits(
     assert sorted(received(listener, timeout=1.0)) == ["images", "mail"]
 
 
+def test_after_a_quiet_spell_the_enqueuing_call_sends_the_wake_up_itself(database_url, clean_jobs, listener):
+    """So an idle worker wakes as soon as with a NOTIFY in the transaction: the notification
+    is sent before `enqueue` returns, and no notifier thread was needed."""
+    q = sq.Queue(database_url, load_entrypoints=False)
+    q.task(name="noop", queue="mail")(lambda payload, ctx: None)
+    q.enqueue("noop", {})
+    assert q._enqueuer.notifier._thread is None
+    assert received(listener, until="mail") == ["mail"]
+
+
 def test_an_enqueue_in_the_callers_transaction_wakes_nobody_until_that_commits(
         engine, clean_jobs, listener):
     q = sq.Queue(engine, load_entrypoints=False)
