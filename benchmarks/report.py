@@ -549,7 +549,7 @@ def _update_header(lines: list[str], meta: dict) -> list[str]:
     note = (f"{REMEASURED}{sections}, by `{meta['command']}` on {meta.get('code_version', 'an unrecorded library')} "
             f"({meta['started']} → {meta['finished']}; load average at start {_load(meta['load_start'])}, at end "
             f"{_load(meta['load_end'])}); the figures and target rows of {sections} are from that run.  ")
-    kept = [line for line in lines if not line.startswith(f"{REMEASURED}{sections},")]
+    kept = [line for line in lines if not line.startswith(f"{REMEASURED}{sections}, by ")]
     at = next(i for i, line in enumerate(kept) if line.startswith("Size: ")) + 1
     return kept[:at] + [note] + kept[at:]
 
