@@ -89,78 +89,99 @@ ARRAY_PARAMS = tuple(f"{name}s" for name in INPUT_COLUMNS)
 """`sql.insert_jobs`' array parameters, one per input column."""
 
 
+class _Built:
+    """A `Statements` attribute built on first use and then kept: a process that only enqueues
+    (a web request, a script) builds two statements, not every one the worker and the operator
+    commands run -- building them all took longer than the first enqueue itself. Two threads
+    racing on first use each build one; they are equal, and the later one is kept."""
+
+    def __init__(self, build: Callable[[Statements], Any]) -> None:
+        self.build = build
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, statements: Statements | None, owner: type) -> Any:
+        if statements is None:
+            return self
+        value = statements.__dict__[self.name] = self.build(statements)
+        return value
+
+
 class Statements:
-    """Every Core statement sqla_queue runs on one job table (and its counters table), built
-    once per table: `for_table`."""
+    """Every Core statement sqla_queue runs on one job table (and its counters table), one
+    instance per table (`for_table`), each statement built on first use (`_Built`)."""
 
     def __init__(self, table: Table) -> None:
-        counters = counters_table(table)
         self.table = table
-        # enqueue
-        self.insert = sql.insert_jobs(table)
-        self.insert_one = sql.insert_job(table)
-        self.find_keys = sql.find_active_keys(table)
-        self.wake_queues = sql.wake_queues(table)
-        # claim, outcomes, leases, recovery
-        self.claim = sql.claim_jobs(table)
-        self.complete_and_claim = sql.complete_and_claim_jobs(table)
-        self.complete_and_claim_from = sql.complete_and_claim_jobs(table, from_position=True)
-        self.complete = sql.complete_job(table)
-        self.complete_in_handler_transaction = sql.complete_in_handler_transaction(table)
-        self.complete_many = sql.complete_jobs_announced(table)
-        self.retry = sql.retry_job(table)
-        self.fail = sql.fail_job(table)
-        self.snooze = sql.snooze_job(table)
-        self.requeue_expired = sql.requeue_expired(table)
-        self.fail_expired = sql.fail_exhausted_expired(table)
-        self.cancel_expired = sql.cancel_expired(table)
-        self.select_job = sql.select_job(table)
-        self.watch_job = sql.watch_job(table)
-        self.claim_state = sql.claim_state(table)
-        self.renew = sql.renew_leases(table)
-        self.release = sql.release_jobs(table)
-        self.listen = sql.listen(table)
-        self.listen_finished = listen_finished(table)
-        # counters
-        self.count_events = counter_sql.count_events(counters)
-        self.count_empty = counter_sql.count_empty_claim(table, counters)
-        # operator reads and writes
-        self.now = stats_sql.database_now()
-        self.health = stats_sql.queue_health(table)
-        self.completed_in_window = stats_sql.completed_in_window(table)
-        self.failed_in_window = stats_sql.failed_in_window(table)
-        self.counted_in_window = stats_sql.counted_in_window(counters)
-        self.job_state = ops_sql.job_state(table)
-        self.key_holder = ops_sql.active_key_holder(table)
-        self.retry_failed = ops_sql.retry_failed_job(table)
-        # queue control
-        queues = queues_table(table)
-        self.pause = queues_sql.pause_queue(queues)
-        self.resume = queues_sql.resume_queue(queues)
-        self.queue_states = queues_sql.queue_states(table, queues)
-        self.queue_state = queues_sql.queue_states(table, queues, one=True)
-        self.paused_queues = queues_sql.paused_queues(queues)
-        self.cancelled_in_window = stats_sql.cancelled_in_window(table)
-        self.cancel = ops_sql.cancel_job(table)
-        # the dashboard's reads: history, workers
-        samples = samples_table(table)
-        self.record_sample = samples_sql.record_sample(table, counters, samples)
-        self.history = samples_sql.history(samples)
-        self.queue_history = samples_sql.history(samples, by_queue=True)
-        self.workers_seen = stats_sql.workers_seen(table)
-        # schedules
-        self.advance_schedule = schedule_sql.advance_schedule(table)
-        self.schedule_last_tick_locked = schedule_sql.last_tick_locked(table)
-        self.schedule_last_ticks = schedule_sql.last_ticks(table)
-        # retention
-        self.prune = {
-            "completed": prune_sql.prune_finished(table, JobStatus.COMPLETED),
-            "failed": prune_sql.prune_finished(table, JobStatus.FAILED),
-            "cancelled": prune_sql.prune_finished(table, JobStatus.CANCELLED),
-            "counters": counter_sql.prune_counters(counters),
-        }
         self._variants: dict[tuple, Any] = {}
         self._variants_lock = threading.Lock()
+
+    counters = _Built(lambda s: counters_table(s.table))
+    queues = _Built(lambda s: queues_table(s.table))
+    samples = _Built(lambda s: samples_table(s.table))
+
+    # enqueue
+    insert = _Built(lambda s: sql.insert_jobs(s.table))
+    insert_one = _Built(lambda s: sql.insert_job(s.table))
+    find_keys = _Built(lambda s: sql.find_active_keys(s.table))
+    wake_queues = _Built(lambda s: sql.wake_queues(s.table))
+    # claim, outcomes, leases, recovery
+    claim = _Built(lambda s: sql.claim_jobs(s.table))
+    complete_and_claim = _Built(lambda s: sql.complete_and_claim_jobs(s.table))
+    complete_and_claim_from = _Built(lambda s: sql.complete_and_claim_jobs(s.table, from_position=True))
+    complete = _Built(lambda s: sql.complete_job(s.table))
+    complete_in_handler_transaction = _Built(lambda s: sql.complete_in_handler_transaction(s.table))
+    complete_many = _Built(lambda s: sql.complete_jobs_announced(s.table))
+    retry = _Built(lambda s: sql.retry_job(s.table))
+    fail = _Built(lambda s: sql.fail_job(s.table))
+    snooze = _Built(lambda s: sql.snooze_job(s.table))
+    requeue_expired = _Built(lambda s: sql.requeue_expired(s.table))
+    fail_expired = _Built(lambda s: sql.fail_exhausted_expired(s.table))
+    cancel_expired = _Built(lambda s: sql.cancel_expired(s.table))
+    select_job = _Built(lambda s: sql.select_job(s.table))
+    watch_job = _Built(lambda s: sql.watch_job(s.table))
+    claim_state = _Built(lambda s: sql.claim_state(s.table))
+    renew = _Built(lambda s: sql.renew_leases(s.table))
+    release = _Built(lambda s: sql.release_jobs(s.table))
+    listen = _Built(lambda s: sql.listen(s.table))
+    listen_finished = _Built(lambda s: listen_finished(s.table))
+    # counters
+    count_events = _Built(lambda s: counter_sql.count_events(s.counters))
+    count_empty = _Built(lambda s: counter_sql.count_empty_claim(s.table, s.counters))
+    # operator reads and writes
+    now = _Built(lambda s: stats_sql.database_now())
+    health = _Built(lambda s: stats_sql.queue_health(s.table))
+    completed_in_window = _Built(lambda s: stats_sql.completed_in_window(s.table))
+    failed_in_window = _Built(lambda s: stats_sql.failed_in_window(s.table))
+    counted_in_window = _Built(lambda s: stats_sql.counted_in_window(s.counters))
+    job_state = _Built(lambda s: ops_sql.job_state(s.table))
+    key_holder = _Built(lambda s: ops_sql.active_key_holder(s.table))
+    retry_failed = _Built(lambda s: ops_sql.retry_failed_job(s.table))
+    # queue control
+    pause = _Built(lambda s: queues_sql.pause_queue(s.queues))
+    resume = _Built(lambda s: queues_sql.resume_queue(s.queues))
+    queue_states = _Built(lambda s: queues_sql.queue_states(s.table, s.queues))
+    queue_state = _Built(lambda s: queues_sql.queue_states(s.table, s.queues, one=True))
+    paused_queues = _Built(lambda s: queues_sql.paused_queues(s.queues))
+    cancelled_in_window = _Built(lambda s: stats_sql.cancelled_in_window(s.table))
+    cancel = _Built(lambda s: ops_sql.cancel_job(s.table))
+    # the dashboard's reads: history, workers
+    record_sample = _Built(lambda s: samples_sql.record_sample(s.table, s.counters, s.samples))
+    history = _Built(lambda s: samples_sql.history(s.samples))
+    queue_history = _Built(lambda s: samples_sql.history(s.samples, by_queue=True))
+    workers_seen = _Built(lambda s: stats_sql.workers_seen(s.table))
+    # schedules
+    advance_schedule = _Built(lambda s: schedule_sql.advance_schedule(s.table))
+    schedule_last_tick_locked = _Built(lambda s: schedule_sql.last_tick_locked(s.table))
+    schedule_last_ticks = _Built(lambda s: schedule_sql.last_ticks(s.table))
+    # retention
+    prune = _Built(lambda s: {
+        "completed": prune_sql.prune_finished(s.table, JobStatus.COMPLETED),
+        "failed": prune_sql.prune_finished(s.table, JobStatus.FAILED),
+        "cancelled": prune_sql.prune_finished(s.table, JobStatus.CANCELLED),
+        "counters": counter_sql.prune_counters(s.counters),
+    })
 
     @staticmethod
     @lru_cache(maxsize=64)
@@ -200,22 +221,46 @@ def _count_matching(table: Table, statuses: tuple[JobStatus, ...], **filters: bo
 
 
 class DriverStatements:
-    """The hot statements compiled once for a psycopg dialect (`_driver.DriverStatement`)."""
+    """The hot statements compiled for a psycopg dialect (`_driver.DriverStatement`), each on
+    first use: an enqueuing process compiles the INSERT, not the worker's round."""
 
     def __init__(self, statements: Statements, dialect: Dialect) -> None:
-        round_sample = {"queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": [],
-                        "results": []}
-        self.round = DriverStatement(statements.complete_and_claim, dialect, round_sample)
-        self.round_from = DriverStatement(statements.complete_and_claim_from, dialect, {
-            **round_sample, "from_priority": 0, "from_run_at": None, "from_id": 0,
+        self.statements = statements
+        self.dialect = dialect
+
+    def _compiled(self, statement: Any, sample: dict[str, Any], binary: tuple[str, ...] = ()) -> DriverStatement:
+        return DriverStatement(statement, self.dialect, sample, binary=binary)
+
+    @cached_property
+    def round(self) -> DriverStatement:
+        return self._compiled(self.statements.complete_and_claim, _ROUND_SAMPLE)
+
+    @cached_property
+    def round_from(self) -> DriverStatement:
+        return self._compiled(self.statements.complete_and_claim_from, {
+            **_ROUND_SAMPLE, "from_priority": 0, "from_run_at": None, "from_id": 0,
         })
-        self.insert_one = DriverStatement(statements.insert_one, dialect,
-                                          {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
-        self.insert = DriverStatement(statements.insert, dialect,
-                                      {**dict.fromkeys(ARRAY_PARAMS, []), "channel": "", "notify": True},
-                                      binary=ARRAY_PARAMS)
-        self.find_keys = DriverStatement(statements.find_keys, dialect, {"keys": []})
-        self.wake_queues = DriverStatement(statements.wake_queues, dialect, {"queues": []}, binary=("queues",))
+
+    @cached_property
+    def insert_one(self) -> DriverStatement:
+        return self._compiled(self.statements.insert_one,
+                              {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
+
+    @cached_property
+    def insert(self) -> DriverStatement:
+        return self._compiled(self.statements.insert,
+                              {**dict.fromkeys(ARRAY_PARAMS, []), "channel": "", "notify": True}, ARRAY_PARAMS)
+
+    @cached_property
+    def find_keys(self) -> DriverStatement:
+        return self._compiled(self.statements.find_keys, {"keys": []})
+
+    @cached_property
+    def wake_queues(self) -> DriverStatement:
+        return self._compiled(self.statements.wake_queues, {"queues": []}, ("queues",))
+
+
+_ROUND_SAMPLE = {"queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": [], "results": []}
 
 
 class Executor:

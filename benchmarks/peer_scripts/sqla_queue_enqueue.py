@@ -3,7 +3,9 @@ SQLAlchemy URL in ``$SQLA_QUEUE_BENCH_URL``.
 
 The same measurement as the peers' enqueue scripts: JOBS no-op jobs (``enqueue`` one at a time
 when BATCH is 1, else ``enqueue_many`` in calls of BATCH), payload ``{"i": n}``; prints one JSON
-line, ``seconds`` from just before the Queue is built to the last call's return.
+line, ``seconds`` from just before the Queue is built to the last call's return. Like the
+peers' scripts (asyncpg, graphile-worker), the driver is imported before the clock starts: SQLAlchemy
+would otherwise import psycopg inside ``Queue(url)``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import sys
 import time
 
+import psycopg  # noqa: F401  the driver, imported before the clock as the peers' scripts import theirs
 import sqla_queue as sq
 
 
