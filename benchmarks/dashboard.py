@@ -125,7 +125,7 @@ def served(app) -> Iterator[http.client.HTTPConnection]:
 
 def measure(url: str, repeat: int) -> dict[str, dict]:
     queue = sq.Queue(url, load_entrypoints=False)
-    deep = queue.list_jobs(status="failed", limit=1000).next_before
+    deep = queue.list_jobs(status="failed", limit=1000).jobs[-1].id  # the page after the first 1,000
     some_job = queue.list_jobs(limit=1).jobs[0].id
     with served(create_app(queue, record_samples=False)) as connection:
 
@@ -166,14 +166,18 @@ def render(figures: dict[str, dict], jobs: int, pending: int) -> Table:
     return table
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dashboard", description=__doc__)
     parser.add_argument("--jobs", type=int, default=1_000_000, help="rows in the job table (default 1,000,000)")
     parser.add_argument("--pending", type=int, default=10_000,
                         help="of those, pending (the backlog every stats call counts; default 10,000)")
     parser.add_argument("--repeat", type=int, default=20, help="timed requests per figure (default 20)")
     parser.add_argument("--database-url", help="use this server instead of an embedded PostgreSQL 18")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     console = Console(width=120)
     with benchmark_database(args.database_url) as db:
         started = time.perf_counter()
