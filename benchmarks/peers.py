@@ -80,6 +80,10 @@ PGQUEUER_DRAINS = {
     "2x10": {"processes": 2, "batch_size": 10},
     "best": {"processes": 2, "batch_size": 100},
 }
+# sqla_queue's own configuration for many short jobs (docs/how-to/run-workers.md, "Many short
+# jobs"): one process per core, a high --concurrency so each round claims and completes many
+# jobs; measured beside its equal-settings rows.
+SQLA_QUEUE_BEST = (2, 200)
 GRAPHILE_DRAINS = {
     "1x10": {"processes": 1, "jobs": 10},
     "2x10": {"processes": 2, "jobs": 10},
@@ -407,6 +411,7 @@ def run(db: Database, size: Size, log) -> dict:
     pgq, graphile = install_pgqueuer(log), install_graphile_worker(log)
     jobs = size.drain_jobs
     cli_configs = [(p, c) for p in size.drain_processes for c in size.drain_concurrency]
+    cli_configs += [SQLA_QUEUE_BEST] if SQLA_QUEUE_BEST not in cli_configs else []
     drains: dict = {"sqla_queue": {f"{p}x{c}": [] for p, c in cli_configs},
                     "pgqueuer": {k: [] for k in PGQUEUER_DRAINS}, "graphile-worker": {k: [] for k in GRAPHILE_DRAINS}}
     enqueues: dict = {s: {"bulk": [], "single": []} for s in SYSTEMS}
