@@ -80,7 +80,22 @@ def _targets_section(results: dict) -> list[str]:
         ratio = "–" if row["ratio"] is None else f"{row['ratio']:.2f}"
         note = f" ({row['note']})" if row.get("note") else ""
         lines.append(f"| {row['target']} | {row['measured']}{note} | {ratio} | {_met(row['met'])} |")
-    return lines + [""]
+    return lines + [""] + _why_missed(targets.evaluate(results))
+
+
+WHY_HEADING = "### Why the missed targets are missed"
+
+
+def _why_missed(rows: list[dict]) -> list[str]:
+    """Under the table: for each missed target, what this run's figures say about the miss."""
+    missed = [row for row in rows if row["met"] is False and row.get("why")]
+    if not missed:
+        return []
+    return [WHY_HEADING, ""] + [_why_line(row) for row in missed] + [""]
+
+
+def _why_line(row: dict) -> str:
+    return f"- **{row['target']}**: {row['why']}"
 
 
 def _machine_section(results: dict) -> list[str]:
@@ -531,6 +546,7 @@ def update_markdown(old: str, results: dict) -> str:
     lines = old.rstrip("\n").split("\n")
     lines = _update_header(lines, results["meta"])
     lines = _update_targets(lines, results)
+    lines = _update_why(lines, results)
     for key, section in _SECTIONS:
         if results.get(key) is not None:
             lines = _replace_section(lines, section(results))
@@ -578,6 +594,35 @@ def _update_targets(lines: list[str], results: dict) -> list[str]:
                 table.insert(at, line)
         previous = row["target"]
     return lines[:start] + table + lines[end:]
+
+
+def _update_why(lines: list[str], results: dict) -> list[str]:
+    """The why-list under the targets table, re-derived from the merged table: a target this run
+    measured gets this run's line (none if it is met now), the others keep theirs."""
+    rows = {row["target"]: row for row in targets.evaluate(results) if row["met"] is not None}
+    old: dict[str, str] = {}
+    if WHY_HEADING in lines:
+        start = lines.index(WHY_HEADING)
+        end = start + 2
+        while end < len(lines) and lines[end].startswith("- **"):
+            old[lines[end].removeprefix("- **").split("**: ", 1)[0]] = lines[end]
+            end += 1
+        lines = lines[:start] + lines[end + 1:]  # the block and the blank line after it
+    table_start = lines.index("## Targets") + 4
+    table_end = table_start
+    while table_end < len(lines) and lines[table_end].startswith("| "):
+        table_end += 1
+    why = []
+    for line in lines[table_start:table_end]:
+        target = _target_of(line)
+        if target in rows:
+            row = rows[target]
+            if row["met"] is False and row.get("why"):
+                why.append(_why_line(row))
+        elif target in old and line.rstrip().endswith("**not met** |"):
+            why.append(old[target])
+    block = [WHY_HEADING, ""] + why + [""] if why else []
+    return lines[:table_end + 1] + block + lines[table_end + 1:]
 
 
 def _replace_section(lines: list[str], section: list[str]) -> list[str]:

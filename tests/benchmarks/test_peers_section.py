@@ -210,3 +210,43 @@ def test_the_report_has_the_peers_side_by_side():
         assert "| idle wake-up, enqueue call's return → handler start, p50 / p99 | 2.00 ms / 9.50 ms |" in text
     without = report.render_markdown(fake_results())
     assert "## 9. Peers" not in without and "not measured" in without
+
+
+def test_each_missed_target_says_why_from_the_same_runs_figures():
+    results = {**fake_results(), "peers": fake_peers()}
+    results["meta"]["sections"] = [*DEFAULT_SECTIONS, "peers"]
+    text = report.render_markdown(results)
+    table, _, rest = text.partition(report.WHY_HEADING)
+    missed = [line.split(" | ")[0].removeprefix("| ") for line in table.split("## Targets")[1].splitlines()
+              if line.endswith("| **not met** |")]
+    why = [line.removeprefix("- **").split("**: ")[0] for line in rest.split("\n## ")[0].splitlines()
+           if line.startswith("- **")]
+    assert missed and why == missed  # every missed target, in the table's order, and nothing else
+    # the start-up's reason carries this run's import floor (250 ms) and what sqla_queue added on top
+    assert "Importing SQLAlchemy and psycopg alone took 250 ms in this run" in rest
+    assert "own start-up on top of that was 250 ms" in rest
+    met = {**results, "peers": {**fake_peers(), "import_floor_s": _stat(0.01)}}
+    met["peers"]["drain"]["sqla_queue"]["1x10"]["startup_s"] = _stat(0.2)
+    assert "CLI worker start-up" not in report.render_markdown(met).partition(report.WHY_HEADING)[2].split("\n## ")[0]
+
+
+def test_an_update_rederives_the_why_list_for_the_targets_it_measured():
+    results = {**fake_results(), "peers": fake_peers()}
+    results["meta"]["sections"] = [*DEFAULT_SECTIONS, "peers"]
+    old = report.render_markdown(results)
+    faster = json.loads(json.dumps(results))
+    faster["meta"]["sections"] = ["peers"]
+    for key in [k for k in faster if k not in ("meta", "peers")]:
+        del faster[key]
+    faster["peers"]["drain"]["sqla_queue"]["1x10"]["startup_s"] = _stat(0.2)
+    faster["peers"]["import_floor_s"] = _stat(0.01)
+
+    new = report.update_markdown(old, faster)
+
+    old_why = old.partition(report.WHY_HEADING)[2].split("\n## ")[0]
+    new_why = new.partition(report.WHY_HEADING)[2].split("\n## ")[0]
+    assert "CLI worker start-up" in old_why and "CLI worker start-up" not in new_why  # met now
+    kept = [line for line in old_why.splitlines() if line.startswith("- **Drain")]
+    assert kept and all(line in new_why for line in kept)  # targets this run did not measure keep theirs
+    assert new.count(report.WHY_HEADING) == 1
+    assert report.update_markdown(new, faster) == new
