@@ -33,8 +33,9 @@ def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler
     mode ``drain``: run until the queue is empty (or `stop` is set). mode ``serve``: run until
     `stop` is set, recording handler starts (the wake-up latency). `sync` holds the shared
     ``ready`` barrier, ``go``/``stop``/``release`` events, the ``listening`` barrier (serve mode)
-    and the ``results`` queue. After putting its results the process waits for ``release``, so
-    its server backends are still alive when the parent reads their CPU time. `handler` picks
+    and the ``results`` queue. After putting its results the process waits for ``release`` (its
+    worker has closed its connections by then: `benchmarks.cpu` counts their backends' CPU time
+    from the postmaster's reaped children). `handler` picks
     the task's handler (bench_app.HANDLERS): an ``async def`` one runs on the worker's own loop.
     """
     from .bench_app import HandlerStarts, make_queue
