@@ -12,6 +12,7 @@ tests locally with that hint; in CI (``CI=true``) it fails them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -46,8 +47,10 @@ def screenshots(request, tmp_path_factory) -> Path:
     directory = Path(os.environ.get(SCREENSHOTS_ENV) or tmp_path_factory.mktemp("dashboard-screenshots"))
     directory.mkdir(parents=True, exist_ok=True)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"dashboard screenshots: {directory.resolve()}")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None:  # past output capture, or a passing run would drop the line from the log
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            reporter.write_line(f"dashboard screenshots: {directory.resolve()}")
     return directory
 
 
