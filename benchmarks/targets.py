@@ -64,7 +64,7 @@ def evaluate(results: dict) -> list[dict]:
         procs = key.split("x")[0]
         rows.append(_row(f"Drain, {procs} process{'es' if procs != '1' else ''} x concurrency 10 >= {floor:,} jobs/s",
                          d and d["rate"], d and ratio(d["rate"], floor), lambda r: r >= 1, "{:,.0f} jobs/s",
-                         why=_why_floor(results, d, floor)))
+                         why=_why_floor(d, floor)))
     worst = min((d for d in drains.values() if d["ratio"] is not None), key=lambda d: d["ratio"], default=None)
     same = [d["same_connections_ratio"] for d in drains.values() if d["same_connections_ratio"] is not None]
     rows.append(_row(
@@ -274,13 +274,16 @@ def _row(target, measured, ratio_value, passes, fmt, note=None, why=None) -> dic
 # -- why a target is missed: the run's own figures beside the reason ------------------------------
 # Each returns None when the figures it needs were not measured; the report then says nothing.
 
-def _why_floor(results: dict, drain: dict | None, floor: int) -> str | None:
-    raw, label = raw_limit(results, 10)
-    if drain is None or raw is None:
+def _why_floor(drain: dict | None, floor: int) -> str | None:
+    """Against the raw limit the drain is judged by in the next target (paired with its own
+    repetitions when it has them), so a run of the drain section alone can say why too."""
+    if drain is None or drain["limit"] is None:
         return None
+    raw = drain["limit"]
     return (f"A floor in jobs/s holds only on a machine like the one it was set on. Here the raw-SQL limit at "
-            f"batch 10 was {raw:,.0f} jobs/s ({label}), so {floor:,} would be {floor / raw:.0%} of it; the drain "
-            f"reached {drain['rate']:,.0f}, {ratio(drain['rate'], raw):.0%} of it (the next target's measure).")
+            f"batch {drain['batch']} was {raw:,.0f} jobs/s ({drain['limit_label']}), so {floor:,} would be "
+            f"{floor / raw:.0%} of it; the drain reached {drain['rate']:,.0f}, {ratio(drain['rate'], raw):.0%} of it "
+            "(the next target's measure).")
 
 
 def _why_raw_share(results: dict, worst: dict | None) -> str | None:

@@ -245,6 +245,24 @@ def test_the_why_of_a_slow_bulk_enqueue_and_of_a_start_up_below_the_import_floor
     assert "on top of that" not in rest and "-100 ms" not in rest
 
 
+def test_an_update_of_the_drain_section_alone_says_why_each_missed_floor_is_missed():
+    results = {**fake_results(), "peers": fake_peers()}
+    results["meta"]["sections"] = [*DEFAULT_SECTIONS, "peers"]
+    old = report.render_markdown(results)
+    drained = {"meta": {**results["meta"], "sections": ["drain"]}, "drain": json.loads(json.dumps(results["drain"]))}
+    for key, rate in (("1x10", 4_000.0), ("2x10", 7_000.0)):  # under the 6,000 and 10,000 floors
+        drained["drain"][key]["jobs_per_s"] = _stat(rate)
+        drained["drain"][key]["raw_paired"] = {"method": "pgbench", "clients": {"1": _stat(9_000.0),
+                                                                                "4": _stat(20_000.0)}}
+
+    why = report.update_markdown(old, drained).partition(report.WHY_HEADING)[2].split("\n## ")[0]
+
+    assert ("- **Drain, 1 process x concurrency 10 >= 6,000 jobs/s**: A floor in jobs/s holds only on a machine "
+            "like the one it was set on. Here the raw-SQL limit at batch 10 was 20,000 jobs/s (pgbench, 4 clients, "
+            "paired), so 6,000 would be 30% of it; the drain reached 4,000, 20% of it") in why
+    assert "- **Drain, 2 processes x concurrency 10 >= 10,000 jobs/s**: " in why  # the raw section was not run
+
+
 def test_an_update_rederives_the_why_list_for_the_targets_it_measured():
     results = {**fake_results(), "peers": fake_peers()}
     results["meta"]["sections"] = [*DEFAULT_SECTIONS, "peers"]
