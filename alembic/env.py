@@ -13,7 +13,7 @@ from alembic import context
 from alembic.util import CommandError
 
 import sqla_queue
-from sqla_queue._engine import DATABASE_URL_ENV, make_engine
+from sqla_queue.db.engine import DATABASE_URL_ENV, make_engine
 
 # Strict comparisons: a revision that differs from the models in a type or a server default
 # must show up in `alembic check`, not in a user's autogenerate.

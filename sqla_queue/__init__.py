@@ -28,7 +28,7 @@ from .errors import (
 from .hookspecs import hookimpl
 from .models import Job, JobMixin, metadata
 from .queue import Queue
-from .scheduling import Schedule
+from .core.schedules import Schedule
 from .types import DEFAULT_LEASE
 from .types import (
     BulkResult,

@@ -17,7 +17,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import sqla_queue as sq
 from sqla_queue import migrations
-from sqla_queue._engine import DATABASE_URL_ENV
+from sqla_queue.db.engine import DATABASE_URL_ENV
 from sqla_queue.testing import migrated_database, start_embedded_server
 
 

@@ -18,24 +18,27 @@ from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
-from . import _validate, _waiter, maintenance, sql
-from ._counters import Counters, EmptyClaimThrottle
-from ._enqueue import Enqueuer
-from ._executor import Executor
-from ._handler_transaction import HandlerSessions, HandlerTransaction
-from ._outcomes import Outcomes
-from ._plugins import build_plugin_manager, configure
+from . import _validate
+from .core import waiter as _waiter
+from .services import pruning as maintenance
+from . import sql
+from .core.counters import Counters, EmptyClaimThrottle
+from .core.enqueue import Enqueuer
+from .db.executor import Executor
+from .core.handler_transaction import HandlerSessions, HandlerTransaction
+from .core.outcomes import Outcomes
+from .plugins.manager import build_plugin_manager, configure
 from ._tasks import Handler, KeyFunction, RetryDelay, Task, TaskRegistry
 from .errors import ConfigurationError
 from .models import Job
-from .operations import (
+from .core.operations import (
     DEFAULT_BULK_LIMIT,
     DEFAULT_HISTORY,
     DEFAULT_SAMPLE_RETENTION,
     DEFAULT_WORKERS_WITHIN,
     Operations,
 )
-from .scheduling import Schedule, Schedules
+from .core.schedules import Schedule, Schedules
 from .types import (
     DEFAULT_LEASE,
     DEFAULT_STATS_WINDOW,
@@ -56,7 +59,7 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_RECOVERY_LIMIT = 100
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .worker.worker import Worker
 
 H = TypeVar("H", bound=Handler)
 
@@ -328,7 +331,7 @@ class Queue:
         are as for `complete_many`; ``limit=0`` only completes. `from_position` (a claimed job's
         ``(priority, run_at, id)``) starts the claim there in claim order instead of at the
         beginning, skipping the dead index entries earlier claims left behind (see
-        `sqla_queue.worker.claim_position`). `results` maps a finished job's id to its handler's
+        `sqla_queue.worker.worker.claim_position`). `results` maps a finished job's id to its handler's
         return value, stored as its result.
         """
         texts = self._result_texts(finished, results)
@@ -415,8 +418,8 @@ class Queue:
         return self._outcomes.release(jobs)
 
     def worker(self, **options: Any) -> Worker:
-        """A worker for this queue; options are `sqla_queue.worker.WorkerConfig`'s fields."""
-        from .worker import Worker
+        """A worker for this queue; options are `sqla_queue.worker.worker.WorkerConfig`'s fields."""
+        from .worker.worker import Worker
 
         return Worker(self, **options)
 
@@ -440,7 +443,7 @@ class Queue:
         within `window` (default 15 minutes). See docs/how-to/operations.md."""
         return self._operations.stats(window)
 
-    # -- operator actions (sqla_queue.operations, sqla_queue.maintenance) ------------------
+    # -- operator actions (sqla_queue.core.operations, sqla_queue.services.pruning) ------------------
 
     def list_jobs(
         self,
@@ -559,7 +562,7 @@ class Queue:
         IANA name, default UTC) is the zone a cron expression is read in. Each tick becomes one
         job with `payload`, due at the tick, ``ctx.scheduled_at`` the tick, once across all
         workers. Ticks missed while no worker ran are skipped unless `backfill` (then up to
-        `sqla_queue.scheduling.MAX_BACKFILL` of the latest). `name` (default: the task's) must
+        `sqla_queue.core.schedules.MAX_BACKFILL` of the latest). `name` (default: the task's) must
         be unique. A bad option is a `ConfigurationError` (docs/how-to/schedule-jobs.md).
         """
         options = {"cron": cron, "every": every, "payload": payload, "queue": queue, "priority": priority,
@@ -579,7 +582,7 @@ class Queue:
     def enqueue_tick(self, schedule: Schedule, tick: datetime, *, connection: Connection) -> int:
         """The job of one tick of `schedule` in the scheduler's transaction: due at the tick,
         its ``scheduled_at`` the tick, validated and announced like any enqueue. For the
-        scheduler (`sqla_queue.scheduling.fire_tick`, which decides that the tick is ours);
+        scheduler (`sqla_queue.core.schedules.fire_tick`, which decides that the tick is ours);
         not public API."""
         options = {"queue": schedule.queue, "run_at": tick, "priority": schedule.priority, "scheduled_at": tick}
         return self._enqueuer.enqueue(schedule.task, schedule.payload, options, None, connection)
@@ -598,7 +601,7 @@ class Queue:
     def prune(self, **options: Any) -> maintenance.PruneResult:
         """Delete finished jobs older than ``completed_after`` / ``failed_after`` /
         ``cancelled_after`` in batches until caught up; options are
-        `sqla_queue.maintenance.PruneConfig`'s fields."""
+        `sqla_queue.services.pruning.PruneConfig`'s fields."""
         return maintenance.prune(self, **options)
 
     # -- self-fencing ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._handler_transaction import HandlerTransaction
+    from .core.handler_transaction import HandlerTransaction
     from .errors import Snooze
 
 

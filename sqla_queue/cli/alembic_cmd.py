@@ -12,7 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from .root import CliContext, main
 from .. import migrations
-from .._engine import make_engine
+from ..db.engine import make_engine
 from ..migrations import host
 from ..sql.databases import relation_exists
 from .db import MigrationError

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, inspect
 
 from .root import EXIT_USAGE, CliContext, main
 from .. import migrations
-from .._engine import database_errors, make_engine
+from ..db.engine import database_errors, make_engine
 from ..migrations import host
 
 _CONFIG = click.option(

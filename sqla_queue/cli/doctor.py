@@ -15,7 +15,7 @@ from rich.table import Table
 
 from .root import EXIT_PROBLEM, CliContext, main
 from ._params import DURATION, DURATION_HELP, console, format_seconds
-from ..doctor import Doctor, DoctorConfig, Report, Verdict
+from ..ops.doctor import Doctor, DoctorConfig, Report, Verdict
 from ..types import DEFAULT_LEASE
 
 

@@ -17,7 +17,7 @@ import click
 from rich.table import Table
 
 from .root import CliContext, main
-from .._plugins import PluginInfo, build_plugin_manager, describe_plugins
+from ..plugins.manager import PluginInfo, build_plugin_manager, describe_plugins
 from ._params import console
 
 _PREFIX = "sqla_queue_"

@@ -6,7 +6,7 @@ import click
 
 from .root import CliContext, main
 from ._params import DURATION, DURATION_HELP
-from ..maintenance import DEFAULT_BATCH_SIZE, DEFAULT_COUNTERS_AFTER
+from ..services.pruning import DEFAULT_BATCH_SIZE, DEFAULT_COUNTERS_AFTER
 
 
 @main.command()

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import click
 
 from .. import __version__
-from .._engine import DATABASE_URL_ENV, is_url_of, make_engine
-from .._entry_points import ENABLED_PLUGINS_ENV, installed_names, split_names, unknown_names_error
+from ..db.engine import DATABASE_URL_ENV, is_url_of, make_engine
+from ..plugins.entry_points import ENABLED_PLUGINS_ENV, installed_names, split_names, unknown_names_error
 from .._sanitize import error_text
 from ..errors import DatabaseError, SqlaQueueError
 from ..queue import Queue

@@ -16,7 +16,7 @@ from rich.table import Table
 from .root import APP_ENV, CliContext, main
 from ._params import console, timestamp
 from ..queue import Queue
-from ..scheduling import Schedule, last_ticks
+from ..core.schedules import Schedule, last_ticks
 
 COLUMNS = ("name", "task", "schedule", "timezone", "queue", "last tick", "next tick")
 

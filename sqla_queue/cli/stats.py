@@ -15,7 +15,7 @@ from rich.table import Table
 
 from .root import CliContext, main
 from ._params import DURATION, DURATION_HELP, console, timestamp
-from ..doctor import format_duration
+from ..ops.doctor import format_duration
 from ..types import QueueHealth, QueueStats
 
 

@@ -90,9 +90,9 @@ def usable_cores() -> int:
 
 
 def _supervised(queue, options: dict, processes: int, until_empty: bool):
-    """N worker processes under `sqla_queue.supervisor`. A worker is built here first, so a bad
+    """N worker processes under `sqla_queue.worker.supervisor`. A worker is built here first, so a bad
     option is reported once rather than by every process; it opens no connection."""
-    from ..supervisor import supervise
+    from ..worker.supervisor import supervise
 
     queue.worker(**options).engine.dispose()
 

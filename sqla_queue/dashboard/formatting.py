@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..cli._params import PAYLOAD_PREVIEW_CHARS, payload_size, payload_text, timestamp
-from ..doctor import format_duration
+from ..ops.doctor import format_duration
 
 __all__ = ["PAYLOAD_PREVIEW_CHARS", "age", "duration", "payload_size", "payload_text", "per_minute",
            "percent", "seconds_text", "timestamp"]

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ..doctor import Doctor, Verdict
+from ..ops.doctor import Doctor, Verdict
 from ..errors import InvalidInputError
 from ..types import JobStatus
 from . import history

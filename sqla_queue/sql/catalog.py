@@ -1,4 +1,4 @@
-"""Reads of PostgreSQL's statistics views and plans, for `sqla_queue.doctor`.
+"""Reads of PostgreSQL's statistics views and plans, for `sqla_queue.ops.doctor`.
 
 The views are declared with Core's lightweight ``table()`` / ``column()``, so these statements
 are built like every other one: no SQL strings, every value a bound parameter. Ages are computed

@@ -57,7 +57,7 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
     backlog drains (see `complete_and_claim_jobs`). The position stays within one priority
     (a row comparison cannot mix the index's descending and ascending keys): when that priority
     runs out the worker starts again from the head, which is also how it finds higher-priority
-    jobs that arrived meanwhile (`sqla_queue.worker`).
+    jobs that arrived meanwhile (`sqla_queue.worker.worker`).
 
     A paused queue (a ``paused_at`` in the queues table) claims nothing: the check is an
     uncorrelated primary-key lookup that PostgreSQL runs once per statement, before any row is

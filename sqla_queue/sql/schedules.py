@@ -4,7 +4,7 @@
 The row is what makes a tick happen once: any worker may try to enqueue a tick, and the
 conditional upsert (`advance_schedule`) lets exactly one transaction move ``last_tick`` to it;
 that transaction, and only that one, inserts the tick's job before it commits
-(`sqla_queue.scheduling.fire_tick`).
+(`sqla_queue.core.schedules.fire_tick`).
 """
 
 from __future__ import annotations

@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Table
 
 from ..errors import ConfigurationError, InvalidInputError, SqlaQueueError
-from ..operations import job_view
+from ..core.operations import job_view
 from ..sql import jobs as job_sql
 from ..sql.claim import claim_job_by_id
 from ..sql.operator_actions import active_key_holder
 from ..sql.stats import database_now
 from ..sql.time_travel import advance_due_jobs
-from ..running import Ran, run_claimed_job
+from ..worker.job_run import Ran, run_claimed_job
 from ..types import ClaimedJob, JobView
 
 if TYPE_CHECKING:

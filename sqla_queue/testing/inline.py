@@ -32,7 +32,7 @@ from sqlalchemy import Connection, event
 from sqlalchemy.orm import Session
 
 from ..errors import ConfigurationError, SqlaQueueError
-from ..running import Ran, run_claimed_job
+from ..worker.job_run import Ran, run_claimed_job
 from .handlers import claim_one
 
 if TYPE_CHECKING:

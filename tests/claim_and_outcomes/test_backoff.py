@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from sqla_queue import ClaimedJob
-from sqla_queue.builtins import backoff
+from sqla_queue.plugins.builtins import backoff
 
 
 def _job(attempt: int) -> ClaimedJob:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import sqla_queue as sq
-from sqla_queue import worker as worker_module
+from sqla_queue.worker import worker as worker_module
 
 
 def claim_all(queue, name="default", limit=1) -> list:

@@ -99,7 +99,7 @@ def test_a_failing_handlers_traceback_is_stored_bounded_and_sanitized(billing):
     trace = job.last_traceback
     assert trace.startswith("Traceback (most recent call last):")
     assert "in charge_card" in trace and "charge(payload)" in trace  # frame and source line
-    assert "sqla_queue/worker.py" not in trace  # it starts in the handler, not in the worker
+    assert "sqla_queue/worker/" not in trace  # it starts in the handler, not in the worker
     assert 'raise ConnectionError(' in trace and "in charge\n" in trace
     assert "LookupError (message not stored)" in trace  # the cause: its type, never its message
     assert "The above exception was the direct cause of the following exception:" in trace

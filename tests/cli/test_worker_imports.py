@@ -42,7 +42,7 @@ def test_a_worker_run_never_imports_the_other_commands(tmp_path, database_url, c
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
 
-    assert "sqla_queue.worker" in loaded and "sqla_queue.cli.worker" in loaded  # it did run
+    assert "sqla_queue.worker.worker" in loaded and "sqla_queue.cli.worker" in loaded  # it did run
     unused = {"alembic", "mako", "rich", "sqla_queue.migrations", "sqla_queue.cli.alembic_cmd",
-              "sqla_queue.cli.db", "sqla_queue.cli.stats", "sqla_queue.cli.jobs", "sqla_queue.doctor"}
+              "sqla_queue.cli.db", "sqla_queue.cli.stats", "sqla_queue.cli.jobs", "sqla_queue.ops.doctor"}
     assert loaded & unused == set()

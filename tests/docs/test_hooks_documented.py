@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sqla_queue import hookspecs, types
-from sqla_queue._plugins import build_plugin_manager, describe_plugins
+from sqla_queue.plugins.manager import build_plugin_manager, describe_plugins
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference"
 HOOKS_PAGE = (DOCS / "hooks.md").read_text()

@@ -21,8 +21,8 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.orm import Session
 
 import sqla_queue as sq
-from sqla_queue import _engine
-from sqla_queue._engine import capabilities_of, make_engine
+from sqla_queue.db import engine as _engine
+from sqla_queue.db.engine import capabilities_of, make_engine
 
 RECORD_INSERTS = """
 CREATE TABLE insert_seen (job_id bigint, isolation text);

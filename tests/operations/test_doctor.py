@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 import sqla_queue as sq
-from sqla_queue.doctor import Doctor, DoctorConfig, Verdict
+from sqla_queue.ops.doctor import Doctor, DoctorConfig, Verdict
 
 NOW = timedelta(0)  # a threshold every open transaction or wait exceeds
 

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 
 import sqla_queue as sq
-from sqla_queue.maintenance import PruneConfig, Pruner, PruneResult
+from sqla_queue.services.pruning import PruneConfig, Pruner, PruneResult
 
 
 @pytest.fixture

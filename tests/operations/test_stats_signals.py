@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 import sqla_queue as sq
-from sqla_queue._counters import EmptyClaimThrottle
+from sqla_queue.core.counters import EmptyClaimThrottle
 
 
 class EmptyClaims:

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 import sqla_queue as sq
-from sqla_queue._plugins import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV, ENABLED_PLUGINS_ENV
-from sqla_queue.worker import WorkerSummary
+from sqla_queue.plugins.manager import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV, ENABLED_PLUGINS_ENV
+from sqla_queue.worker.worker import WorkerSummary
 
 FAST_WORKER = {"poll_interval": 0.05, "lease": timedelta(seconds=10), "listen": False, "concurrency": 2}
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 import sqla_queue as sq
-from sqla_queue.builtins import backoff, logging as logging_plugin
+from sqla_queue.plugins.builtins import backoff, logging as logging_plugin
 from sqla_queue.testing import (
     ConformanceError,
     check_backoff_plugin,
@@ -25,7 +25,7 @@ from sqla_queue.testing import (
 
 def test_the_builtin_backoff_conforms_and_its_answers_are_applied_by_the_database(engine, count_jobs):
     report = check_backoff_plugin(backoff, engine, attempts=20, samples=10)
-    assert report.plugin == "sqla_queue.builtins.backoff"
+    assert report.plugin == "sqla_queue.plugins.builtins.backoff"
     assert sorted(report.answers) == list(range(1, 21))
     assert all(timedelta(0) <= d <= timedelta(hours=1) for ds in report.answers.values() for d in ds)
     assert [attempt for attempt, _, _ in report.applied] == [1, 10, 20]

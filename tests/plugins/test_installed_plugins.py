@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 import sqla_queue as sq
-from sqla_queue._plugins import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV, ENABLED_PLUGINS_ENV, describe_plugins
+from sqla_queue.plugins.manager import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV, ENABLED_PLUGINS_ENV, describe_plugins
 
 DISTRIBUTIONS = {
     "prometheus": ("sqla-queue-prometheus", "sqla_queue_prometheus"),

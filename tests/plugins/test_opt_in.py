@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 
 import sqla_queue as sq
-from sqla_queue._plugins import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV, ENABLED_PLUGINS_ENV
+from sqla_queue.plugins.manager import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV, ENABLED_PLUGINS_ENV
 from sqla_queue_content_hash import content_key
 from sqla_queue_content_hash import plugin as content_hash
 from sqla_queue_decorrelated_jitter import plugin as jitter

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sqla_queue import hookspecs
-from sqla_queue._entry_points import LIFECYCLE_HOOKS, OBSERVER_HOOKS
+from sqla_queue.plugins.entry_points import LIFECYCLE_HOOKS, OBSERVER_HOOKS
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
@@ -94,7 +94,7 @@ def test_no_strategy_hook_counts_as_an_observer():
 
 def test_the_hook_reference_lists_exactly_the_builtins_a_queue_registers():
     """The built-in table of hooks.md is what ``sqla-queue plugins`` shows as builtin."""
-    from sqla_queue._plugins import build_plugin_manager, describe_plugins
+    from sqla_queue.plugins.manager import build_plugin_manager, describe_plugins
 
     page = (ROOT / "docs/reference/hooks.md").read_text()
     table = page.split("**Built-in plugins**", 1)[1].split("\n\n", 2)[1]

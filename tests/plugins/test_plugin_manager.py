@@ -11,14 +11,14 @@ from datetime import timedelta
 import pytest
 
 import sqla_queue as sq
-from sqla_queue._plugins import (
+from sqla_queue.plugins.manager import (
     BLOCKED_PLUGINS_ENV,
     DISABLE_AUTOLOAD_ENV,
     build_plugin_manager,
     describe_plugins,
     idempotency_key_asker,
 )
-from sqla_queue.builtins import backoff
+from sqla_queue.plugins.builtins import backoff
 
 BUILTINS = ["sqla_queue.backoff", "sqla_queue.retryable", "sqla_queue.logging"]
 

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from sqla_queue.scheduling import fire_tick
+from sqla_queue.core.schedules import fire_tick
 
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 UTC = timezone.utc

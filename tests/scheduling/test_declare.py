@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine
 
 import sqla_queue as sq
-from sqla_queue.scheduling import Cron, Every, Schedule
+from sqla_queue.core.schedules import Cron, Every, Schedule
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import text
 
 import sqla_queue as sq
-from sqla_queue.scheduling import fire_tick
+from sqla_queue.core.schedules import fire_tick
 
 from race_fixtures import THREADS
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import event, text
 
-from sqla_queue.scheduling import MAX_BACKFILL, Scheduler, fire_tick, last_ticks
+from sqla_queue.core.schedules import MAX_BACKFILL, Scheduler, fire_tick, last_ticks
 
 UTC = timezone.utc
 T0 = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)  # a whole minute: a tick of every interval below

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from sqla_queue.scheduling import MAX_BACKFILL, Cron, Every
+from sqla_queue.core.schedules import MAX_BACKFILL, Cron, Every
 
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -125,6 +125,6 @@ def test_a_worker_without_cron_schedules_never_imports_croniter():
     import subprocess
     import sys
 
-    probe = "import sys, sqla_queue.worker, sqla_queue.cli; print('croniter' in sys.modules)"
+    probe = "import sys, sqla_queue.worker.worker, sqla_queue.cli; print('croniter' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"

@@ -1,4 +1,4 @@
-"""The execution seam (`sqla_queue._executor`, through its documented internal interface): the
+"""The execution seam (`sqla_queue.db.executor`, through its documented internal interface): the
 capabilities recorded when an engine is adopted decide the transaction mode, observed in
 PostgreSQL as transaction ids (two statements in one transaction share one; two autocommit
 statements get one each)."""
@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 import sqla_queue as sq
-from sqla_queue._engine import Capabilities, worker_engine
+from sqla_queue.db.engine import Capabilities, worker_engine
 
 NEW_TRANSACTION_ID = select(func.txid_current())
 

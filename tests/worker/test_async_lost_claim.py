@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 import sqla_queue as sq
-from sqla_queue.worker import Worker, WorkerSummary
+from sqla_queue.worker.worker import Worker, WorkerSummary
 
 from job_fixtures import EventRecorder
 

@@ -115,7 +115,7 @@ def test_a_held_job_whose_cancel_came_before_its_handler_started_is_never_run(re
     """The request can reach a claimed job before a handler thread picks it up; the worker then
     records the cancel instead of running the handler (driven here through the worker's own
     handler step, as a handler thread would)."""
-    from sqla_queue._held_job import HeldJob
+    from sqla_queue.worker.held_job import HeldJob
 
     ran = []
     recorded_queue.task(name="not_yet", max_attempts=5)(lambda payload, ctx: ran.append(ctx.job_id))

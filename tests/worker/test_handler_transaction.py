@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 import sqla_queue as sq
-from sqla_queue.running import run_claimed_job
+from sqla_queue.worker.job_run import run_claimed_job
 
 FAST = {"poll_interval": 0.05, "concurrency": 2}
 INSERT = text("INSERT INTO handler_effects (job_id, note) VALUES (:job_id, :note)")

@@ -49,12 +49,12 @@ def touch(payload, ctx):
 
 IDLE_SECONDS = 5.0
 POLL_INTERVAL = 1.0  # the worker's default
-LISTENER_PROBE_EVERY = 5.0  # sqla_queue._listener._CHECK_EVERY
+LISTENER_PROBE_EVERY = 5.0  # sqla_queue.services.listener._CHECK_EVERY
 # Commits one empty claim can cost: the pool's ping of a connection idle for over a second,
 # the claim, and the classification of the empty claim (its own autocommit statement).
 COMMITS_PER_EMPTY_CLAIM = 3
 COMMITS_PER_RECOVERY = 2  # a checkout ping and the recovery statement
-SAMPLE_INTERVAL = 60.0  # sqla_queue.sampling.DEFAULT_SAMPLE_INTERVAL
+SAMPLE_INTERVAL = 60.0  # sqla_queue.services.sampling.DEFAULT_SAMPLE_INTERVAL
 COMMITS_PER_SAMPLE = 2  # a checkout ping and the sample statement
 # Start-up work whose counts a backend may still hold when the window opens (a backend reports
 # at most once a second): opening each pooled connection, LISTEN, the first claims.

@@ -1,4 +1,4 @@
-"""The lease keeper (`sqla_queue._lease_keeper`), one pass at a time against the database:
+"""The lease keeper (`sqla_queue.services.lease_keeper`), one pass at a time against the database:
 renewal restarts leases, a claim taken meanwhile is lost, a renewal that fails gives up only
 the jobs whose lease may have run out, and a handler past its timeout is settled."""
 
@@ -12,8 +12,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 import sqla_queue as sq
-from sqla_queue._held_job import HeldJob
-from sqla_queue._lease_keeper import LeaseKeeper, LeaseKeeperConfig
+from sqla_queue.worker.held_job import HeldJob
+from sqla_queue.services.lease_keeper import LeaseKeeper, LeaseKeeperConfig
 from sqla_queue.errors import ConfigurationError
 
 

@@ -1,4 +1,4 @@
-"""The listener (`sqla_queue._listener`), one session at a time against the database: it wakes
+"""The listener (`sqla_queue.services.listener`), one session at a time against the database: it wakes
 the worker for its own queues only, ends cleanly when asked, and reports a broken connection as
 the session's result instead of raising."""
 
@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 import sqla_queue as sq
-from sqla_queue._listener import Listener, ListenerConfig, ListenResult
+from sqla_queue.services.listener import Listener, ListenerConfig, ListenResult
 from sqla_queue.errors import ConfigurationError
 
 

@@ -1,4 +1,4 @@
-"""The recovery service (`sqla_queue.recovery`): a validated config, bounded batches whose
+"""The recovery service (`sqla_queue.services.recovery`): a validated config, bounded batches whose
 results say what was recovered, and the periodic pass a worker's claim loop makes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 import sqla_queue as sq
 from sqla_queue.errors import ConfigurationError
-from sqla_queue.recovery import Recoverer, RecoveryConfig, RecoveryResult
+from sqla_queue.services.recovery import Recoverer, RecoveryConfig, RecoveryResult
 
 
 @pytest.fixture

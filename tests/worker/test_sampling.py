@@ -1,4 +1,4 @@
-"""The worker's per-minute sample (`sqla_queue.sampling.Sampler`): due once per interval at the
+"""The worker's per-minute sample (`sqla_queue.services.sampling.Sampler`): due once per interval at the
 sampler's own offset into it, one statement each, a database error logged and tried again next
 interval; a running worker fills the history, and ``sample_interval=None`` turns it off."""
 
@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 import sqla_queue as sq
 from sqla_queue.errors import ConfigurationError
-from sqla_queue.sampling import Sampler
+from sqla_queue.services.sampling import Sampler
 
 WEEK = timedelta(days=7)
 

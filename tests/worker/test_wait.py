@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 import sqla_queue as sq
-from sqla_queue import _waiter
+from sqla_queue.core import waiter as _waiter
 from sqla_queue.sql.notify import finished_channel
 
 FAST = {"poll_interval": 0.05, "concurrency": 2}

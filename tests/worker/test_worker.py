@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 import sqla_queue as sq
 from sqla_queue.errors import ConfigurationError, NonRetryableError
-from sqla_queue.worker import WorkerConfig
+from sqla_queue.worker.worker import WorkerConfig
 
 FAST = {"poll_interval": 0.05, "lease": timedelta(seconds=6)}
 

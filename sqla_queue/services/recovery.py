@@ -19,12 +19,12 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import _validate
-from .errors import ConfigurationError
-from .types import DEFAULT_LEASE
+from .. import _validate
+from ..errors import ConfigurationError
+from ..types import DEFAULT_LEASE
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from ..queue import Queue
 
 DEFAULT_BATCH_LIMIT = 100
 DEFAULT_MAX_ROUNDS = 10

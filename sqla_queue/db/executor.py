@@ -56,10 +56,10 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.expression import Executable
 
-from . import sql
-from ._deadline import deadline, driver_deadline
-from ._driver import DriverStatement
-from ._engine import (
+from .. import sql
+from .deadline import deadline, driver_deadline
+from .driver import DriverStatement
+from .engine import (
     PROBE,
     Capabilities,
     async_library_engine,
@@ -70,18 +70,18 @@ from ._engine import (
     make_async_engine,
     make_engine,
 )
-from .errors import ConfigurationError, InvalidInputError
-from .models import counters_table, queues_table, samples_table
-from .sql import counters as counter_sql
-from .sql import operator_actions as ops_sql
-from .sql import prune as prune_sql
-from .sql import queues as queues_sql
-from .sql import samples as samples_sql
-from .sql import schedules as schedule_sql
-from .sql import stats as stats_sql
-from .sql.enqueue import INPUT_COLUMNS
-from .sql.notify import listen_finished
-from .types import JobStatus
+from ..errors import ConfigurationError, InvalidInputError
+from ..models import counters_table, queues_table, samples_table
+from ..sql import counters as counter_sql
+from ..sql import operator_actions as ops_sql
+from ..sql import prune as prune_sql
+from ..sql import queues as queues_sql
+from ..sql import samples as samples_sql
+from ..sql import schedules as schedule_sql
+from ..sql import stats as stats_sql
+from ..sql.enqueue import INPUT_COLUMNS
+from ..sql.notify import listen_finished
+from ..types import JobStatus
 
 __all__ = ["Capabilities", "DriverStatements", "Executor", "Statements", "ARRAY_PARAMS"]
 

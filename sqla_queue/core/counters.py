@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from ._executor import Statements
-from .sql import counters as counter_sql
-from .types import JobStatus
+from ..db.executor import Statements
+from ..sql import counters as counter_sql
+from ..types import JobStatus
 
 EMPTY_CLAIM_CLASSIFY_INTERVAL = 1.0
 """Seconds between two classifications of empty claims on one queue, per Queue object."""

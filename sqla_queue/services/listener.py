@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import _validate
-from .errors import ConfigurationError
+from .. import _validate
+from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from ..queue import Queue
 
 logger = logging.getLogger("sqla_queue.worker")
 

@@ -9,13 +9,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from . import _validate
-from ._engine import parse_url
-from .errors import ConfigurationError
-from .maintenance import PruneConfig
-from .operations import DEFAULT_SAMPLE_RETENTION
-from .sampling import DEFAULT_SAMPLE_INTERVAL
-from .types import DEFAULT_LEASE
+from .. import _validate
+from ..db.engine import parse_url
+from ..errors import ConfigurationError
+from ..services.pruning import PruneConfig
+from ..core.operations import DEFAULT_SAMPLE_RETENTION
+from ..services.sampling import DEFAULT_SAMPLE_INTERVAL
+from ..types import DEFAULT_LEASE
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class WorkerConfig:
     :param call_timeout: client-side deadline for every database call, in seconds. Default
         ``min(lease / 4, 10)``.
     :param recovery_interval: seconds between lease-recovery passes
-        (`sqla_queue.recovery.Recoverer`). Default ``lease / 2``, at least 1 s.
+        (`sqla_queue.services.recovery.Recoverer`). Default ``lease / 2``, at least 1 s.
     :param listen: wake on LISTEN/NOTIFY (needs a direct connection, not PgBouncer in
         transaction mode: see `listen_engine`). Default True.
     :param listen_engine: where the listener connects, an Engine or a database URL: the same
@@ -50,10 +50,10 @@ class WorkerConfig:
         (``connect_args``, ``do_connect`` listeners, ``creator``, pool ``connect`` listeners);
         default: the queue's. Pass a ``postgresql+psycopg`` engine here when the queue's engine
         uses another driver. The worker adds its keepalives, timeouts and pool size on top.
-    :param pruning: a `sqla_queue.maintenance.PruneConfig`: delete old finished jobs a few
+    :param pruning: a `sqla_queue.services.pruning.PruneConfig`: delete old finished jobs a few
         batches at a time from the claim loop. Default None (no pruning).
     :param sample_interval: seconds between the worker's samples of every queue into the
-        history behind `Queue.history` (`sqla_queue.sampling.Sampler`): one statement each,
+        history behind `Queue.history` (`sqla_queue.services.sampling.Sampler`): one statement each,
         and the first worker to sample a minute writes it. Default 60; None: no sampling.
     :param sample_retention: samples older than this are deleted when a new one is written
         (a ``timedelta`` or seconds). Default 7 days.

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .types import ClaimedJob
+from ..types import ClaimedJob
 
 if TYPE_CHECKING:
-    from ._handler_transaction import HandlerTransaction
+    from ..core.handler_transaction import HandlerTransaction
 
 
 class HeldJob:

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
-from ._worker_config import WorkerSummary
+from .config import WorkerSummary
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -339,8 +339,8 @@ def _child(make_worker: Callable[[], Worker], until_empty: bool, control: socket
 
 def _send_pending_wake_ups() -> None:
     """A child ends with ``os._exit`` (no atexit): jobs its handlers enqueued still get their
-    wake-up (sqla_queue._notifier)."""
-    notifier = sys.modules.get("sqla_queue._notifier")
+    wake-up (sqla_queue.db.notifier)."""
+    notifier = sys.modules.get("sqla_queue.db.notifier")
     if notifier is not None:
         notifier.flush_all()
 

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone as dt_timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from . import _validate
-from ._tasks import Task
-from .errors import ConfigurationError, DatabaseError, SqlaQueueError, UnknownTaskError
+from .. import _validate
+from .._tasks import Task
+from ..errors import ConfigurationError, DatabaseError, SqlaQueueError, UnknownTaskError
 
 if TYPE_CHECKING:
-    from ._tasks import TaskRegistry
-    from .queue import Queue
+    from .._tasks import TaskRegistry
+    from ..queue import Queue
 
 logger = logging.getLogger("sqla_queue.scheduling")
 

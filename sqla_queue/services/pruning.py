@@ -21,11 +21,11 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import _validate
-from .errors import ConfigurationError, InvalidInputError
+from .. import _validate
+from ..errors import ConfigurationError, InvalidInputError
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from ..queue import Queue
 
 logger = logging.getLogger("sqla_queue.maintenance")
 

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from . import _validate
-from ._held_job import HeldJob
-from .errors import ConfigurationError, DatabaseError
-from .types import DEFAULT_LEASE
+from .. import _validate
+from ..worker.held_job import HeldJob
+from ..errors import ConfigurationError, DatabaseError
+from ..types import DEFAULT_LEASE
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from ..queue import Queue
 
 logger = logging.getLogger("sqla_queue.worker")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from ..hookspecs import hookimpl
-from ..types import (
+from ...hookspecs import hookimpl
+from ...types import (
     EmptyClaim,
     JobCancelled,
     JobClaimed,

@@ -14,13 +14,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from . import _validate
-from ._counters import Counters
-from ._executor import Executor
-from ._plugins import emit, emit_each, failure_decision
-from ._sanitize import error_text, traceback_text
-from .errors import InvalidInputError
-from .types import (
+from .. import _validate
+from .counters import Counters
+from ..db.executor import Executor
+from ..plugins.manager import emit, emit_each, failure_decision
+from .._sanitize import error_text, traceback_text
+from ..errors import InvalidInputError
+from ..types import (
     ClaimedJob,
     EmptyClaim,
     JobCancelled,

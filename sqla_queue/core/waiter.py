@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from . import _validate
-from .errors import InvalidInputError, SqlaQueueError, WaitTimeoutError
+from .. import _validate
+from ..errors import InvalidInputError, SqlaQueueError, WaitTimeoutError
 from .operations import job_view
-from .types import FINISHED_STATUSES, JobView
+from ..types import FINISHED_STATUSES, JobView
 
 if TYPE_CHECKING:
-    from ._executor import Executor, Statements
+    from ..db.executor import Executor, Statements
 
 logger = logging.getLogger("sqla_queue.wait")
 

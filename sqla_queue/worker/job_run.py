@@ -17,14 +17,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _validate
-from ._handler_transaction import HandlerSessions, HandlerTransaction
-from .errors import InvalidInputError, ResultError, Snooze, SnoozeLimitError, UnknownTaskError
-from .types import ClaimedJob, JobContext, JobStatus, Outcome
+from .. import _validate
+from ..core.handler_transaction import HandlerSessions, HandlerTransaction
+from ..errors import InvalidInputError, ResultError, Snooze, SnoozeLimitError, UnknownTaskError
+from ..types import ClaimedJob, JobContext, JobStatus, Outcome
 
 if TYPE_CHECKING:
-    from ._tasks import Task
-    from .queue import Queue
+    from .._tasks import Task
+    from ..queue import Queue
 
 __all__ = ["Ran", "run_claimed_job"]
 

@@ -3,8 +3,8 @@ say otherwise."""
 
 from __future__ import annotations
 
-from ..errors import NonRetryableError, UnknownTaskError
-from ..hookspecs import hookimpl
+from ...errors import NonRetryableError, UnknownTaskError
+from ...hookspecs import hookimpl
 
 
 @hookimpl(trylast=True)

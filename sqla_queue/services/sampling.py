@@ -18,10 +18,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from .errors import DatabaseError
+from ..errors import DatabaseError
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from ..queue import Queue
 
 logger = logging.getLogger("sqla_queue.sampling")
 

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from . import _validate, sql
-from ._sanitize import clean_text
-from .errors import ConfigurationError, DatabaseError
-from .sql import catalog
-from .sql import stats as stats_sql
-from .types import DEFAULT_LEASE
+from .. import _validate, sql
+from .._sanitize import clean_text
+from ..errors import ConfigurationError, DatabaseError
+from ..sql import catalog
+from ..sql import stats as stats_sql
+from ..types import DEFAULT_LEASE
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from ..queue import Queue
 
 
 class Verdict(str, Enum):

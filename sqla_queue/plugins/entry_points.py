@@ -24,8 +24,8 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
-from .errors import ConfigurationError
+from .. import hookspecs
+from ..errors import ConfigurationError
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 ENABLED_PLUGINS_ENV = "SQLA_QUEUE_PLUGINS"

@@ -46,19 +46,19 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ._engine import engine_of, worker_engine
-from ._handler_transaction import HandlerSessions, HandlerTransaction
-from ._held_job import HeldJob
-from ._lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
-from ._listener import Listener, ListenerConfig
-from ._worker_config import WorkerConfig, WorkerSummary
-from ._handler_loop import HandlerLoop
-from ._tasks import Task
-from .errors import DatabaseError, JobCancelledError, Snooze, UnknownTaskError
-from .maintenance import worker_pruner
-from .recovery import Recoverer, RecoveryConfig
-from .sampling import worker_sampler
-from .running import (
+from ..db.engine import engine_of, worker_engine
+from ..core.handler_transaction import HandlerSessions, HandlerTransaction
+from .held_job import HeldJob
+from ..services.lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
+from ..services.listener import Listener, ListenerConfig
+from .config import WorkerConfig, WorkerSummary
+from .handler_loop import HandlerLoop
+from .._tasks import Task
+from ..errors import DatabaseError, JobCancelledError, Snooze, UnknownTaskError
+from ..services.pruning import worker_pruner
+from ..services.recovery import Recoverer, RecoveryConfig
+from ..services.sampling import worker_sampler
+from .job_run import (
     call_handler,
     calls_handlers,
     checked_result,
@@ -67,11 +67,11 @@ from .running import (
     record_outcome,
     settled_by_transaction,
 )
-from .scheduling import Scheduler
-from .types import ClaimedJob
+from ..core.schedules import Scheduler
+from ..types import ClaimedJob
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from ..queue import Queue
 
 logger = logging.getLogger("sqla_queue.worker")
 

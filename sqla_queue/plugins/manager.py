@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 import pluggy
 
-from . import _validate, hookspecs
-from ._entry_points import (
+from .. import _validate, hookspecs
+from .entry_points import (
     BLOCKED_PLUGINS_ENV,
     ENABLED_PLUGINS_ENV,
     ENTRY_POINT_GROUP,  # noqa: F401  (kept importable from here)
@@ -43,10 +43,10 @@ from ._entry_points import (
     refuse_strategies_registered_by,
     strategy_hooks,
 )
-from ._tasks import Task
+from .._tasks import Task
 from .builtins import DEFAULT_PLUGINS
-from .errors import ConfigurationError, InvalidInputError, PluginError
-from .types import ClaimedJob
+from ..errors import ConfigurationError, InvalidInputError, PluginError
+from ..types import ClaimedJob
 
 DISABLE_AUTOLOAD_ENV = "SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD"
 """Comma-separated plugin names never to register, added to ``Queue(blocked_plugins=)``: lets an

@@ -18,13 +18,13 @@ from typing import Any
 import pluggy
 from sqlalchemy import Connection
 
-from . import _validate
-from ._plugins import emit
-from ._counters import EMPTY_CLAIM_CLASSIFY_INTERVAL  # noqa: F401  (documented as operations.…)
-from ._executor import Executor, Statements
-from .errors import DatabaseError, InvalidInputError, JobStateError
-from .sql import counters as counter_sql
-from .types import (
+from .. import _validate
+from ..plugins.manager import emit
+from .counters import EMPTY_CLAIM_CLASSIFY_INTERVAL  # noqa: F401  (documented as operations.…)
+from ..db.executor import Executor, Statements
+from ..errors import DatabaseError, InvalidInputError, JobStateError
+from ..sql import counters as counter_sql
+from ..types import (
     ACTIVE_STATUSES,
     DEFAULT_STATS_WINDOW,
     FINISHED_STATUSES,

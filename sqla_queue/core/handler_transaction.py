@@ -24,15 +24,15 @@ from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
-from . import _validate
-from .errors import ConfigurationError, JobCancelledError, LostClaimError
+from .. import _validate
+from ..errors import ConfigurationError, JobCancelledError, LostClaimError
 
 if TYPE_CHECKING:
-    from ._executor import Executor
-    from ._outcomes import Outcomes
-    from ._tasks import Task
-    from .queue import Queue
-    from .types import ClaimedJob
+    from ..db.executor import Executor
+    from .outcomes import Outcomes
+    from .._tasks import Task
+    from ..queue import Queue
+    from ..types import ClaimedJob
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ._deadline import driver_deadline
-from ._sanitize import error_text
-from .errors import ConfigurationError, DatabaseError
-from .sql import session as session_sql
+from .deadline import driver_deadline
+from .._sanitize import error_text
+from ..errors import ConfigurationError, DatabaseError
+from ..sql import session as session_sql
 
 DATABASE_URL_ENV = "SQLA_QUEUE_DATABASE_URL"
 

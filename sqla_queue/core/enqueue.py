@@ -22,16 +22,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
-from . import _validate
-from ._engine import database_errors
-from ._executor import ARRAY_PARAMS, DriverStatements, Executor
-from ._notifier import Notifier
-from ._plugins import emit_each, idempotency_key_asker
-from ._tasks import Handler, Task, TaskRegistry
-from .errors import EnqueueConflictError, InvalidInputError, UnknownTaskError
-from .sql import channel_name
-from .sql.enqueue import INPUT_COLUMNS
-from .types import JobEnqueued
+from .. import _validate
+from ..db.engine import database_errors
+from ..db.executor import ARRAY_PARAMS, DriverStatements, Executor
+from ..db.notifier import Notifier
+from ..plugins.manager import emit_each, idempotency_key_asker
+from .._tasks import Handler, Task, TaskRegistry
+from ..errors import EnqueueConflictError, InvalidInputError, UnknownTaskError
+from ..sql import channel_name
+from ..sql.enqueue import INPUT_COLUMNS
+from ..types import JobEnqueued
 
 _ENQUEUE_ROUNDS = 5
 _ENQUEUE_OPTIONS = frozenset(
@@ -165,7 +165,7 @@ class Enqueuer:
         scheduled_at: datetime | None = None,
     ) -> None:
         """Validate one job and append it to `jobs`: nothing is appended if a check fails.
-        `scheduled_at` is the scheduler's (`sqla_queue.scheduling`): the tick the job is for."""
+        `scheduled_at` is the scheduler's (`sqla_queue.core.schedules`): the tick the job is for."""
         registered = self._resolve_task(jobs, task)
         payload_json = _validate.payload_json(payload)
         limit = registered.max_payload_bytes or self.max_payload_bytes

@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from ..hookspecs import hookimpl
-from ..types import ClaimedJob
+from ...hookspecs import hookimpl
+from ...types import ClaimedJob
 
 BASE = timedelta(seconds=1)
 CAP = timedelta(hours=1)
