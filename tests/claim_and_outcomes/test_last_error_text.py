@@ -101,3 +101,23 @@ def test_database_error_keeps_only_the_driver_class_and_primary_message():
 
 def test_string_errors_are_cleaned_not_summarised():
     assert error_text("line one\nline two") == "line one | line two"
+
+
+@pytest.mark.parametrize("size", [10_000, 1_000_000])
+def test_only_a_bounded_head_of_a_huge_message_is_masked(monkeypatch, size):
+    """The masking patterns run on what the limit keeps (with room), never on the whole message:
+    a handler raising a multi-megabyte error costs the worker no more than a short one."""
+    import sqla_queue._sanitize as sanitize
+
+    seen: list[int] = []
+    original = sanitize._mask
+    monkeypatch.setattr(sanitize, "_mask", lambda text: seen.append(len(text)) or original(text))
+    summary = error_text(RuntimeError("x" * size + " postgresql://app:s3cr3t@db/prod"))
+    assert len(summary) <= MAX_ERROR_LENGTH and "s3cr3t" not in summary
+    assert seen and max(seen) <= MAX_ERROR_LENGTH * 4 + 64
+
+
+def test_a_secret_at_the_end_of_a_cut_message_is_masked_or_gone():
+    for padding in range(1900, 2100, 7):  # around the head's edge
+        text = clean_text("y" * padding + " password=hunter2 postgresql://u:hunter2@h/db")
+        assert "hunter2" not in text

@@ -147,3 +147,20 @@ def test_log_records_never_contain_payload_values(queue, caplog, expire_lease):
         assert MARKER not in record.getMessage()
         assert MARKER not in repr(vars(record))
         assert jobs[0].claim_token not in repr(vars(record))
+
+
+def test_a_handler_raising_a_megabyte_message_fails_its_job_with_a_bounded_error(engine, clean_jobs):
+    """D1: a long exception message once froze the worker while it was sanitised (quadratic)."""
+    from sqla_queue.testing import drain
+
+    queue = sq.Queue(engine, load_entrypoints=False)
+
+    @queue.task(max_attempts=1)
+    def shout(payload, ctx):
+        raise RuntimeError("x" * 2_000_000)
+
+    job_id = queue.enqueue(shout, {})
+    assert [r.outcome for r in drain(queue)] == ["failed"]
+    job = queue.get_job(job_id)
+    assert job.last_error.startswith("RuntimeError: xxx") and len(job.last_error) <= 500
+    assert len(job.last_traceback) <= 4000
