@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import re
 import traceback
-from types import TracebackType
+from collections.abc import Callable
+from types import CodeType, TracebackType
+from typing import Any, TypeVar
 
 MAX_ERROR_LENGTH = 500
 MAX_TRACEBACK_LENGTH = 4000
@@ -23,9 +25,13 @@ MAX_TRACEBACK_LENGTH = 4000
 _MAX_SOURCE_LINE = 200
 _MAX_FRAMES = 200  # frames read per exception: a deep recursion is cut before it is formatted
 _MAX_CHAIN = 5
+_MASK_WINDOW = 4
+"""Text is cut to this many times its limit *before* it is masked: the patterns then cost the
+same for a 100 MB message as for a 2 KB one, and the worker never stalls on a handler's error."""
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)[^/\s:@]*:[^@\s]*@")
+# The look-behind keeps the scheme from being tried at every letter of a long word (quadratic).
+_URL_CREDENTIALS = re.compile(r"(?<![\w+.-])(?P<scheme>[a-zA-Z][\w+.-]*://)[^/\s:@]*:[^@\s]*@")
 _KEY_VALUE_SECRET = re.compile(
     r"(?i)\b(?P<key>password|passwd|pwd|secret|token|api[_-]?key|authorization|auth)"
     r"(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|\S+)"
@@ -40,7 +46,7 @@ def error_text(error: BaseException | str, limit: int = MAX_ERROR_LENGTH) -> str
 
 
 def clean_text(text: str, limit: int = MAX_ERROR_LENGTH) -> str:
-    text = _mask(_CONTROL.sub(" ", text.replace("\r\n", "\n")).strip())
+    text = _mask(_CONTROL.sub(" ", _head(text, limit).replace("\r\n", "\n")).strip())
     text = " | ".join(line.strip() for line in text.splitlines() if line.strip())
     return _cut(text, limit) or "error"
 
@@ -73,13 +79,18 @@ def _mask(text: str) -> str:
     return _KEY_VALUE_SECRET.sub(r"\g<key>\g<sep>***", text)
 
 
+def _head(text: str, limit: int) -> str:
+    """The part of `text` worth masking: what `limit` keeps, with room for masks to shrink it."""
+    return text[: limit * _MASK_WINDOW + 64]
+
+
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _line(text: str, limit: int = _MAX_SOURCE_LINE) -> str:
     """One line of a traceback: no control characters or line breaks, secrets masked."""
-    return _cut(_mask(_CONTROL.sub(" ", text.replace("\n", " ")).strip()), limit)
+    return _cut(_mask(_CONTROL.sub(" ", _head(text, limit).replace("\n", " ")).strip()), limit)
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -148,3 +159,25 @@ def _primary_message(error: BaseException) -> str:
     diag = getattr(error, "diag", None)
     primary = getattr(diag, "message_primary", None)
     return primary if primary else str(error).split("\n", 1)[0]
+
+
+# -- where a handler's traceback starts ---------------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+_HANDLER_CALLERS: set[CodeType] = set()
+
+
+def calls_handlers(function: F) -> F:
+    """Mark `function` as one of the library's steps between a runner and a handler (the run
+    loop, the middleware chain): `from_the_handler_on` drops its frames."""
+    _HANDLER_CALLERS.add(function.__code__)
+    return function
+
+
+def from_the_handler_on(error: BaseException) -> BaseException:
+    """`error` without the library's own frames at the top of its traceback: the stored and
+    logged traceback then starts in the user's handler (or middleware), where the failure is."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code in _HANDLER_CALLERS and tb.tb_next is not None:
+        tb = tb.tb_next
+    return error if tb is error.__traceback__ else error.with_traceback(tb)
