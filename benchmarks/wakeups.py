@@ -73,7 +73,7 @@ def _enqueuer_process(url, variant, threads, seconds, ready, go, counts) -> None
     queue = make_queue(url)
     engine = create_engine(url, pool_size=threads, max_overflow=0) if variant == "caller_transaction" else None
     if variant == "off":
-        queue._enqueuer.notifier._send = lambda queues: None  # the ceiling: nobody is woken
+        queue.core.enqueuer.notifier._send = lambda queues: None  # the ceiling: nobody is woken
     enqueue = _enqueue_function(queue, engine)
     enqueue({"warm": True})
     done = [0] * threads

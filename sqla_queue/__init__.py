@@ -9,6 +9,7 @@ from typing import Any
 
 from . import errors
 from ._tasks import Task
+from .core.schedules import Schedule
 from .errors import (
     ConfigurationError,
     DatabaseError,
@@ -28,9 +29,8 @@ from .errors import (
 from .hookspecs import hookimpl
 from .models import Job, JobMixin, metadata
 from .queue import Queue
-from .core.schedules import Schedule
-from .types import DEFAULT_LEASE
 from .types import (
+    DEFAULT_LEASE,
     BulkResult,
     ClaimedJob,
     HistoryPoint,

@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypedDict, Union
 
 from . import _validate
 from .errors import ConfigurationError, DuplicateTaskError, PluginError, UnknownTaskError
@@ -80,6 +80,41 @@ class Task:
                 "expected a non-empty str or None"
             )
         return key
+
+
+class TaskOptions(TypedDict, total=False):
+    """``@queue.task``'s options (docs/reference/api.md has each one's meaning).
+
+    `queue` (default ``"default"``) and `max_attempts` (5) are its jobs' defaults; `timeout`
+    bounds one attempt; `retry_delay` (a timedelta, seconds, or ``(attempt, error) ->
+    timedelta | False | None``) and `idempotency_key` (``payload -> str | None``) are its own
+    strategies, asked before any plugin; `max_payload_bytes` replaces the queue's limit;
+    `priority` is its jobs' priority when `enqueue` names none; `max_snoozes` bounds how often
+    one job may snooze; `session_factory` makes the session of ``ctx.transaction()``."""
+
+    name: str | None
+    queue: str
+    max_attempts: int
+    timeout: timedelta | float | None
+    retry_delay: RetryDelay | float | None
+    idempotency_key: KeyFunction | None
+    max_payload_bytes: int | None
+    priority: int
+    max_snoozes: int
+    session_factory: Callable[[], Any] | None
+
+
+TASK_DEFAULTS: TaskOptions = {"name": None, "queue": "default", "max_attempts": 5, "timeout": None,
+                              "retry_delay": None, "idempotency_key": None, "max_payload_bytes": None,
+                              "priority": 0, "max_snoozes": _validate.DEFAULT_MAX_SNOOZES, "session_factory": None}
+
+
+def task_options(options: dict[str, Any], *, where: str = "@queue.task()") -> dict[str, Any]:
+    """`options` over `TASK_DEFAULTS`; an unknown name is a TypeError, as for a function."""
+    unknown = sorted(set(options) - set(TASK_DEFAULTS))
+    if unknown:
+        raise TypeError(f"{where} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
+    return {**TASK_DEFAULTS, **options}
 
 
 class TaskRegistry:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -292,3 +292,31 @@ def as_config(check: Callable[..., Any], value: Any, *args: Any, **kwargs: Any) 
         return check(value, *args, **kwargs)
     except SqlaQueueError as exc:
         raise ConfigurationError(str(exc)) from None
+
+
+MAX_META_BYTES = 8 * 1024
+"""The largest ``meta`` a job carries, as encoded JSON: trace context and a few tags, read on
+every claim, not data (that is the payload's)."""
+
+
+def meta(value: Any) -> dict[str, Any]:
+    """A job's ``meta=`` as given: a mapping with string keys (checked as JSON by `meta_json`)."""
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"meta must be a mapping (a JSON object), got {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise InvalidInputError(f"meta keys must be strings, got {type(key).__name__} {key!r:.40}")
+    return dict(value)
+
+
+def meta_json(value: dict[str, Any]) -> str:
+    """A job's ``meta`` as the JSON text stored, checked like a payload and bounded by
+    `MAX_META_BYTES`."""
+    try:
+        text = payload_json(value)
+    except PayloadError as exc:
+        raise InvalidInputError(f"meta: {exc}") from None
+    if len(text) > MAX_META_BYTES:
+        raise InvalidInputError(f"meta is {len(text):,} bytes of JSON; the limit is {MAX_META_BYTES:,}: "
+                                "keep trace context and tags there, data in the payload")
+    return text

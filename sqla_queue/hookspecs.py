@@ -19,6 +19,11 @@ Three kinds of hooks:
   return quickly and must not block. An exception raised by one is logged with its name and
   swallowed, the other implementations are still called; it never changes what happens to the
   job.
+* **Run middleware** (`sqla_queue_handle_job`) wraps every handler call: each implementation
+  gets ``call_next`` and decides what happens around it, the first registered outermost
+  (pluggy's order). It can change a job's outcome, so it is opt-in like a strategy.
+* **Enqueue metadata** (`sqla_queue_job_meta`) adds keys to a job's ``meta`` as it is
+  enqueued (trace context, a tenant); every answer is merged. Also opt-in.
 * Hook wrappers (``hookwrapper=True``, ``wrapper=True``) are refused at registration with a
   `sqla_queue.ConfigurationError`: they could replace any other plugin's answer or exception.
 * **Setup**: `sqla_queue_configure` runs once per Queue, when it is built.
@@ -29,27 +34,26 @@ step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import pluggy
 
 from .types import (
     ClaimedJob,
     EmptyClaim,
+    JobCancelled,
     JobClaimed,
     JobCompleted,
+    JobContext,
     JobEnqueued,
     JobFailed,
-    JobCancelled,
     JobRecovered,
-    JobSnoozed,
     JobRetried,
+    JobSnoozed,
     LostClaim,
 )
-
-if TYPE_CHECKING:
-    from .queue import Queue
 
 PROJECT_NAME = "sqla_queue"
 """The pluggy project name and the entry-point group plugins register under."""
@@ -148,6 +152,62 @@ def sqla_queue_idempotency_key(
         anything is written.
 
     A per-task ``@queue.task(idempotency_key=...)`` is asked before any plugin.
+    """
+
+
+@hookspec
+def sqla_queue_job_meta(task: str, payload: Mapping[str, Any], options: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Keys to store in the ``meta`` of a job about to be enqueued (the handler reads them as
+    ``ctx.meta``, every attempt alike): the enqueuing request's trace context, a tenant, a
+    correlation id.
+
+    Called once per job in ``enqueue``/``enqueue_many`` (and their asyncio faces), in the
+    caller's thread and context, after the payload was validated and before anything is
+    written: on the enqueue hot path. Every implementation is asked; their mappings are merged,
+    the one pluggy asks first (``tryfirst``, then the plugin registered last) winning a key two
+    of them give, and the ``meta=`` the caller passed to ``enqueue`` winning over all of them.
+
+    :param task: the task name.
+    :param payload: the payload (do not mutate it).
+    :param options: the other enqueue options, resolved, as for `sqla_queue_idempotency_key`.
+    :return: a mapping of string keys to JSON values, or ``None`` for nothing to add. Anything
+        else, or an exception, is a `PluginError` naming the plugin, raised from ``enqueue``
+        before anything is written.
+    """
+
+
+# -- run middleware ---------------------------------------------------------------------
+
+
+@hookspec
+def sqla_queue_handle_job(job: ClaimedJob, ctx: JobContext, call_next: Callable[[], Any]) -> Any:
+    """Middleware around every handler call: tracing, error reporting, timing, per-task policy.
+
+    Called for each attempt of each job, on the thread that runs a synchronous handler or in
+    the asyncio task that runs an ``async def`` one, right around the handler: ``call_next()``
+    calls the next middleware, the last one calls the handler. Implementations nest in pluggy's
+    order (``tryfirst`` outermost, then the plugins registered last, ``trylast`` innermost).
+
+    Return what ``call_next()`` returned (the handler's value, stored as the job's result), or
+    something else to replace it; an exception raised here is the attempt's failure, as if the
+    handler had raised it. Not calling ``call_next`` skips the handler.
+
+    For an ``async def`` handler (``ctx.is_async``), ``call_next()`` returns an awaitable: return
+    an awaitable too, e.g. from a coroutine of your own that awaits ``call_next()`` inside your
+    span, so the work you wrap is the handler's run, not the creation of its coroutine::
+
+        @sqla_queue.hookimpl
+        def sqla_queue_handle_job(job, ctx, call_next):
+            if ctx.is_async:
+                async def traced():
+                    with span(job):
+                        return await call_next()
+                return traced()
+            with span(job):
+                return call_next()
+
+    Opt-in by name like a strategy (it can change a job's outcome). No built-in implements it:
+    without one, the handler is called directly.
     """
 
 
@@ -258,8 +318,8 @@ def sqla_queue_empty_claim(event: EmptyClaim) -> None:
 
 
 @hookspec
-def sqla_queue_configure(queue: Queue) -> None:
-    """A Queue was built and every plugin is registered.
+def sqla_queue_configure(queue: Any) -> None:
+    """A Queue (`sqla_queue.Queue`) was built and every plugin is registered.
 
     Called once per Queue at the end of its constructor, before any task is registered. Use it
     to keep a reference to the queue (for example to read ``queue.stats()`` at scrape time) or

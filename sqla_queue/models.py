@@ -32,7 +32,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
-from .types import JobStatus
+from .errors import ConfigurationError
+from .states import FINISHED, active_predicate_sql, check_constraint_sql
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -45,8 +46,6 @@ NAMING_CONVENTION = {
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 """The library's MetaData: add it to a host's Alembic ``target_metadata`` list."""
 
-_STATUSES = ", ".join(f"'{s.value}'" for s in JobStatus)
-_ACTIVE = ("pending", "running")
 
 
 class JobMixin:
@@ -99,6 +98,9 @@ class JobMixin:
     # A `Queue.wait` call watches this job: the statement that finishes it sends a notification.
     # Only watched jobs do, because every NOTIFY wakes every listening session of the database.
     watched: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
+    # What enqueue stored with the job for its handler (revision sqlaq_0007): ``meta=`` and the
+    # `sqla_queue_job_meta` hooks' keys (a trace context), read as ``ctx.meta``. NULL: none.
+    meta: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
@@ -113,7 +115,7 @@ class JobMixin:
     def __table_args__(cls) -> tuple[Any, ...]:
         name = cls.__tablename__  # type: ignore[attr-defined]
         return (
-            CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+            CheckConstraint(check_constraint_sql(), name="status"),
             CheckConstraint("attempts >= 0", name="attempts"),
             CheckConstraint("max_attempts > 0", name="max_attempts"),
             CheckConstraint("snoozes >= 0", name="snoozes"),
@@ -133,7 +135,7 @@ class JobMixin:
                 f"{name}_active_key_idx",
                 "idempotency_key",
                 unique=True,
-                postgresql_where=f"status IN {_ACTIVE!r}",
+                postgresql_where=active_predicate_sql(),
             ),
             # Lease recovery scans running jobs by lease start.
             Index(
@@ -143,23 +145,19 @@ class JobMixin:
                 postgresql_where="status = 'running'",
             ),
             # Retention (delete finished jobs older than N) and recent-window stats scan finished
-            # jobs by the time they finished; the pending/running rows never enter these indexes.
-            Index(
-                f"{name}_completed_at_idx",
-                "completed_at",
-                postgresql_where="status = 'completed'",
-            ),
-            Index(
-                f"{name}_failed_at_idx",
-                "failed_at",
-                postgresql_where="status = 'failed'",
-            ),
-            Index(
-                f"{name}_cancelled_at_idx",
-                "cancelled_at",
-                postgresql_where="status = 'cancelled'",
-            ),
+            # jobs by the time they finished, one index per terminal state (`states.FINISHED`);
+            # the pending/running rows never enter these indexes.
+            *(Index(f"{name}_{state.finished_at}_idx", state.finished_at,
+                    postgresql_where=f"status = '{state.value}'") for state in FINISHED),
         )
+
+
+def job_table_of(model: type) -> Table:
+    """The job table of `model`, a mapped class built on `JobMixin` (a `ConfigurationError` if not)."""
+    table = getattr(model, "__table__", None)
+    if not isinstance(table, Table) or "claim_token" not in table.c:
+        raise ConfigurationError(f"model must be a mapped class built on sqla_queue.JobMixin, got {model!r}")
+    return table
 
 
 def companion_tables(job_table: Table) -> tuple[Table, Table, Table, Table]:

@@ -5,29 +5,37 @@ Nothing here touches the database; `queue.py` builds these from result rows.
 
 from __future__ import annotations
 
-import enum
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .states import ACTIVE, FINISHED_STATUSES, JobStatus  # noqa: F401  (re-exported: the value types of the API)
 
 if TYPE_CHECKING:
-    from .core.handler_transaction import HandlerTransaction
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
+
     from .errors import Snooze
 
 
-class JobStatus(str, enum.Enum):
-    """The five states of a job (see docs/explanation/state-machine.md)."""
 
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+class HandlerTransaction(Protocol):
+    """What ``ctx.transaction()`` returns (`sqla_queue.core.handler_transaction` builds it): a
+    block whose writes commit with the job's completion, as ``with`` (a `Session`) or
+    ``async with`` (an `AsyncSession`)."""
 
-    def __str__(self) -> str:
-        return self.value
+    def __enter__(self) -> Session: ...
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+
+    async def __aenter__(self) -> AsyncSession: ...
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+
+    def set_result(self, value: Any) -> None: ...
 
 
 # Short is safe: a live worker renews its jobs' leases (every lease/3), and every outcome is
@@ -35,13 +43,8 @@ class JobStatus(str, enum.Enum):
 DEFAULT_LEASE = timedelta(seconds=60)
 """How long a claim stays valid without renewal: workers and `recover_expired` share it."""
 
-ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
-"""States in which an idempotency key is held (the dedupe window)."""
-
-FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
-"""Terminal states: kept until pruned, never left again except by an operator's retry."""
-
-
+ACTIVE_STATUSES = ACTIVE
+"""States in which an idempotency key is held (the dedupe window): `states.ACTIVE`."""
 
 @dataclass(frozen=True)
 class ClaimedJob:
@@ -60,6 +63,7 @@ class ClaimedJob:
     priority: int = 0
     scheduled_at: datetime | None = None  # the periodic tick it was enqueued for
     snoozes: int = 0
+    meta: dict[str, Any] | None = None  # what enqueue hooks (or ``meta=``) stored with the job
 
     @classmethod
     def from_row(cls, row: Any) -> ClaimedJob:
@@ -69,7 +73,7 @@ class ClaimedJob:
             id=row.id, task=row.task, payload=row.payload, attempts=row.attempts,
             max_attempts=row.max_attempts, claim_token=row.claim_token, queue=row.queue_name,
             idempotency_key=row.idempotency_key, locked_at=row.locked_at, run_at=row.run_at,
-            priority=row.priority, scheduled_at=row.scheduled_at, snoozes=row.snoozes,
+            priority=row.priority, scheduled_at=row.scheduled_at, snoozes=row.snoozes, meta=row.meta,
         )
 
     @property
@@ -77,17 +81,19 @@ class ClaimedJob:
         return self.attempts >= self.max_attempts
 
     def context(self, cancel_requested: threading.Event | None = None,
-                transaction: Callable[[], HandlerTransaction] | None = None) -> JobContext:
+                transaction: Callable[[], HandlerTransaction] | None = None, *, is_async: bool = False) -> JobContext:
         """The handler's view of this run. Without an explicit key, the idempotency key is
         derived from the job id, which every attempt shares. `cancel_requested` is the event
         its worker sets when someone asks to cancel the job (`JobContext.cancel_requested`);
         `transaction` gives what ``ctx.transaction()`` returns (made by whoever runs the
-        handler, on first use: most handlers never ask)."""
+        handler, on first use: most handlers never ask); `is_async`, whether the handler is an
+        ``async def`` one."""
         return JobContext(
             job_id=self.id, attempt=self.attempts, max_attempts=self.max_attempts,
             queue=self.queue, task=self.task,
             idempotency_key=self.idempotency_key or f"sqla_queue-job-{self.id}",
             claim_token=self.claim_token, priority=self.priority, scheduled_at=self.scheduled_at,
+            meta=MappingProxyType(self.meta or {}), is_async=is_async,
             _cancel_requested=cancel_requested or threading.Event(), _transaction=transaction,
         )
 
@@ -110,6 +116,11 @@ class JobContext:
     priority: int = 0
     scheduled_at: datetime | None = None
     """The tick of the schedule this job was enqueued for (`Queue.periodic`); None otherwise."""
+    meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """What was stored with the job when it was enqueued (``enqueue(meta=...)`` and the
+    `sqla_queue_job_meta` hooks: a trace context, a tenant), read-only, the same on every attempt."""
+    is_async: bool = False
+    """The handler is an ``async def`` one (what run middleware needs to know)."""
     _cancel_requested: threading.Event = field(
         default_factory=threading.Event, repr=False, compare=False
     )
@@ -194,6 +205,8 @@ class JobView:
     cancelled_at: datetime | None = None
     result: Any = None
     """The handler's return value as stored (JSON), when it returned one and completed."""
+    meta: dict[str, Any] | None = None
+    """What was stored with the job when it was enqueued (`JobContext.meta`)."""
 
 
 DEFAULT_STATS_WINDOW = timedelta(minutes=15)

@@ -394,3 +394,66 @@ def test_the_private_name_checks_see_each_kind_of_reach():
         f"{PACKAGE}/fake.py:6: types._hidden (private name of {PACKAGE}.types)",
         f"{PACKAGE}/fake.py:7: errors._hidden (private name of {PACKAGE}.errors)",
     ]
+
+
+# -- (d) the layers ------------------------------------------------------------------------
+
+FACADE_USERS = ("queue", "ops", "cli", "dashboard", "testing", "demo")
+"""The facade and the layers above it: the only modules that may take a `Queue`."""
+
+
+def test_the_layers_contract_is_kept_with_type_checking_imports_counted():
+    """import-linter's `layers` contract (pyproject.toml): each layer imports only the ones below."""
+    import subprocess
+    import sys
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert not config.get("exclude_type_checking_imports"), "TYPE_CHECKING imports must count"
+    assert [c["type"] for c in config["contracts"]] == ["layers"]
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "1 kept, 0 broken" in result.stdout, result.stdout + result.stderr
+
+
+def _below_the_facade(module: Module) -> bool:
+    relative = module.name.removeprefix(f"{PACKAGE}.")
+    return module.name != PACKAGE and relative.split(".")[0] not in FACADE_USERS
+
+
+def _names_queue(annotation: ast.expr | None) -> bool:
+    return annotation is not None and any(
+        isinstance(node, ast.Name) and node.id == "Queue"
+        or isinstance(node, ast.Constant) and isinstance(node.value, str) and "Queue" in node.value.split("[")[0].split(" | ")
+        for node in ast.walk(annotation))
+
+
+def test_no_module_below_the_facade_takes_a_queue():
+    """Services, the worker and core take a `Core`: nothing below the facade reaches back up."""
+    violations = []
+    for module in modules().values():
+        if not _below_the_facade(module):
+            continue
+        violations += [f"{module.where(edge.line)}: imports {edge.target}"
+                       for edge in module.imports if edge.target == f"{PACKAGE}.queue"]
+        for node in ast.walk(module.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                violations += [f"{module.where(node.lineno)}: {node.name}({argument.arg}: Queue)"
+                               for argument in arguments if _names_queue(argument.annotation)]
+    assert not violations, "modules below the facade that take a Queue:\n  " + "\n  ".join(violations)
+
+
+def test_the_finder_sees_a_queue_parameter():
+    tree = ast.parse("def f(core: Core, queue: 'Queue') -> None: ...\ndef g(q: Queue | None): ...")
+    found = [argument.arg for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+             for argument in node.args.args if _names_queue(argument.annotation)]
+    assert found == ["queue", "q"]
+
+
+def test_the_facade_is_thin_and_no_module_is_long():
+    lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+               for path in (ROOT / PACKAGE).rglob("*.py")}
+    assert lengths[f"{PACKAGE}/queue.py"] <= 350
+    long = {path: n for path, n in lengths.items() if n > 500}
+    assert not long, f"modules over 500 lines (split them by concern): {long}"

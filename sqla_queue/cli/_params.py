@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
+
+from ..ops.formatting import PAYLOAD_PREVIEW_CHARS, payload_fields, payload_size, payload_text, timestamp  # noqa: F401  (the CLI's output formats, shared with the dashboard)
 
 if TYPE_CHECKING:  # Rich is imported by the commands that print tables, not by the worker's
     from rich.console import Console
@@ -55,50 +56,6 @@ DURATION_OR_ZERO = Duration(allow_zero=True)
 def format_seconds(value: timedelta) -> str:
     """A default for a duration option, as the option would be typed: ``60s``."""
     return f"{value.total_seconds():g}s"
-
-
-def timestamp(value: datetime | None) -> str:
-    """A database time in UTC, to the second: the same on every operator's terminal."""
-    if value is None:
-        return "-"
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-PAYLOAD_PREVIEW_CHARS = 4096
-"""How much of a payload's pretty JSON the CLI prints; payloads may run to megabytes."""
-
-
-def payload_text(payload: Any, limit: int = PAYLOAD_PREVIEW_CHARS, *, indent: int | None = 2) -> str:
-    """The payload as JSON (indented, or on one line with ``indent=None``), cut after `limit`
-    characters with its full size said."""
-    preview, cut = _json_prefix(payload, limit, indent)
-    return f"{preview}… ({payload_size(payload):,} bytes in all)" if cut else preview
-
-
-def payload_fields(payload: Any, *, full: bool = False, limit: int = PAYLOAD_PREVIEW_CHARS) -> dict[str, Any]:
-    """Payload keys for ``--json`` output: ``payload`` is the object, or null when it was cut;
-    then ``payload_preview`` holds its first `limit` characters of indented JSON."""
-    preview, cut = (None, False) if full else _json_prefix(payload, limit, 2)
-    return {"payload": None if cut else payload, "payload_bytes": payload_size(payload),
-            "payload_truncated": cut, "payload_preview": preview if cut else None}
-
-
-def payload_size(payload: Any) -> int:
-    """Bytes of the payload as compact UTF-8 JSON."""
-    return len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode())
-
-
-def _json_prefix(payload: Any, limit: int, indent: int | None) -> tuple[str, bool]:
-    """The first `limit` characters of the JSON text, encoding no further than that."""
-    chunks: list[str] = []
-    size = 0
-    separators = None if indent else (", ", ": ")
-    for chunk in json.JSONEncoder(indent=indent, separators=separators, ensure_ascii=False).iterencode(payload):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return "".join(chunks)[:limit], True
-    return "".join(chunks), False
 
 
 def console() -> Console:

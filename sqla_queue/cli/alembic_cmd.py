@@ -10,12 +10,12 @@ import click
 from alembic.util import CommandError
 from sqlalchemy.exc import OperationalError
 
-from .root import CliContext, main
 from .. import migrations
 from ..db.engine import make_engine
 from ..migrations import host
 from ..sql.databases import relation_exists
 from .db import MigrationError
+from .root import CliContext, main
 
 _CONFIG = click.option(
     "-c", "--config", "config_path", default="alembic.ini", show_default=True, metavar="PATH",

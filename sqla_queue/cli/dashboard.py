@@ -14,8 +14,8 @@ from datetime import timedelta
 
 import click
 
-from .root import CliContext, main
 from ._params import DURATION, DURATION_HELP
+from .root import CliContext, main
 
 PASSWORD_ENV = "SQLA_QUEUE_DASHBOARD_PASSWORD"
 SECRET_ENV = "SQLA_QUEUE_DASHBOARD_SECRET"

@@ -14,10 +14,10 @@ import click
 from alembic.util import CommandError
 from sqlalchemy import Connection, inspect
 
-from .root import EXIT_USAGE, CliContext, main
 from .. import migrations
 from ..db.engine import database_errors, make_engine
 from ..migrations import host
+from .root import EXIT_USAGE, CliContext, main
 
 _CONFIG = click.option(
     "-c", "--config", "config_path", default="alembic.ini", show_default=True, metavar="PATH",

@@ -13,10 +13,10 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .root import EXIT_PROBLEM, CliContext, main
-from ._params import DURATION, DURATION_HELP, console, format_seconds
 from ..ops.doctor import Doctor, DoctorConfig, Report, Verdict
 from ..types import DEFAULT_LEASE
+from ._params import DURATION, DURATION_HELP, console, format_seconds
+from .root import EXIT_PROBLEM, CliContext, main
 
 
 @main.command()

@@ -6,8 +6,8 @@ import json
 
 import click
 
-from .root import CliContext, main
 from ._params import DURATION_HELP, DURATION_OR_ZERO
+from .root import CliContext, main
 
 
 @main.command()

@@ -13,10 +13,10 @@ import json
 import click
 from rich.table import Table
 
-from .root import EXIT_PROBLEM, CliContext, main
-from ._params import console, payload_fields, payload_text, timestamp
 from ..errors import JobStateError
 from ..types import BulkResult, JobPage, JobStatus, JobView
+from ._params import console, payload_fields, payload_text, timestamp
+from .root import EXIT_PROBLEM, CliContext, main
 
 
 class Refused(click.ClickException):

@@ -16,9 +16,9 @@ from dataclasses import asdict
 import click
 from rich.table import Table
 
-from .root import CliContext, main
 from ..plugins.manager import PluginInfo, build_plugin_manager, describe_plugins
 from ._params import console
+from .root import CliContext, main
 
 _PREFIX = "sqla_queue_"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .root import CliContext, main
-from ._params import DURATION, DURATION_HELP
 from ..services.pruning import DEFAULT_BATCH_SIZE, DEFAULT_COUNTERS_AFTER
+from ._params import DURATION, DURATION_HELP
+from .root import CliContext, main
 
 
 @main.command()

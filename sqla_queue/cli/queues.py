@@ -11,9 +11,9 @@ import json
 import click
 from rich.table import Table
 
-from .root import CliContext, main
-from ._params import console, timestamp
 from ..types import QueueState
+from ._params import console, timestamp
+from .root import CliContext, main
 
 
 @main.group()

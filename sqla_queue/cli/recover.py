@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import click
 
-from .root import CliContext, main
-from ._params import DURATION, DURATION_HELP, format_seconds
 from ..types import DEFAULT_LEASE
+from ._params import DURATION, DURATION_HELP, format_seconds
+from .root import CliContext, main
 
 
 @main.command()

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import click
 
 from .. import __version__
-from ..db.engine import DATABASE_URL_ENV, is_url_of, make_engine
-from ..plugins.entry_points import ENABLED_PLUGINS_ENV, installed_names, split_names, unknown_names_error
 from .._sanitize import error_text
+from ..db.engine import DATABASE_URL_ENV, is_url_of, make_engine
 from ..errors import DatabaseError, SqlaQueueError
+from ..plugins.entry_points import ENABLED_PLUGINS_ENV, installed_names, split_names, unknown_names_error
 from ..queue import Queue
 
 EXIT_PROBLEM = 1
@@ -51,7 +51,7 @@ class CliContext:
                 # the app's own URL keeps its engine, connect_args and hooks included.
                 if self.database_url and not is_url_of(self.database_url, queue.engine):
                     queue = queue.on_engine(make_engine(self.database_url))
-                elif queue.executor.sync_refused:  # built from an AsyncEngine: its URL, synchronously
+                elif queue.core.executor.sync_refused:  # built from an AsyncEngine: its URL, synchronously
                     queue = queue.on_engine(queue.engine)
             else:
                 queue = self._queue_from_url()

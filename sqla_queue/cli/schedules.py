@@ -13,10 +13,11 @@ from datetime import datetime, timezone
 import click
 from rich.table import Table
 
-from .root import APP_ENV, CliContext, main
-from ._params import console, timestamp
+from ..core.schedules import Schedule
 from ..queue import Queue
-from ..core.schedules import Schedule, last_ticks
+from ..services.scheduler import last_ticks
+from ._params import console, timestamp
+from .root import APP_ENV, CliContext, main
 
 COLUMNS = ("name", "task", "schedule", "timezone", "queue", "last tick", "next tick")
 
@@ -43,7 +44,7 @@ def schedules(obj: CliContext, as_json: bool) -> None:
 
 def schedule_rows(queue: Queue, now: datetime) -> list[dict]:
     """One dict per schedule; ticks in ISO 8601 UTC, ``last_tick`` None when it never ran."""
-    last = last_ticks(queue)
+    last = last_ticks(queue.core)
     return [_row(queue, schedule, last.get(schedule.name), now) for schedule in queue.schedules]
 
 

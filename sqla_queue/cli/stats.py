@@ -13,10 +13,10 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from .root import CliContext, main
-from ._params import DURATION, DURATION_HELP, console, timestamp
-from ..ops.doctor import format_duration
+from ..ops.formatting import format_duration
 from ..types import QueueHealth, QueueStats
+from ._params import DURATION, DURATION_HELP, console, timestamp
+from .root import CliContext, main
 
 
 @main.command()

@@ -8,10 +8,10 @@ import os
 import click
 from click.core import ParameterSource
 
-from .root import CliContext, main, report_error
-from ._params import DURATION, DURATION_HELP, format_seconds
 from ..logformat import LOG_FORMATS, logging_config
 from ..types import DEFAULT_LEASE
+from ._params import DURATION, DURATION_HELP, format_seconds
+from .root import CliContext, main, report_error
 
 LISTEN_URL_ENV = "SQLA_QUEUE_LISTEN_URL"
 PROCESSES_ENV = "SQLA_QUEUE_PROCESSES"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -23,34 +23,64 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
 from .. import _validate
+from .._tasks import Handler, Task, TaskRegistry
 from ..db.engine import database_errors
 from ..db.executor import ARRAY_PARAMS, DriverStatements, Executor
 from ..db.notifier import Notifier
-from ..plugins.manager import emit_each, idempotency_key_asker
-from .._tasks import Handler, Task, TaskRegistry
 from ..errors import EnqueueConflictError, InvalidInputError, UnknownTaskError
+from ..plugins.calls import emit_each, idempotency_key_asker, job_meta_asker
 from ..sql import channel_name
 from ..sql.enqueue import INPUT_COLUMNS
 from ..types import JobEnqueued
 
 _ENQUEUE_ROUNDS = 5
 _ENQUEUE_OPTIONS = frozenset(
-    {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key", "priority"}
+    {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key", "priority", "meta"}
 )
 
 _NO_DELAY = timedelta(0)
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The per-job options of `Queue.enqueue` (and its asyncio face, `Task.enqueue`, and each
+    `enqueue_many` item), one definition for all of them.
+
+    `queue` and `max_attempts` (default: the task's); `run_at` (a timezone-aware datetime) or
+    `delay` (a timedelta or seconds) for a later due time; `idempotency_key` (while an active
+    job holds it, enqueue returns that job's id); `priority` (-32768 to 32767, default the
+    task's: higher is claimed first); `meta` (a mapping of string keys to JSON values stored
+    with the job and read by its handler as ``ctx.meta``, over what the `sqla_queue_job_meta`
+    hooks add)."""
+
+    queue: str | None
+    run_at: datetime | None
+    delay: timedelta | float | None
+    max_attempts: int | None
+    idempotency_key: str | None
+    priority: int | None
+    meta: Mapping[str, Any] | None
+
+
+def enqueue_options(options: dict[str, Any], where: str) -> dict[str, Any]:
+    """`options` checked for names `EnqueueOptions` does not have (a TypeError, as a function
+    with those keywords would raise)."""
+    unknown = sorted(set(options) - EnqueueOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"{where} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
+    return options
 
 
 class _Jobs:
     """Validated jobs as the INSERT's parallel columns (`sql.enqueue.INPUT_COLUMNS` order), and
     what validating them looks up once per call instead of once per job."""
 
-    __slots__ = ("columns", "keyed", "ask_key", "resolved")
+    __slots__ = ("columns", "keyed", "ask_key", "ask_meta", "resolved")
 
-    def __init__(self, ask_key: Callable[..., str | None]) -> None:
+    def __init__(self, ask_key: Callable[..., str | None], ask_meta: Callable[..., dict[str, Any] | None] | None) -> None:
         self.columns: tuple[list[Any], ...] = tuple([] for _ in INPUT_COLUMNS)
         self.keyed = 0  # jobs with an idempotency key
-        self.ask_key = ask_key  # _plugins.idempotency_key_asker: task option, then the hook
+        self.ask_key = ask_key  # plugins.calls.idempotency_key_asker: task option, then the hook
+        self.ask_meta = ask_meta  # plugins.calls.job_meta_asker; None: no hook implemented
         self.resolved: dict[Any, tuple[Any, Task]] = {}
 
     def __len__(self) -> int:
@@ -95,6 +125,16 @@ def _ids_by_input(rows: Sequence[Any], params: dict[str, Any]) -> list[int | Non
     return [by_key.get(key) if key is not None else next(keyless) for key in keys]
 
 
+def _meta_of(jobs: _Jobs, given: Mapping[str, Any] | None, task: Task, payload: Any, *options: Any) -> str | None:
+    """The job's ``meta`` as JSON text: the hooks' keys, then the caller's ``meta=`` over them;
+    None when neither gives any."""
+    if given is not None:
+        given = _validate.meta(given)
+    added = jobs.ask_meta(task, payload, *options) if jobs.ask_meta is not None else None
+    merged = {**(added or {}), **(given or {})}
+    return _validate.meta_json(merged) if merged else None
+
+
 class Enqueuer:
     """Validates jobs for `tasks` and inserts them through `executor`, resolving idempotency
     keys and announcing each job to `plugin_manager`. `Queue.enqueue` and
@@ -123,7 +163,7 @@ class Enqueuer:
         return self._enqueue_specs(batch, session=session, connection=connection) if len(batch) else []
 
     def _new_batch(self) -> _Jobs:
-        return _Jobs(idempotency_key_asker(self.plugin_manager))
+        return _Jobs(idempotency_key_asker(self.plugin_manager), job_meta_asker(self.plugin_manager))
 
     def _prepare_mapping(self, jobs: _Jobs, index: int, job: Mapping[str, Any]) -> None:
         if not isinstance(job, Mapping):
@@ -145,7 +185,7 @@ class Enqueuer:
                     jobs, job["task"], job["payload"], queue=job.get("queue"),
                     run_at=job.get("run_at"), delay=job.get("delay"),
                     max_attempts=job.get("max_attempts"), idempotency_key=job.get("idempotency_key"),
-                    priority=job.get("priority"),
+                    priority=job.get("priority"), meta=job.get("meta"),
                 )
         except (InvalidInputError, UnknownTaskError) as exc:
             raise type(exc)(f"jobs[{index}]: {exc}") from None
@@ -162,6 +202,7 @@ class Enqueuer:
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
         priority: int | None = None,
+        meta: Mapping[str, Any] | None = None,
         scheduled_at: datetime | None = None,
     ) -> None:
         """Validate one job and append it to `jobs`: nothing is appended if a check fails.
@@ -186,9 +227,12 @@ class Enqueuer:
             idempotency_key = _validate.idempotency_key(idempotency_key)
             jobs.keyed += 1
         rank = registered.priority if priority is None else _validate.priority(priority)
+        if meta is not None or jobs.ask_meta is not None:
+            meta = _meta_of(jobs, meta, registered, payload, queue_name, attempts, run_at, delay)
         for column, value in zip(
             jobs.columns,
-            (queue_name, registered.name, payload_json, when, wait, attempts, idempotency_key, rank, scheduled_at),
+            (queue_name, registered.name, payload_json, when, wait, attempts, idempotency_key, rank, scheduled_at,
+             meta),
         ):
             column.append(value)
 

@@ -28,11 +28,10 @@ from .. import _validate
 from ..errors import ConfigurationError, JobCancelledError, LostClaimError
 
 if TYPE_CHECKING:
-    from ..db.executor import Executor
-    from .outcomes import Outcomes
     from .._tasks import Task
-    from ..queue import Queue
+    from ..db.executor import Executor
     from ..types import ClaimedJob
+    from .outcomes import Outcomes
 
 
 @dataclass(frozen=True)
@@ -43,10 +42,6 @@ class HandlerSessions:
 
     engine: Engine
     executor: Executor
-
-    @classmethod
-    def of(cls, queue: Queue) -> HandlerSessions:
-        return cls(queue.engine, queue.executor)
 
     def asyncio_engine(self) -> AsyncEngine | None:
         return self.executor.asyncio_engine()

@@ -19,10 +19,9 @@ import pluggy
 from sqlalchemy import Connection
 
 from .. import _validate
-from ..plugins.manager import emit
-from .counters import EMPTY_CLAIM_CLASSIFY_INTERVAL  # noqa: F401  (documented as operations.…)
 from ..db.executor import Executor, Statements
 from ..errors import DatabaseError, InvalidInputError, JobStateError
+from ..plugins.calls import emit
 from ..sql import counters as counter_sql
 from ..types import (
     ACTIVE_STATUSES,
@@ -39,6 +38,7 @@ from ..types import (
     QueueStats,
     WorkerSeen,
 )
+from .counters import EMPTY_CLAIM_CLASSIFY_INTERVAL  # noqa: F401  (documented as operations.…)
 
 MAX_PAGE = 1000
 """The most jobs one `list_jobs` page returns."""

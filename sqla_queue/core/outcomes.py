@@ -15,11 +15,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from .. import _validate
-from .counters import Counters
-from ..db.executor import Executor
-from ..plugins.manager import emit, emit_each, failure_decision
 from .._sanitize import error_text, traceback_text
-from ..errors import InvalidInputError
+from ..db.executor import Executor
+from ..plugins.calls import emit, emit_each, failure_decision
 from ..types import (
     ClaimedJob,
     EmptyClaim,
@@ -34,17 +32,35 @@ from ..types import (
     LostClaim,
     Outcome,
 )
+from .counters import Counters
 
 
 class Outcomes:
     """Claim and settle jobs on `executor`'s table, counting with `counters`, announcing to
     `plugin_manager`."""
 
-    def __init__(self, executor: Executor, plugin_manager: Any, counters: Counters) -> None:
+    def __init__(self, executor: Executor, plugin_manager: Any, counters: Counters, *,
+                 max_result_bytes: int = _validate.DEFAULT_MAX_RESULT_BYTES) -> None:
         self.executor = executor
+        self.max_result_bytes = max_result_bytes
         self.plugin_manager = plugin_manager
         self.counters = counters
         self.statements = executor.statements
+
+    # -- results -----------------------------------------------------------------------------
+
+    def result_text(self, value: Any, whose: str) -> str | None:
+        """A handler's return value as the JSON text stored with its completion (None for
+        None); `ResultError` naming `whose` when it has no JSON form or is too large."""
+        return None if value is None else _validate.result_json(value, whose, self.max_result_bytes)
+
+    def result_texts(self, jobs: Iterable[ClaimedJob], results: Mapping[int, Any] | None) -> dict[int, str]:
+        """Every result checked before anything is written (`ResultError` names the task)."""
+        if not results:
+            return {}
+        whose = {job.id: f"task {job.task!r}" for job in jobs}
+        return {job_id: _validate.result_json(value, whose.get(job_id, f"job {job_id}"), self.max_result_bytes)
+                for job_id, value in results.items() if value is not None}
 
     # -- claims ----------------------------------------------------------------------------
 
@@ -64,16 +80,29 @@ class Outcomes:
         self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
         return jobs
 
+    def claim_by_id(self, job_id: int, worker_id: str, *, attempt: int | None = None,
+                    scheduled_at: datetime | None = None, due_only: bool = False) -> ClaimedJob | None:
+        """Claim pending job `job_id` (due or not, unless `due_only`; paused queue or not) for a
+        runner that runs exactly that job (the testing helpers, inline mode); None: not pending
+        (any more), not due, or busy. `attempt` and `scheduled_at` replace what its context
+        will say."""
+        statement = self.statements.claim_due_by_id if due_only else self.statements.claim_by_id
+        params = {"job_id": job_id, "worker_id": worker_id, "token": secrets.token_urlsafe(24),
+                  "attempt": attempt, "scheduled_at": scheduled_at}
+        with self.executor.transaction() as conn:
+            row = conn.execute(statement, params).first()
+        return None if row is None else ClaimedJob.from_row(row)
+
     def complete_and_claim(
         self, finished: Iterable[ClaimedJob], queue: str, worker_id: str, limit: int,
-        from_position: tuple[int, datetime, int] | None, results: Mapping[int, str | None],
+        from_position: Any, results: Mapping[int, str | None],
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
         """`results`: JSON text of the finished jobs' return values, by job id (absent: none)."""
         finished = list(finished)
         queue = _validate.name(queue, "queue")
         worker_id = _validate.name(worker_id, "worker_id")
         limit = _validate.non_negative_int(limit, "limit")
-        position = _position_params(from_position)
+        position = {} if from_position is None else self.executor.order.position_params(from_position)
         params = {"queue": queue, "worker_id": worker_id, "limit": limit,
                   "token": secrets.token_urlsafe(24), **position, **_held_params(finished, results)}
         with self.executor.single_statement() as conn:
@@ -310,21 +339,6 @@ def _held_params(jobs: Sequence[ClaimedJob], results: Mapping[int, str | None] |
     if results is not None:
         params["results"] = [results.get(job.id) for job in ordered]
     return params
-
-
-def _position_params(position: Any) -> dict[str, Any]:
-    """The claim's start position as parameters; none for the start of the claim order."""
-    if position is None:
-        return {}
-    if (not isinstance(position, tuple) or len(position) != 3
-            or isinstance(position[0], bool) or not isinstance(position[0], int)
-            or not isinstance(position[1], datetime) or position[1].tzinfo is None
-            or isinstance(position[2], bool) or not isinstance(position[2], int)):
-        raise InvalidInputError(
-            "from_position must be None or a (priority, run_at, id) tuple of an integer, an aware "
-            "datetime and an integer"
-        )
-    return {"from_priority": position[0], "from_run_at": position[1], "from_id": position[2]}
 
 
 def _queue_wait(job: ClaimedJob, run_at: datetime | None) -> timedelta | None:

@@ -1,5 +1,5 @@
-"""Periodic jobs: schedules declared on a queue (`Queue.periodic`), and the `Scheduler` every
-worker runs in its claim loop.
+"""Periodic jobs: schedules declared on a queue (`Queue.periodic`); the `Scheduler` every worker
+runs in its claim loop is `sqla_queue.services.scheduler`.
 
 A schedule's ticks are instants: an interval schedule's are multiples of its interval since
 the Unix epoch, a cron schedule's are croniter's matches of the expression in the schedule's
@@ -13,22 +13,16 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import zoneinfo
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone as dt_timezone, tzinfo
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta, tzinfo
+from datetime import timezone as dt_timezone
+from typing import Any, TypedDict
 
 from .. import _validate
-from .._tasks import Task
-from ..errors import ConfigurationError, DatabaseError, SqlaQueueError, UnknownTaskError
-
-if TYPE_CHECKING:
-    from .._tasks import TaskRegistry
-    from ..queue import Queue
-
-logger = logging.getLogger("sqla_queue.scheduling")
+from .._tasks import Task, TaskRegistry
+from ..errors import ConfigurationError, SqlaQueueError, UnknownTaskError
 
 MAX_BACKFILL = 1000
 """The most missed ticks one pass enqueues for a ``backfill=True`` schedule (the latest ones):
@@ -190,6 +184,23 @@ class Schedule:
         return self.timing.ticks(after, until, limit)
 
 
+class PeriodicOptions(TypedDict, total=False):
+    """`Queue.periodic`'s options: exactly one of `cron` (croniter's syntax; a sixth field counts
+    seconds) and `every` (a timedelta or seconds; ticks are multiples of it since the Unix
+    epoch); `payload` of each tick's job; `queue` and `priority` (default: the task's);
+    `timezone` (an IANA name, default UTC) a cron expression is read in; `backfill` (enqueue
+    ticks missed while no worker ran, up to `MAX_BACKFILL`); `name` (default: the task's)."""
+
+    cron: str | None
+    every: timedelta | float | None
+    payload: Mapping[str, Any] | None
+    queue: str | None
+    priority: int | None
+    timezone: str | None
+    backfill: bool
+    name: str | None
+
+
 class Schedules:
     """The schedules declared on one queue (`Queue.periodic`); shared by every copy of the
     queue (`Queue.on_engine`), as its tasks are."""
@@ -204,6 +215,9 @@ class Schedules:
         """Declare a schedule of `target` (a Task, or a handler that `register` makes one) and
         return the task. Every option is checked before a handler is registered; the payload's
         size last, against the limit of the task it is for."""
+        unknown = sorted(set(options) - PeriodicOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"periodic() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
         fields = {"timezone": "UTC" if timezone is None else timezone,
                   "payload": {} if payload is None else payload, **options}
         draft = Schedule(name=(_task_name_of(target) or "unnamed") if name is None else name, task="",
@@ -274,115 +288,3 @@ def _format_interval(interval: timedelta) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g}{unit}"
     return f"{seconds:g}s"
-
-
-# -- the worker's scheduler ----------------------------------------------------------------
-
-
-class Scheduler:
-    """Enqueues the due ticks of `queue`'s schedules; one per worker.
-
-    Between ticks it costs a clock read: it knows when each schedule's next tick comes (local
-    clock) and touches the database only then. A tick is enqueued by `fire_tick`, whose
-    transaction the schedule's row decides. Without backfill, ticks that came due before this
-    scheduler started (a worker's downtime) are never enqueued by it; with backfill, a pass
-    enqueues every tick since the schedule's last one (at most `MAX_BACKFILL`).
-    """
-
-    def __init__(self, queue: Queue, *, clock: Callable[[], datetime] | None = None) -> None:
-        self.queue = queue
-        self._clock = clock or _utc_now
-        self._started: datetime | None = None
-        self._due: dict[str, datetime] = {}
-
-    def run_if_due(self) -> int:
-        """Enqueue the ticks that came due since the last pass; returns how many this worker
-        enqueued (ticks another worker got first are not counted)."""
-        now = self._clock()
-        enqueued = 0
-        for schedule in self.queue.schedules:
-            if self._due_of(schedule, now) <= now:
-                enqueued += self._pass(schedule, now)
-                self._due[schedule.name] = schedule.next_tick(now)
-        return enqueued
-
-    def seconds_until_due(self) -> float | None:
-        """Seconds until the next tick of any schedule; None without schedules."""
-        schedules = self.queue.schedules
-        if not schedules:
-            return None
-        now = self._clock()
-        soonest = min(self._due_of(schedule, now) for schedule in schedules)
-        return max(0.0, (soonest - now).total_seconds())
-
-    def _due_of(self, schedule: Schedule, now: datetime) -> datetime:
-        """When `schedule` next comes due; at first, its first tick after this scheduler's
-        first look (which is when it started)."""
-        if self._started is None:
-            self._started = now
-        due = self._due.get(schedule.name)
-        if due is None:
-            due = self._due[schedule.name] = schedule.next_tick(self._started)
-        return due
-
-    def _pass(self, schedule: Schedule, now: datetime) -> int:
-        """One schedule's due ticks. A database error propagates (the claim loop backs off and
-        the tick is tried again); anything else (a job the enqueue refuses: a plugin, a payload
-        over a limit lowered since) is logged and the tick skipped: a schedule must not stop the
-        worker's claims."""
-        try:
-            return fire_tick(self.queue, schedule, now, not_before=self._started or now)
-        except DatabaseError:
-            raise
-        except SqlaQueueError as exc:
-            logger.error("schedule %r: could not enqueue its tick: %s", schedule.name, exc)
-        except Exception:
-            logger.exception("schedule %r: could not enqueue its tick", schedule.name)
-        return 0
-
-
-def fire_tick(queue: Queue, schedule: Schedule, now: datetime, *, not_before: datetime) -> int:
-    """Enqueue `schedule`'s due ticks as of `now`, once across every worker; returns how many
-    jobs this call inserted.
-
-    One transaction: without backfill, the latest tick in ``(not_before, now]``; with backfill,
-    the ticks since the schedule's last one (its row locked while they are counted; the first
-    time, only the latest, as without). The conditional upsert of the latest tick then decides:
-    it returns the row only if the stored tick was older, and only then are the jobs inserted.
-    A racing worker's upsert waits for this transaction and then finds its tick taken.
-    """
-    statements = queue.executor.statements
-    with queue.executor.transaction() as conn:
-        after = not_before
-        limit = 1
-        if schedule.backfill:
-            last = conn.execute(statements.schedule_last_tick_locked, {"name": schedule.name}).scalar_one_or_none()
-            if last is not None:
-                after, limit = last, MAX_BACKFILL
-        ticks = schedule.due_ticks(after, now, limit)
-        if not ticks:
-            return 0
-        advanced = conn.execute(statements.advance_schedule, {"name": schedule.name, "tick": ticks[-1]}).first()
-        if advanced is None:
-            return 0
-        for tick in ticks:
-            queue.enqueue_tick(schedule, tick, connection=conn)
-    if len(ticks) > 1:
-        logger.info("schedule %r: enqueued %d missed ticks, the last for %s", schedule.name, len(ticks), ticks[-1])
-    else:
-        logger.debug("schedule %r: enqueued the tick of %s", schedule.name, ticks[0])
-    return len(ticks)
-
-
-def last_ticks(queue: Queue) -> dict[str, datetime]:
-    """The last tick enqueued of each of `queue`'s schedules that has run (the CLI's view)."""
-    names = [s.name for s in queue.schedules]
-    if not names:
-        return {}
-    with queue.executor.connection() as conn:
-        rows = conn.execute(queue.executor.statements.schedule_last_ticks, {"names": names}).all()
-    return {row.name: row.last_tick for row in rows}
-
-
-def _utc_now() -> datetime:
-    return datetime.now(dt_timezone.utc)

@@ -36,8 +36,9 @@ from sqlalchemy import Connection
 
 from .. import _validate
 from ..errors import InvalidInputError, SqlaQueueError, WaitTimeoutError
+from ..states import FINISHED_STATUSES
+from ..types import JobView
 from .operations import job_view
-from ..types import FINISHED_STATUSES, JobView
 
 if TYPE_CHECKING:
     from ..db.executor import Executor, Statements
@@ -86,18 +87,18 @@ class _Deadline:
         return payload == "" or str(self.job_id) in payload.split(",")
 
 
-def wait(queue: Any, job_id: int, timeout: timedelta | float | None) -> JobView:
-    """`Queue.wait`: the job's view once it is finished."""
+def wait(core: Any, job_id: int, timeout: timedelta | float | None) -> JobView:
+    """`Queue.wait` on `core` (`sqla_queue.core.Core`): the job's view once it is finished."""
     state = _Deadline(job_id, timeout)
-    read = partial(queue.get_job, state.job_id)
+    read = partial(core.operations.get_job, state.job_id)
     done = state.finished(read())  # already finished: no LISTEN connection needed
     if done is not None:
         return done
     state.next_wait()  # a timeout of 0 ends here
-    executor: Executor = queue.executor
+    executor: Executor = core.executor
     watch = partial(_watch_job, executor.statements, state.job_id)
     try:
-        with executor.listening(queue.call_timeout, executor.statements.listen_finished) as driver:
+        with executor.listening(executor.call_timeout, executor.statements.listen_finished) as driver:
             with executor.transaction() as conn:
                 watch(conn, None)
             return _until_finished(state, read, partial(_notified, driver, state))
@@ -108,10 +109,10 @@ def wait(queue: Any, job_id: int, timeout: timedelta | float | None) -> JobView:
         return _until_finished(state, read, lambda: time.sleep(state.next_wait()))
 
 
-async def wait_async(queue: Any, job_id: int, timeout: timedelta | float | None) -> JobView:
+async def wait_async(core: Any, job_id: int, timeout: timedelta | float | None) -> JobView:
     """`Queue.wait_async`: `wait` on the queue's asyncio engine, awaiting on the event loop."""
     state = _Deadline(job_id, timeout)
-    executor: Executor = queue.executor
+    executor: Executor = core.executor
     read = partial(executor.run_async, partial(_read_job, executor.statements, state.job_id), None, None)
     done = state.finished(await read())
     if done is not None:

@@ -1,4 +1,4 @@
-"""How the pages write times, durations, rates and payloads: the CLI's own formats (UTC to the
+"""How the pages write times, durations, rates and payloads: the CLI's own formats (`sqla_queue.ops.formatting`) (UTC to the
 second, ``4m05s``, payloads cut at the CLI's preview size), so a terminal and the dashboard
 quote the same job the same way. Jinja's autoescape escapes every value these return."""
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..cli._params import PAYLOAD_PREVIEW_CHARS, payload_size, payload_text, timestamp
-from ..ops.doctor import format_duration
+from ..ops.formatting import PAYLOAD_PREVIEW_CHARS, format_duration, payload_size, payload_text, timestamp
 
 __all__ = ["PAYLOAD_PREVIEW_CHARS", "age", "duration", "payload_size", "payload_text", "per_minute",
            "percent", "seconds_text", "timestamp"]

@@ -7,16 +7,16 @@ Each page reads through the Queue's public methods, the same index-served statem
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ..ops.doctor import Doctor, Verdict
 from ..errors import InvalidInputError
+from ..ops.doctor import Doctor, Verdict
 from ..types import JobStatus
 from . import history
 from .plots import latest, line_chart, with_colors

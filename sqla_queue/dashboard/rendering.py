@@ -23,8 +23,17 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from . import formatting
-from .security import (CSRF_COOKIE, CSRF_FIELD, FLASH_COOKIE, Auth, Signer, allowed, decode_flash,
-                       encode_flash, new_nonce)
+from .security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    FLASH_COOKIE,
+    Auth,
+    Signer,
+    allowed,
+    decode_flash,
+    encode_flash,
+    new_nonce,
+)
 
 if TYPE_CHECKING:
     from ..queue import Queue

@@ -17,7 +17,8 @@ from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, exc as sa_exc
+from sqlalchemy import Connection
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import Select

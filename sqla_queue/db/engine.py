@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import logging
-import math
-import os
 import select
-import socket
-import threading
 import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, create_engine, event, exc as sa_exc
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from .deadline import driver_deadline
 from .._sanitize import error_text
 from ..errors import ConfigurationError, DatabaseError
 from ..sql import session as session_sql
@@ -53,6 +49,11 @@ class Capabilities:
 # Engines built here, with what their hooks make possible. Keyed by the engine object, which
 # `dispose()` keeps; weak, so a dropped engine is forgotten.
 _BUILT: weakref.WeakKeyDictionary[Engine, Capabilities] = weakref.WeakKeyDictionary()
+
+
+def record_capabilities(engine: Engine, capabilities: Capabilities) -> None:
+    """What `engine`, built by this package, is known to allow (`capabilities_of` reads it)."""
+    _BUILT[engine] = capabilities
 
 
 def capabilities_of(engine: Engine) -> Capabilities:
@@ -93,8 +94,8 @@ def make_engine(url: str | URL) -> Engine:
         engine = create_engine(parsed, hide_parameters=True, connect_args=driver_options(parsed))
     except (sa_exc.ArgumentError, ImportError) as exc:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
-    event.listen(engine, "connect", _note_default_isolation)
-    event.listen(engine, "checkin", _note_checkin)
+    event.listen(engine, "connect", note_default_isolation)
+    event.listen(engine, "checkin", note_checkin)
     event.listen(engine, "checkout", _ping_if_idle_or_signalled)
     _BUILT[engine] = Capabilities(driver_fast_path=engine.dialect.driver == "psycopg", autocommit_enqueue=True)
     return engine
@@ -116,7 +117,7 @@ def make_async_engine(url: str | URL) -> AsyncEngine:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
     # The same checkout ping as `make_engine`'s: SQLAlchemy runs pool events of an asyncio
     # engine in its greenlet, where the adapted DBAPI connection answers like a synchronous one.
-    event.listen(engine.sync_engine, "checkin", _note_checkin)
+    event.listen(engine.sync_engine, "checkin", note_checkin)
     event.listen(engine.sync_engine, "checkout", _ping_if_idle_or_signalled)
     return engine
 
@@ -214,7 +215,7 @@ def is_url_of(url: str, engine: Engine) -> bool:
 # self-contained statement may run in autocommit: it is then its own READ COMMITTED transaction,
 # one round trip instead of BEGIN + statement + COMMIT. The session is only looked at, never
 # changed: code sharing the engine (``Session(queue.engine)``) keeps the database's defaults.
-_READS_COMMITTED = "sqla_queue_reads_committed"
+READS_COMMITTED = "sqla_queue_reads_committed"
 
 
 # The session statements of `sql.session`, rendered once (they carry no values).
@@ -223,9 +224,9 @@ READ_COMMITTED_BY_DEFAULT = session_sql.constant_text(session_sql.read_committed
 PROBE = session_sql.constant_text(session_sql.probe())
 
 
-def _note_default_isolation(dbapi_connection, connection_record) -> None:
+def note_default_isolation(dbapi_connection, connection_record) -> None:
     (level,) = run_constant(dbapi_connection, DEFAULT_ISOLATION)
-    connection_record.info[_READS_COMMITTED] = level == "read committed"
+    connection_record.info[READS_COMMITTED] = level == "read committed"
 
 
 def run_constant(dbapi_connection, statement: str, *, commit: bool = False) -> tuple | None:
@@ -244,7 +245,7 @@ def run_constant(dbapi_connection, statement: str, *, commit: bool = False) -> t
 def autocommit_reads_committed(conn: Connection | PoolProxiedConnection) -> bool:
     """Whether an autocommit statement on `conn` (from a `make_engine` engine, as a `Connection`
     or straight from the pool) runs READ COMMITTED."""
-    return conn.info.get(_READS_COMMITTED) is True
+    return conn.info.get(READS_COMMITTED) is True
 
 
 def _ping_if_idle_or_signalled(dbapi_connection, connection_record, connection_proxy) -> None:
@@ -261,7 +262,7 @@ def _ping_if_idle_or_signalled(dbapi_connection, connection_record, connection_p
     if checked_in is None:
         return  # brand new
     idle = time.monotonic() - checked_in >= PING_IF_IDLE_FOR
-    if not idle and not _has_pending_input(connection_proxy.driver_connection):
+    if not idle and not has_pending_input(connection_proxy.driver_connection):
         return
     try:
         run_constant(dbapi_connection, PROBE)
@@ -269,7 +270,7 @@ def _ping_if_idle_or_signalled(dbapi_connection, connection_record, connection_p
         raise sa_exc.DisconnectionError(error_text(exc)) from None
 
 
-def _has_pending_input(dbapi_connection) -> bool:
+def has_pending_input(dbapi_connection) -> bool:
     """True if the server sent something to this idle connection (or its socket is unusable).
     A non-blocking poll of the socket: a couple of microseconds, no round trip."""
     try:
@@ -283,223 +284,14 @@ def _has_pending_input(dbapi_connection) -> bool:
         return True
 
 
-def worker_engine(
-    engine: Engine, *, pool_size: int, call_timeout: float, prepared_statements: bool = True
-) -> Engine:
-    """A dedicated engine for a worker, whose connections are made the way `engine` makes its own.
-
-    Connections: the application's engine knows how to connect (``connect_args`` such as
-    ``application_name`` or ``sslmode``, ``do_connect`` listeners that fetch an IAM token,
-    a ``creator``, pool ``connect`` listeners), but SQLAlchemy keeps none of that where it can
-    be read back: ``connect_args`` live in a closure, and rebuilding an engine from
-    ``engine.url`` drops them all. `Pool.recreate` (public, what ``Engine.dispose`` uses) gives
-    a pool configured exactly like the application's, with the same creator and a copy of its
-    listeners; each worker connection is checked out of that template and detached from it
-    (`PoolProxiedConnection.detach`, public), so it went through every hook the application
-    registered, and then belongs to the worker's own pool. No private attribute is read, and
-    the application's own pool is never touched. What the worker adds comes after: TCP
-    keepalives and ``tcp_user_timeout`` set on the socket (the same socket options libpq sets
-    from the connection parameters of the same names), a bound on the time a connection may
-    take (`connect_within`), and the settings below.
-
-    Its connections run in autocommit. On a direct connection (`prepared_statements`, i.e. not
-    behind PgBouncer's transaction pooling) every session it opens is set to default to READ
-    COMMITTED: a self-contained statement (the worker's complete-and-claim round) is then its
-    own transaction, one round trip instead of BEGIN + statement + COMMIT. Behind PgBouncer a
-    session setting would not follow the statement to its server connection, so the session's
-    default is only read (`autocommit_reads_committed`): it is the database's (PostgreSQL's own
-    default is READ COMMITTED, and every server connection of the pool has the same), and where
-    it is something else self-contained statements get explicit READ COMMITTED transactions.
-    Multi-statement work always gets explicit READ COMMITTED transactions through
-    `library_engine`.
-
-    Pre-ping runs in the pool's checkout event under the same client-side deadline as every
-    other worker call, instead of SQLAlchemy's built-in ``pool_pre_ping`` whose ``SELECT 1``
-    could wait forever on a half-open connection. A failed ping discards the connection and the
-    pool tries a fresh one, so a server restart costs no failed call.
-    """
-    require_psycopg(engine)
-    ours = create_engine(
-        engine.url,
-        creator=_connections_like(engine, call_timeout=call_timeout, prepared_statements=prepared_statements),
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=False,
-        hide_parameters=True,
-        isolation_level="AUTOCOMMIT",
-    )
-    event.listen(ours, "connect", _read_committed_by_default if prepared_statements else _note_default_isolation)
-    event.listen(ours, "checkin", _note_checkin)
-    event.listen(ours, "checkout", _bounded_ping(call_timeout))
-    _BUILT[ours] = Capabilities(driver_fast_path=True, autocommit_single_statements=True)
-    return ours
-
-
-def require_psycopg(engine: Engine) -> None:
-    """The worker LISTENs, cuts stalled calls and runs its claim statement through psycopg 3;
-    with another driver it would fail later and less clearly. Enqueueing needs no such thing."""
-    if engine.dialect.driver != "psycopg":
-        raise ConfigurationError(
-            f"the worker needs psycopg 3, and this engine uses {engine.url.drivername}. Enqueueing "
-            "through it is fine; give the worker a psycopg 3 engine on the same database: "
-            "queue.worker(engine=create_engine('postgresql+psycopg://...')), or on the command line "
-            "--database-url postgresql+psycopg://..."
-        )
-
-
-def _connections_like(engine: Engine, *, call_timeout: float, prepared_statements: bool):
-    """A ``creator`` for the worker's engine: see `worker_engine`."""
-    template = engine.pool.recreate()
-    seconds = max(2, math.ceil(call_timeout))  # libpq's own minimum connect_timeout is 2 s
-    timed_out = engine.dialect.loaded_dbapi.OperationalError
-
-    def make():
-        proxied = template.connect()  # the application's creator, do_connect and pool listeners
-        proxied.detach()
-        return proxied.dbapi_connection
-
-    def connect():
-        dbapi_connection = connect_within(seconds, make, timed_out)
-        try:
-            dbapi_connection.commit()  # ends a transaction a connect listener left open; else no-op
-            keep_alive(dbapi_connection, call_timeout)
-            if not prepared_statements:
-                dbapi_connection.prepare_threshold = None  # PgBouncer (transaction mode) before 1.21
-        except BaseException:
-            dbapi_connection.close()
-            raise
-        return dbapi_connection
-
-    return connect
-
-
-def connect_within(seconds: float, make, timed_out: type[Exception]):
-    """``make()`` on a thread of its own, given up after `seconds` (raising `timed_out`, the
-    driver's OperationalError, which SQLAlchemy and the worker treat as a failed call).
-
-    The application's engine decides how a connection is made, so the worker cannot pass its
-    own ``connect_timeout``; psycopg would otherwise wait up to its default of 130 s, during
-    which the lease keeper cannot fence what it holds. An attempt given up on finishes on its
-    daemon thread and closes what it got.
-    """
-    attempt = _Attempt(make)
-    threading.Thread(target=attempt.run, name="sqla-queue-connect", daemon=True).start()
-    return attempt.result(seconds, timed_out)
-
-
-class _Attempt:
-    """One connection attempt: whoever comes second (the caller giving up, or the connection
-    arriving late) decides, under the lock, that the connection is closed."""
-
-    def __init__(self, make) -> None:
-        self._make = make
-        self._lock = threading.Lock()
-        self._finished = threading.Event()
-        self._abandoned = False
-        self._connection = None
-        self._error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            connection = self._make()
-        except BaseException as exc:
-            self._error = exc
-        else:
-            with self._lock:
-                if self._abandoned:
-                    _close_quietly(connection)
-                else:
-                    self._connection = connection
-        finally:
-            self._finished.set()
-
-    def result(self, seconds: float, timed_out: type[Exception]):
-        self._finished.wait(seconds)
-        with self._lock:
-            if self._connection is None and self._error is None:
-                self._abandoned = True
-                raise timed_out(f"connection attempt timed out after {seconds:g}s")
-        if self._error is not None:
-            raise self._error
-        return self._connection
-
-
-def _close_quietly(dbapi_connection) -> None:
-    try:
-        dbapi_connection.close()
-    except Exception:
-        pass
-
-
-def keep_alive(dbapi_connection, call_timeout: float) -> None:
-    """TCP keepalives and ``tcp_user_timeout`` (unacknowledged sends abort the connection) on a
-    connected socket, as libpq sets them from its connection parameters; Unix sockets have none."""
-    seconds = max(1, math.ceil(call_timeout))
-    options = (
-        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
-        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", getattr(socket, "TCP_KEEPALIVE", None)), seconds),
-        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), max(1, seconds // 3)),
-        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), 3),
-        (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), seconds * 1000),
-    )
-    try:
-        duplicate = os.dup(dbapi_connection.fileno())  # closing it leaves the driver's socket open
-        try:
-            sock = socket.socket(fileno=duplicate)
-        except OSError:
-            os.close(duplicate)
-            raise
-        with sock:
-            if sock.family not in (socket.AF_INET, socket.AF_INET6):
-                return
-            for level, option, value in options:
-                if option is not None:
-                    sock.setsockopt(level, option, value)
-    except OSError as exc:
-        logger.warning("worker connection: cannot set TCP keepalives: %s", error_text(exc))
-
-
-def _read_committed_by_default(dbapi_connection, connection_record) -> None:
-    """Autocommit statements run at the session's default isolation, which a server may set
-    to REPEATABLE READ or SERIALIZABLE; claims there fail with serialization errors."""
-    run_constant(dbapi_connection, READ_COMMITTED_BY_DEFAULT, commit=True)
-    connection_record.info[_READS_COMMITTED] = True
-
-
 # A connection back in use within this many seconds is not pinged: one that broke meanwhile
 # fails its statement, which every worker call retries. Pinging only idle connections keeps
 # the extra round trip off the hot path and still makes a restart during a quiet spell free.
 PING_IF_IDLE_FOR = 1.0
 
 
-def _note_checkin(dbapi_connection, connection_record) -> None:
+def note_checkin(dbapi_connection, connection_record) -> None:
     connection_record.info["checked_in"] = time.monotonic()
-
-
-# A worker's connection is pinged at checkout only when the server has said something to it (a
-# restart or a terminated backend: `_has_pending_input`, no round trip) or after this long idle.
-# Its TCP keepalives report a silently dead peer as a socket error, which also counts as
-# pending input; the ping after a long rest covers sockets without keepalives. Pinging at every
-# checkout after `PING_IF_IDLE_FOR` instead cost an idle worker one extra transaction per poll
-# interval and every wake-up one extra round trip.
-WORKER_PING_IF_IDLE_FOR = 30.0
-
-
-def _bounded_ping(call_timeout: float):
-    def ping(dbapi_connection, connection_record, connection_proxy) -> None:
-        checked_in = connection_record.info.get("checked_in")
-        if checked_in is None:
-            return  # brand new
-        rested = time.monotonic() - checked_in >= WORKER_PING_IF_IDLE_FOR
-        if not rested and not _has_pending_input(dbapi_connection):
-            return
-        try:
-            with driver_deadline(dbapi_connection, call_timeout):
-                run_constant(dbapi_connection, PROBE)
-        except Exception as exc:
-            raise sa_exc.DisconnectionError(error_text(exc)) from None
-
-    return ping
 
 
 @contextmanager

@@ -43,237 +43,63 @@ parameters) is free of I/O style, which is what lets both faces share it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Table, exc as sa_exc
-from sqlalchemy.engine import URL, Dialect
+from sqlalchemy import Connection, Engine, Table
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.expression import Executable
 
-from .. import sql
+from ..errors import ConfigurationError, InvalidInputError
+from ..sql.claim import DEFAULT_ORDER, ClaimOrder
+from .asyncio import AsyncSide
 from .deadline import deadline, driver_deadline
-from .driver import DriverStatement
 from .engine import (
     PROBE,
     Capabilities,
-    async_library_engine,
     autocommit_reads_committed,
     capabilities_of,
     database_errors,
     library_engine,
-    make_async_engine,
     make_engine,
 )
-from ..errors import ConfigurationError, InvalidInputError
-from ..models import counters_table, queues_table, samples_table
-from ..sql import counters as counter_sql
-from ..sql import operator_actions as ops_sql
-from ..sql import prune as prune_sql
-from ..sql import queues as queues_sql
-from ..sql import samples as samples_sql
-from ..sql import schedules as schedule_sql
-from ..sql import stats as stats_sql
-from ..sql.enqueue import INPUT_COLUMNS
-from ..sql.notify import listen_finished
-from ..types import JobStatus
+from .statements import ARRAY_PARAMS, DriverStatements, Statements
 
-__all__ = ["Capabilities", "DriverStatements", "Executor", "Statements", "ARRAY_PARAMS"]
+__all__ = ["ARRAY_PARAMS", "Capabilities", "DriverStatements", "Executor", "Statements"]
 
-ARRAY_PARAMS = tuple(f"{name}s" for name in INPUT_COLUMNS)
-"""`sql.insert_jobs`' array parameters, one per input column."""
+T = TypeVar("T")
 
+_REFUSED_ON_ASYNC_ENGINE = (
+    "this Queue was built from an AsyncEngine, so it runs only asyncio calls: use enqueue_async "
+    "or enqueue_many_async, or build the Queue from a database URL (it serves both) or a "
+    "synchronous Engine for synchronous calls"
+)
+_NO_ASYNC_ENGINE = (
+    "this Queue was built from a synchronous Engine and has no asyncio engine of its own: pass "
+    "session=AsyncSession or connection=AsyncConnection, or build the Queue from a database URL "
+    "(it serves both) or an AsyncEngine"
+)
 
-class _Built:
-    """A `Statements` attribute built on first use and then kept: a process that only enqueues
-    (a web request, a script) builds two statements, not every one the worker and the operator
-    commands run -- building them all took longer than the first enqueue itself. Two threads
-    racing on first use each build one; they are equal, and the later one is kept."""
-
-    def __init__(self, build: Callable[[Statements], Any]) -> None:
-        self.build = build
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, statements: Statements | None, owner: type) -> Any:
-        if statements is None:
-            return self
-        value = statements.__dict__[self.name] = self.build(statements)
-        return value
-
-
-class Statements:
-    """Every Core statement sqla_queue runs on one job table (and its counters table), one
-    instance per table (`for_table`), each statement built on first use (`_Built`)."""
-
-    def __init__(self, table: Table) -> None:
-        self.table = table
-        self._variants: dict[tuple, Any] = {}
-        self._variants_lock = threading.Lock()
-
-    counters = _Built(lambda s: counters_table(s.table))
-    queues = _Built(lambda s: queues_table(s.table))
-    samples = _Built(lambda s: samples_table(s.table))
-
-    # enqueue
-    insert = _Built(lambda s: sql.insert_jobs(s.table))
-    insert_one = _Built(lambda s: sql.insert_job(s.table))
-    find_keys = _Built(lambda s: sql.find_active_keys(s.table))
-    wake_queues = _Built(lambda s: sql.wake_queues(s.table))
-    # claim, outcomes, leases, recovery
-    claim = _Built(lambda s: sql.claim_jobs(s.table))
-    complete_and_claim = _Built(lambda s: sql.complete_and_claim_jobs(s.table))
-    complete_and_claim_from = _Built(lambda s: sql.complete_and_claim_jobs(s.table, from_position=True))
-    complete = _Built(lambda s: sql.complete_job(s.table))
-    complete_in_handler_transaction = _Built(lambda s: sql.complete_in_handler_transaction(s.table))
-    complete_many = _Built(lambda s: sql.complete_jobs_announced(s.table))
-    retry = _Built(lambda s: sql.retry_job(s.table))
-    fail = _Built(lambda s: sql.fail_job(s.table))
-    snooze = _Built(lambda s: sql.snooze_job(s.table))
-    requeue_expired = _Built(lambda s: sql.requeue_expired(s.table))
-    fail_expired = _Built(lambda s: sql.fail_exhausted_expired(s.table))
-    cancel_expired = _Built(lambda s: sql.cancel_expired(s.table))
-    select_job = _Built(lambda s: sql.select_job(s.table))
-    watch_job = _Built(lambda s: sql.watch_job(s.table))
-    claim_state = _Built(lambda s: sql.claim_state(s.table))
-    renew = _Built(lambda s: sql.renew_leases(s.table))
-    release = _Built(lambda s: sql.release_jobs(s.table))
-    listen = _Built(lambda s: sql.listen(s.table))
-    listen_finished = _Built(lambda s: listen_finished(s.table))
-    # counters
-    count_events = _Built(lambda s: counter_sql.count_events(s.counters))
-    count_empty = _Built(lambda s: counter_sql.count_empty_claim(s.table, s.counters))
-    # operator reads and writes
-    now = _Built(lambda s: stats_sql.database_now())
-    health = _Built(lambda s: stats_sql.queue_health(s.table))
-    completed_in_window = _Built(lambda s: stats_sql.completed_in_window(s.table))
-    failed_in_window = _Built(lambda s: stats_sql.failed_in_window(s.table))
-    counted_in_window = _Built(lambda s: stats_sql.counted_in_window(s.counters))
-    job_state = _Built(lambda s: ops_sql.job_state(s.table))
-    key_holder = _Built(lambda s: ops_sql.active_key_holder(s.table))
-    retry_failed = _Built(lambda s: ops_sql.retry_failed_job(s.table))
-    # queue control
-    pause = _Built(lambda s: queues_sql.pause_queue(s.queues))
-    resume = _Built(lambda s: queues_sql.resume_queue(s.queues))
-    queue_states = _Built(lambda s: queues_sql.queue_states(s.table, s.queues))
-    queue_state = _Built(lambda s: queues_sql.queue_states(s.table, s.queues, one=True))
-    paused_queues = _Built(lambda s: queues_sql.paused_queues(s.queues))
-    cancelled_in_window = _Built(lambda s: stats_sql.cancelled_in_window(s.table))
-    cancel = _Built(lambda s: ops_sql.cancel_job(s.table))
-    # the dashboard's reads: history, workers
-    record_sample = _Built(lambda s: samples_sql.record_sample(s.table, s.counters, s.samples))
-    history = _Built(lambda s: samples_sql.history(s.samples))
-    queue_history = _Built(lambda s: samples_sql.history(s.samples, by_queue=True))
-    workers_seen = _Built(lambda s: stats_sql.workers_seen(s.table))
-    # schedules
-    advance_schedule = _Built(lambda s: schedule_sql.advance_schedule(s.table))
-    schedule_last_tick_locked = _Built(lambda s: schedule_sql.last_tick_locked(s.table))
-    schedule_last_ticks = _Built(lambda s: schedule_sql.last_ticks(s.table))
-    # retention
-    prune = _Built(lambda s: {
-        "completed": prune_sql.prune_finished(s.table, JobStatus.COMPLETED),
-        "failed": prune_sql.prune_finished(s.table, JobStatus.FAILED),
-        "cancelled": prune_sql.prune_finished(s.table, JobStatus.CANCELLED),
-        "counters": counter_sql.prune_counters(s.counters),
-    })
-
-    @staticmethod
-    @lru_cache(maxsize=64)
-    def for_table(table: Table) -> Statements:
-        return Statements(table)
-
-    def list_jobs(self, status: JobStatus | None, by_queue: bool, by_task: bool, paged: bool,
-                  created_after: bool = False, created_before: bool = False) -> Any:
-        """The `list_jobs` page statement for this combination of filters."""
-        return self._variant(ops_sql.list_jobs, status=status, by_queue=by_queue, by_task=by_task, paged=paged,
-                             created_after=created_after, created_before=created_before)
-
-    def retry_jobs(self, **filters: bool) -> Any:
-        """The bulk retry statement for this combination of filters (`ops_sql.retry_failed_jobs`)."""
-        return self._variant(ops_sql.retry_failed_jobs, **filters)
-
-    def cancel_jobs(self, statuses: tuple[JobStatus, ...], **filters: bool) -> Any:
-        """The bulk cancel statement for these statuses and filters (`ops_sql.cancel_jobs`)."""
-        return self._variant(ops_sql.cancel_jobs, statuses, **filters)
-
-    def count_matching(self, statuses: tuple[JobStatus, ...], **filters: bool) -> Any:
-        """How many jobs a bulk action's filter matches (`ops_sql.count_matching`)."""
-        return self._variant(_count_matching, statuses, **filters)
-
-    def _variant(self, build: Callable[..., Any], *args: Any, **flags: Any) -> Any:
-        """A statement whose shape depends on which filters a call gives, built once per shape."""
-        key = (build, args, tuple(sorted(flags.items())))
-        statement = self._variants.get(key)
-        if statement is None:
-            with self._variants_lock:
-                statement = self._variants.setdefault(key, build(self.table, *args, **flags))
-        return statement
-
-
-def _count_matching(table: Table, statuses: tuple[JobStatus, ...], **filters: bool) -> Any:
-    return ops_sql.count_matching(table, ops_sql.bulk_filter(table, statuses, **filters))
-
-
-class DriverStatements:
-    """The hot statements compiled for a psycopg dialect (`_driver.DriverStatement`), each on
-    first use: an enqueuing process compiles the INSERT, not the worker's round."""
-
-    def __init__(self, statements: Statements, dialect: Dialect) -> None:
-        self.statements = statements
-        self.dialect = dialect
-
-    def _compiled(self, statement: Any, sample: dict[str, Any], binary: tuple[str, ...] = ()) -> DriverStatement:
-        return DriverStatement(statement, self.dialect, sample, binary=binary)
-
-    @cached_property
-    def round(self) -> DriverStatement:
-        return self._compiled(self.statements.complete_and_claim, _ROUND_SAMPLE)
-
-    @cached_property
-    def round_from(self) -> DriverStatement:
-        return self._compiled(self.statements.complete_and_claim_from, {
-            **_ROUND_SAMPLE, "from_priority": 0, "from_run_at": None, "from_id": 0,
-        })
-
-    @cached_property
-    def insert_one(self) -> DriverStatement:
-        return self._compiled(self.statements.insert_one,
-                              {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
-
-    @cached_property
-    def insert(self) -> DriverStatement:
-        return self._compiled(self.statements.insert,
-                              {**dict.fromkeys(ARRAY_PARAMS, []), "channel": "", "notify": True}, ARRAY_PARAMS)
-
-    @cached_property
-    def find_keys(self) -> DriverStatement:
-        return self._compiled(self.statements.find_keys, {"keys": []})
-
-    @cached_property
-    def wake_queues(self) -> DriverStatement:
-        return self._compiled(self.statements.wake_queues, {"queues": []}, ("queues",))
-
-
-_ROUND_SAMPLE = {"queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": [], "results": []}
 
 
 class Executor:
     """Runs `statements` on one engine with the modes its `capabilities` allow (module docs)."""
 
     def __init__(self, engine: Engine, table: Table, capabilities: Capabilities,
-                 *, call_timeout: float | None = None, async_side: _AsyncSide | None = None,
-                 sync_refused: str | None = None) -> None:
+                 *, call_timeout: float | None = None, async_side: AsyncSide | None = None,
+                 sync_refused: str | None = None, order: ClaimOrder = DEFAULT_ORDER) -> None:
         self.engine = library_engine(engine)
         self.table = table
+        self.order = order
         self.capabilities = capabilities
         self.call_timeout = call_timeout
-        self.statements = Statements.for_table(table)
+        self.statements = Statements.for_table(table, order)
         # Connections of a worker engine are autocommit already; the READ COMMITTED view would
         # wrap each statement in BEGIN/COMMIT again.
         self._autocommit_engine = engine if capabilities.autocommit_single_statements else None
@@ -281,28 +107,32 @@ class Executor:
         self._sync_refused = sync_refused
 
     @classmethod
-    def adopt(cls, engine_or_url: Engine | AsyncEngine | str, table: Table) -> Executor:
+    def adopt(cls, engine_or_url: Engine | AsyncEngine | str, table: Table,
+              order: ClaimOrder = DEFAULT_ORDER) -> Executor:
         """A URL serves both faces (an engine of ours for each, the asyncio one made on first
-        use); an Engine the synchronous one, an AsyncEngine the asyncio one."""
+        use); an Engine the synchronous one, an AsyncEngine the asyncio one. `order` is the
+        claim's (`sql.claim.ClaimOrder`)."""
         if isinstance(engine_or_url, str):
             engine = make_engine(engine_or_url)
             return cls(engine, table, capabilities_of(engine),
-                       async_side=_AsyncSide(table, url=engine.url))
+                       async_side=AsyncSide(table, url=engine.url, order=order), order=order)
         if isinstance(engine_or_url, AsyncEngine):
             # The synchronous engine on its URL is for the worker and the command line, which
             # connect themselves (`on_engine`); this queue's own synchronous calls are refused.
-            side = _AsyncSide(table, engine=engine_or_url)
+            side = AsyncSide(table, engine=engine_or_url, order=order)
             twin = make_engine(engine_or_url.url)
-            return cls(twin, table, capabilities_of(twin), async_side=side, sync_refused=_REFUSED_ON_ASYNC_ENGINE)
+            return cls(twin, table, capabilities_of(twin), async_side=side, sync_refused=_REFUSED_ON_ASYNC_ENGINE,
+                       order=order)
         if not isinstance(engine_or_url, Engine):
             library_engine(engine_or_url)  # raises the ConfigurationError naming what it got
-        return cls(engine_or_url, table, capabilities_of(engine_or_url))
+        return cls(engine_or_url, table, capabilities_of(engine_or_url), order=order)
 
     def on_engine(self, engine: Engine, *, call_timeout: float | None = None) -> Executor:
         """The asyncio engine comes along when `engine` reaches the same database: the handler
         transactions of a worker's async handlers (`asyncio_engine`) run there."""
         side = self._asyncio if self._asyncio is not None and self._asyncio.reaches(engine.url) else None
-        return Executor(engine, self.table, capabilities_of(engine), call_timeout=call_timeout, async_side=side)
+        return Executor(engine, self.table, capabilities_of(engine), call_timeout=call_timeout, async_side=side,
+                        order=self.order)
 
     def asyncio_engine(self) -> AsyncEngine | None:
         """The queue's asyncio engine (made from its URL on first use), None for a queue built
@@ -494,64 +324,6 @@ class Executor:
         """A constant query on a raw driver connection: raises if it no longer answers."""
         with driver_deadline(driver_connection, call_timeout):
             driver_connection.execute(PROBE)
-
-
-T = TypeVar("T")
-
-_REFUSED_ON_ASYNC_ENGINE = (
-    "this Queue was built from an AsyncEngine, so it runs only asyncio calls: use enqueue_async "
-    "or enqueue_many_async, or build the Queue from a database URL (it serves both) or a "
-    "synchronous Engine for synchronous calls"
-)
-_NO_ASYNC_ENGINE = (
-    "this Queue was built from a synchronous Engine and has no asyncio engine of its own: pass "
-    "session=AsyncSession or connection=AsyncConnection, or build the Queue from a database URL "
-    "(it serves both) or an AsyncEngine"
-)
-
-
-class _AsyncSide:
-    """A queue's asyncio engine (given, or made from its URL on first use) and its compiled hot
-    statements."""
-
-    def __init__(self, table: Table, *, engine: AsyncEngine | None = None, url: URL | None = None) -> None:
-        self._table = table
-        self._given = engine
-        self._url = url
-        self._lock = threading.Lock()
-        self._engine: AsyncEngine | None = None
-        self._made: AsyncEngine | None = None  # ours to dispose
-        self._fast = False
-
-    @property
-    def engine(self) -> AsyncEngine:
-        if self._engine is None:
-            with self._lock:
-                if self._engine is None:
-                    made = self._given if self._given is not None else make_async_engine(self._url)  # type: ignore[arg-type]
-                    # An application's engine: its statements go through SQLAlchemy, as in the
-                    # synchronous face; ours run the compiled ones.
-                    self._fast = self._given is None and DriverStatement.usable_on(made.dialect)
-                    self._made = made if self._given is None else None
-                    self._engine = async_library_engine(made)
-        return self._engine
-
-    def reaches(self, url: URL) -> bool:
-        """True if `url` names this engine's database (host, port, database and user: the
-        driver may differ)."""
-        mine = self._given.url if self._given is not None else self._url
-        return mine is not None and all(getattr(mine, part) == getattr(url, part)
-                                        for part in ("host", "port", "database", "username"))
-
-    async def dispose(self) -> None:
-        """Close the pooled connections of the engine made here (an application's is its own)."""
-        if self._made is not None:
-            await self._made.dispose()
-
-    @cached_property
-    def driver_statements(self) -> DriverStatements | None:
-        engine = self.engine
-        return DriverStatements(Statements.for_table(self._table), engine.dialect) if self._fast else None
 
 
 # Sessions as applications hold them: Flask-SQLAlchemy's ``db.session`` is a scoped_session.

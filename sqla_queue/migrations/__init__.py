@@ -19,13 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 from sqlalchemy import Connection
+
+from alembic import command
 
 BRANCH_LABEL = "sqla_queue"
 SCRIPT_LOCATION = str(Path(__file__).resolve().parent)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alembic import util
 from alembic.autogenerate import render_op_text, renderers
 from alembic.autogenerate.api import AutogenContext
 from alembic.config import Config
@@ -27,6 +26,8 @@ from alembic.operations import Operations
 from alembic.operations.ops import MigrateOperation
 from alembic.script import Script, ScriptDirectory
 from alembic.util import CommandError
+
+from alembic import util
 
 from . import script_directory
 

@@ -1,1 +1,2 @@
-"""TODO"""
+"""Tools for operators, above the facade: doctor's checks, and the output formats the command
+line and the dashboard share."""

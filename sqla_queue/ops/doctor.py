@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from .. import _validate, sql
+from .. import _validate
 from .._sanitize import clean_text
 from ..errors import ConfigurationError, DatabaseError
 from ..sql import catalog
 from ..sql import stats as stats_sql
 from ..types import DEFAULT_LEASE
+from .formatting import format_duration, format_size
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -184,7 +185,7 @@ class Doctor:
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        with self.queue.executor.transaction() as conn:
+        with self.queue.core.executor.transaction() as conn:
             timeout = f"{int(self.config.statement_timeout * 1000)}ms"
             for setting, value in (("statement_timeout", timeout), ("lock_timeout", "2s")):
                 conn.execute(catalog.set_local(), {"setting": setting, "value": value})
@@ -193,9 +194,10 @@ class Doctor:
     # -- the checks ---------------------------------------------------------------------
 
     def check_claim_plan(self, conn: Connection) -> Check:
-        """The claim must read the pending partial index; on a small table the planner may
-        prefer a sequential scan, so it is asked again with sequential scans off."""
-        index = f"{self.table.name}_pending_claim_idx"
+        """The claim (in the queue's claim order) must read the order's pending partial index;
+        on a small table the planner may prefer a sequential scan, so it is asked again with
+        sequential scans off."""
+        index = self.queue.core.executor.order.index_name(self.table)
         plan = self._claim_plan(conn)
         if index in _indexes(plan):
             return Check("claim plan", Verdict.OK, f"the claim reads {index}")
@@ -217,7 +219,7 @@ class Doctor:
     def _claim_plan(self, conn: Connection) -> dict[str, Any]:
         params = {"queue": self.config.claim_queue, "worker_id": "sqla-queue-doctor", "limit": 1,
                   "token": "explain-only"}
-        [[document]] = conn.execute(catalog.explain(sql.claim_jobs(self.table)), params).all()
+        [[document]] = conn.execute(self.queue.core.statements.claim_plan, params).all()
         return (document if isinstance(document, list) else json.loads(document))[0]["Plan"]
 
     def _live_rows(self, conn: Connection) -> int:
@@ -368,33 +370,6 @@ def _plan_shape(plan: dict[str, Any]) -> str:
     node = plan["Node Type"] + (f" on {plan['Relation Name']}" if "Relation Name" in plan else "")
     children = [_plan_shape(child) for child in plan.get("Plans", [])]
     return node + (f" ({'; '.join(children)})" if children else "")
-
-
-def format_duration(value: timedelta | None) -> str:
-    """Short, human durations: 350ms, 12.3s, 4m05s, 2h03m, 3d04h."""
-    if value is None:
-        return "-"
-    seconds = value.total_seconds()
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
-def format_size(n: int) -> str:
-    for unit in ("bytes", "kB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"  # pragma: no cover
 
 
 def _last_vacuum(row: Any) -> str:

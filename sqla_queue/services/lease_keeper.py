@@ -1,12 +1,11 @@
 """The lease keeper: keeps the leases of a worker's running jobs alive, gives up the ones it
 cannot keep, and notices handlers that outlive their task's timeout.
 
-The shape of the other services (`maintenance.Pruner`, `recovery.Recoverer`): a
-`LeaseKeeperConfig` validated when it is built; `LeaseKeeper.run_once()`, one pass that returns
-a `LeaseKeeperResult`; `run_if_due()`, the pass a thread makes every tick (timeouts every tick,
-renewal every ``lease / 3``); and `run()`, that thread's loop. The keeper only decides: it moves
-each job it gives up to settled and says so in the result; the worker that holds the jobs
-records their outcomes and reports them.
+A `Service` (`sqla_queue.services`): a `LeaseKeeperConfig` validated when it is built;
+`LeaseKeeper.run_once()`, one pass that returns a `LeaseKeeperResult`; `run_if_due()`, the
+pass its thread's `Looper` makes every tick (timeouts every tick, renewal every ``lease /
+3``). The keeper only decides: it gives up each job it cannot keep (`Leased.give_up`) and says so
+in the result; the worker that holds the jobs records their outcomes and reports them.
 
 Why ``lease / 3``: two renewals can fail in a row (each under the worker's call deadline) and
 the lease still holds. Why fence: once a lease may have expired, recovery may hand the job to
@@ -16,22 +15,35 @@ another worker, so this one must stop treating it as its own (self-fencing).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .. import _validate
-from ..worker.held_job import HeldJob
+from ..core import Core
 from ..errors import ConfigurationError, DatabaseError
-from ..types import DEFAULT_LEASE
-
-if TYPE_CHECKING:
-    from ..queue import Queue
+from ..types import DEFAULT_LEASE, ClaimedJob
 
 logger = logging.getLogger("sqla_queue.worker")
+
+
+class Leased(Protocol):
+    """A job the keeper keeps (the worker's `Leased`): its claim, when its lease was last
+    known renewed and its handler's deadline (monotonic seconds), and the state changes the
+    keeper may make, each True only for the one party that made it."""
+
+    job: ClaimedJob
+    lease_confirmed: float
+    handler_deadline: float | None
+
+    @property
+    def running(self) -> bool: ...
+
+    def give_up(self) -> bool: ...
+
+    def request_cancel(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -69,22 +81,22 @@ class LeaseKeeperResult:
     timeout; the job is settled here and its outcome is the worker's to record.
     """
 
-    renewed: tuple[HeldJob, ...] = ()
-    cancel_requested: tuple[HeldJob, ...] = ()
-    lost: tuple[HeldJob, ...] = ()
-    fenced: tuple[HeldJob, ...] = ()
-    timed_out: tuple[HeldJob, ...] = ()
+    renewed: tuple[Leased, ...] = ()
+    cancel_requested: tuple[Leased, ...] = ()
+    lost: tuple[Leased, ...] = ()
+    fenced: tuple[Leased, ...] = ()
+    timed_out: tuple[Leased, ...] = ()
 
 
 class LeaseKeeper:
     """Keeps the leases of the jobs `held` returns (a snapshot, called once per pass); `owner`
     names the holder in log lines."""
 
-    def __init__(self, queue: Queue, config: LeaseKeeperConfig, held: Callable[[], Iterable[HeldJob]],
+    def __init__(self, core: Core, config: LeaseKeeperConfig, held: Callable[[], Iterable[Leased]],
                  *, owner: str = "worker") -> None:
         if not isinstance(config, LeaseKeeperConfig):
             raise ConfigurationError(f"config must be a LeaseKeeperConfig, got {type(config).__name__}")
-        self.queue = queue
+        self.outcomes = core.outcomes
         self.config = config
         self._held = held
         self.owner = owner
@@ -104,26 +116,24 @@ class LeaseKeeper:
         self._next_renewal = now + self.config.renew_every
         return self._renew(timed_out)
 
-    def run(self, stop: threading.Event, act: Callable[[LeaseKeeperResult], None]) -> None:
-        """A thread's loop: a pass every tick until `stop` is set, each result handed to `act`."""
-        self._next_renewal = time.monotonic() + self.config.renew_every
-        while not stop.wait(self.config.tick):
-            act(self.run_if_due())
+    def next_due(self) -> float:
+        """Every tick (its `Looper` sleeps at most that long)."""
+        return time.monotonic() + self.config.tick
 
-    def _enforce_timeouts(self) -> tuple[HeldJob, ...]:
+    def _enforce_timeouts(self) -> tuple[Leased, ...]:
         now = time.monotonic()
         return tuple(h for h in self._held()
-                     if h.handler_deadline is not None and now >= h.handler_deadline and h.move(HeldJob.SETTLED))
+                     if h.handler_deadline is not None and now >= h.handler_deadline and h.give_up())
 
-    def _renew(self, timed_out: tuple[HeldJob, ...]) -> LeaseKeeperResult:
+    def _renew(self, timed_out: tuple[Leased, ...]) -> LeaseKeeperResult:
         # Only running jobs: a finished one is completed within the claim loop's next
         # transaction, which reports it lost if its claim was taken meanwhile.
-        held = [h for h in self._held() if h.state == HeldJob.RUNNING]
+        held = [h for h in self._held() if h.running]
         if not held:
             return LeaseKeeperResult(timed_out=timed_out)
         started = time.monotonic()
         try:
-            renewed_ids = self.queue.renew(h.job for h in held)
+            renewed_ids = self.outcomes.renew(h.job for h in held)
         except DatabaseError as exc:
             logger.warning("%s: lease renewal failed: %s", self.owner, exc)
             return LeaseKeeperResult(fenced=self._fence_expired(held), timed_out=timed_out)
@@ -134,12 +144,12 @@ class LeaseKeeper:
                 renewed.append(h)
                 if renewed_ids[h.job.id] and h.request_cancel():
                     cancelling.append(h)
-            elif h.move(HeldJob.SETTLED):  # not renewed, still running: lost (already reported)
+            elif h.give_up():  # not renewed, still running: lost (already reported)
                 lost.append(h)
         return LeaseKeeperResult(renewed=tuple(renewed), cancel_requested=tuple(cancelling), lost=tuple(lost),
                                  timed_out=timed_out)
 
-    def _fence_expired(self, held: list[HeldJob]) -> tuple[HeldJob, ...]:
+    def _fence_expired(self, held: list[Leased]) -> tuple[Leased, ...]:
         now = time.monotonic()
         return tuple(h for h in held
-                     if now - h.lease_confirmed >= self.config.lease_seconds and h.move(HeldJob.SETTLED))
+                     if now - h.lease_confirmed >= self.config.lease_seconds and h.give_up())

@@ -1,10 +1,10 @@
 """LISTEN/NOTIFY wake-ups for a worker, on a connection of its own.
 
-The shape of the other services (`maintenance.Pruner`, `recovery.Recoverer`,
-`_lease_keeper.LeaseKeeper`): a `ListenerConfig` validated when it is built;
+A `Service` (`sqla_queue.services`): a `ListenerConfig` validated when it is built;
 `Listener.run_once()`, one LISTEN session (connect, listen, wake the claim loop on every
 notification for its queues, probe the connection now and then) that returns a `ListenResult`
-when it ends; and `run()`, the thread's loop of sessions with a growing pause after a failed one.
+when it ends; `run_if_due()`, the session its thread's `Looper` starts, after a pause that
+grows after each failed one.
 
 Notifications are a latency optimisation only: a missed one, or a listener that is down,
 costs at most one poll interval, because the claim loop polls anyway. The connection is
@@ -18,13 +18,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .. import _validate
+from ..core import Core
 from ..errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from ..queue import Queue
 
 logger = logging.getLogger("sqla_queue.worker")
 
@@ -64,33 +61,39 @@ class ListenResult:
 class Listener:
     """Wakes `wake` when a job is enqueued on one of `config.queues`, until `done` is set."""
 
-    def __init__(self, queue: Queue, config: ListenerConfig, wake: threading.Event,
+    def __init__(self, core: Core, config: ListenerConfig, wake: threading.Event,
                  done: threading.Event) -> None:
-        self.queue = queue
+        self.executor = core.executor
         self.config = config
         self.wake = wake
         self.done = done
         self.connected = threading.Event()
+        self._failures = 0
+        self._next_session = 0.0
 
-    def run(self) -> None:
-        """Sessions until `done`; after a failed one, a pause that doubles up to
+    def next_due(self) -> float | None:
+        return None if self.done.is_set() else self._next_session
+
+    def run_if_due(self) -> ListenResult | None:
+        """A session, once the pause after a failed one has passed: the pause doubles up to
         ``reconnect_max`` (polling covers the gap)."""
-        failures = 0
-        while not self.done.is_set():
-            result = self.run_once()
-            if result.error is None:
-                failures = 0
-                continue
-            failures += 1
-            delay = min(self.config.reconnect_max, 0.1 * 2**failures)
-            logger.warning("listener: %s; reconnecting in %.1fs", type(result.error).__name__, delay)
-            self.done.wait(delay)
+        if self.done.is_set() or time.monotonic() < self._next_session:
+            return None
+        result = self.run_once()
+        if result.error is None:
+            self._failures = 0
+            return result
+        self._failures += 1
+        delay = min(self.config.reconnect_max, 0.1 * 2**self._failures)
+        logger.warning("listener: %s; reconnecting in %.1fs", type(result.error).__name__, delay)
+        self._next_session = time.monotonic() + delay
+        return result
 
     def run_once(self) -> ListenResult:
         """One LISTEN session, until `done` is set or the connection breaks; never raises."""
         wakeups = 0
         queues = frozenset(self.config.queues)
-        executor = self.queue.executor
+        executor = self.executor
         try:
             with executor.listening(self.config.call_timeout) as driver:
                 self.connected.set()

@@ -1,9 +1,9 @@
 """Retention: delete finished jobs (and old event counters) in bounded batches.
 
-The shape of every background service here (River's job cleaner): a `PruneConfig`, validated
+A `Service` (`sqla_queue.services`, after River's job cleaner): a `PruneConfig`, validated
 when it is built; `Pruner.run_once()`, one bounded batch of each kind, returning a
 `PruneResult` that tests assert on; `Pruner.run()`, batches until caught up (``sqla-queue
-prune``); and `Pruner.run_if_due()`, the thin periodic hook a worker calls from its claim loop.
+prune``); and `Pruner.run_if_due()`, the periodic pass a worker's claim loop makes.
 
 Why prune at all: a queue table is update-heavy and mostly finished jobs. Finished rows keep
 the table, its primary key and every index over all rows (the active-key index included) big,
@@ -19,13 +19,12 @@ import logging
 import time
 from dataclasses import dataclass, fields
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _validate
+from ..core import Core
 from ..errors import ConfigurationError, InvalidInputError
-
-if TYPE_CHECKING:
-    from ..queue import Queue
+from ..states import FINISHED
 
 logger = logging.getLogger("sqla_queue.maintenance")
 
@@ -34,8 +33,9 @@ DEFAULT_COUNTERS_AFTER = timedelta(days=1)
 DEFAULT_PRUNE_INTERVAL = 60.0
 DEFAULT_MAX_BATCHES = 10
 MAX_BATCH_SIZE = 100_000
-JOB_KINDS = ("completed", "failed", "cancelled")
-"""The finished states pruned, each by its own time (``completed_at``, ``failed_at``, ``cancelled_at``)."""
+JOB_KINDS = tuple(state.value for state in FINISHED)
+"""The finished states pruned (`states.FINISHED`), each by its own time (``completed_at``,
+``failed_at``, ``cancelled_at``); `PruneConfig` has a ``<kind>_after`` field for each."""
 JOB_KINDS_AFTER = tuple(f"{kind}_after" for kind in JOB_KINDS)
 
 
@@ -106,12 +106,12 @@ class PruneResult:
 
 
 class Pruner:
-    """Deletes what `config` says is old enough, from `queue`'s table."""
+    """Deletes what `config` says is old enough, from `core`'s table."""
 
-    def __init__(self, queue: Queue, config: PruneConfig) -> None:
+    def __init__(self, core: Core, config: PruneConfig) -> None:
         if not isinstance(config, PruneConfig):
             raise ConfigurationError(f"pruning must be a PruneConfig, got {type(config).__name__}")
-        self.queue = queue
+        self.executor = core.executor
         self.config = config
         self._ages = {kind: getattr(config, f"{kind}_after") for kind in JOB_KINDS}
         self._next_run = 0.0
@@ -120,6 +120,9 @@ class Pruner:
         """One batch of each configured job kind, then the old counters; each batch its own
         transaction."""
         return self.run(max_batches=1)
+
+    def next_due(self) -> float:
+        return self._next_run
 
     def run(self, max_batches: int | None = None) -> PruneResult:
         """Batches until every kind is caught up (a batch came back short of `batch_size`), or
@@ -149,34 +152,22 @@ class Pruner:
         if result.jobs or result.counters:
             logger.info("pruned %d completed, %d failed and %d cancelled job(s), %d counter row(s) from %s",
                         result.completed, result.failed, result.cancelled, result.counters,
-                        self.queue.table.name)
+                        self.executor.table.name)
         return result
 
     def _batch(self, kind: str, age: timedelta) -> int:
         return self._delete(kind, {"age": age, "limit": self.config.batch_size})
 
     def _delete(self, kind: str, params: dict[str, Any]) -> int:
-        executor = self.queue.executor
-        with executor.transaction() as conn:
-            return int(conn.execute(executor.statements.prune[kind], params).scalar_one())
+        with self.executor.transaction() as conn:
+            return int(conn.execute(self.executor.statements.prune[kind], params).scalar_one())
 
 
-class _NoPruning:
-    """A worker without a pruning option: its claim loop calls this and nothing happens."""
-
-    def run_if_due(self) -> None:
-        return None
-
-
-def worker_pruner(queue: Queue, config: PruneConfig | None) -> Pruner | _NoPruning:
-    return _NoPruning() if config is None else Pruner(queue, config)
-
-
-def prune(queue: Queue, **options: Any) -> PruneResult:
+def prune(core: Core, **options: Any) -> PruneResult:
     """`Queue.prune`: build a config from `options` (bad ones raise `InvalidInputError`, since
     they are a call's arguments, not a worker's configuration) and prune until caught up."""
     try:
         config = PruneConfig.build(**options)
     except ConfigurationError as exc:
         raise InvalidInputError(str(exc)) from None
-    return Pruner(queue, config).run()
+    return Pruner(core, config).run()

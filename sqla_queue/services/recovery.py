@@ -2,13 +2,14 @@
 
 A job's lease expires when the worker holding it died, hung or lost the database for longer
 than the lease; until someone recovers it the job stays ``running`` and nobody runs it.
-Recovery returns it to pending (or fails it, on its last attempt), through the public
-`Queue.recover_expired`, which also counts and reports each recovered job.
+Recovery returns it to pending (or fails it, on its last attempt), through
+`Outcomes.recover_expired` (what `Queue.recover_expired` runs), which also counts and reports
+each recovered job.
 
-The shape of the pruner (`maintenance.Pruner`, River's rescuer): a `RecoveryConfig`,
-validated when it is built; `Recoverer.run_once()`, one bounded batch, returning a
-`RecoveryResult`; `Recoverer.run()`, batches until caught up; and `Recoverer.run_if_due()`,
-the periodic pass a worker's claim loop makes, at most `max_rounds` batches every `interval`.
+A `Service` (`sqla_queue.services`): a `RecoveryConfig`, validated when it is built;
+`Recoverer.run_once()`, one bounded batch, returning a `RecoveryResult`; `Recoverer.run()`,
+batches until caught up; and `Recoverer.run_if_due()`, the periodic pass a worker's claim loop
+makes, at most `max_rounds` batches every `interval`.
 Recovery is safe beside other workers and other recoverers: SKIP LOCKED splits the work.
 """
 
@@ -17,14 +18,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _validate
+from ..core import Core
 from ..errors import ConfigurationError
 from ..types import DEFAULT_LEASE
-
-if TYPE_CHECKING:
-    from ..queue import Queue
 
 DEFAULT_BATCH_LIMIT = 100
 DEFAULT_MAX_ROUNDS = 10
@@ -84,14 +83,14 @@ class RecoveryResult:
 
 
 class Recoverer:
-    """Recovers expired leases on `queue`'s table, as `config` says."""
+    """Recovers expired leases on `core`'s table, as `config` says."""
 
-    def __init__(self, queue: Queue, config: RecoveryConfig | None = None) -> None:
+    def __init__(self, core: Core, config: RecoveryConfig | None = None) -> None:
         if config is None:
             config = RecoveryConfig()
         if not isinstance(config, RecoveryConfig):
             raise ConfigurationError(f"recovery must be a RecoveryConfig, got {type(config).__name__}")
-        self.queue = queue
+        self.outcomes = core.outcomes
         self.config = config
         self._next_run = 0.0
 
@@ -99,11 +98,14 @@ class Recoverer:
         """One batch: at most `batch_limit` jobs of each kind."""
         return self.run(max_rounds=1)
 
+    def next_due(self) -> float:
+        return self._next_run
+
     def run(self, max_rounds: int | None = None) -> RecoveryResult:
         """Batches until caught up (a batch came back short of `batch_limit`), or `max_rounds`."""
         total = RecoveryResult()
         while max_rounds is None or total.batches < max_rounds:
-            ids = self.queue.recover_expired(lease=self.config.lease, limit=self.config.batch_limit)
+            ids = self.outcomes.recover_expired(self.config.lease, self.config.batch_limit)
             total += RecoveryResult(recovered=tuple(ids), batches=1,
                                     caught_up=len(ids) < self.config.batch_limit)
             if total.caught_up:

@@ -4,7 +4,7 @@ loop.
 Each worker samples once per `interval` (a minute), at a second into the minute of its own,
 chosen at random when it starts: so the workers of a cluster spread their samples over the
 minute, and each one samples every minute exactly once even when its loop wakes late. A sample
-is one statement (`Queue.record_sample`): the first worker to sample a minute writes it, the
+is one statement (`Operations.record_sample`, what `Queue.record_sample` runs): the first worker to sample a minute writes it, the
 others find it written and read nothing else. Between samples a pass costs a clock read; no
 job's claim or completion ever waits on it.
 """
@@ -16,12 +16,9 @@ import random
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
+from ..core import Core
 from ..errors import DatabaseError
-
-if TYPE_CHECKING:
-    from ..queue import Queue
 
 logger = logging.getLogger("sqla_queue.sampling")
 
@@ -29,12 +26,12 @@ DEFAULT_SAMPLE_INTERVAL = 60.0
 
 
 class Sampler:
-    """Calls `queue.record_sample(retention=...)` once every `interval` seconds (wall clock, at
-    this sampler's own offset into each interval)."""
+    """Records `core`'s per-minute sample (`Operations.record_sample`) once every `interval` seconds (wall clock,
+    at this sampler's own offset into each interval)."""
 
-    def __init__(self, queue: Queue, *, retention: timedelta, interval: float = DEFAULT_SAMPLE_INTERVAL,
+    def __init__(self, core: Core, *, retention: timedelta, interval: float = DEFAULT_SAMPLE_INTERVAL,
                  clock: Callable[[], float] = time.time, offset: float | None = None) -> None:
-        self.queue = queue
+        self.operations = core.operations
         self.retention = retention
         self.interval = interval
         self._clock = clock
@@ -42,6 +39,14 @@ class Sampler:
         # last completions committed), and the next one is far.
         self._offset = random.uniform(0.05, 0.75) * interval if offset is None else offset
         self._next_run = self._next_after(clock())
+
+    def run_once(self) -> int:
+        """Record this interval's sample now; the rows written."""
+        return self.operations.record_sample(self.retention)
+
+    def next_due(self) -> float:
+        """`run_if_due`'s wall-clock schedule, on the monotonic clock the `Looper` reads."""
+        return time.monotonic() + (self._next_run - self._clock())
 
     def run_if_due(self) -> int | None:
         """Record a sample if this interval's is due; the rows written (None: not due, or the
@@ -51,7 +56,7 @@ class Sampler:
             return None
         self._next_run = self._next_after(now)
         try:
-            return self.queue.record_sample(retention=self.retention)
+            return self.run_once()
         except DatabaseError as exc:
             logger.warning("could not record the queue's per-minute sample (is the schema at sqlaq_0006? "
                            "`sqla-queue db upgrade`): %s", exc)
@@ -61,14 +66,3 @@ class Sampler:
         """The first moment after `now` that is this sampler's offset into an interval."""
         due = (now // self.interval) * self.interval + self._offset
         return due if due > now else due + self.interval
-
-
-class _NoSampling:
-    """A worker told not to sample (``sample_interval=None``)."""
-
-    def run_if_due(self) -> None:
-        return None
-
-
-def worker_sampler(queue: Queue, interval: float | None, retention: timedelta) -> Sampler | _NoSampling:
-    return _NoSampling() if interval is None else Sampler(queue, retention=retention, interval=interval)

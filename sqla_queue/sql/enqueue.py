@@ -36,6 +36,7 @@ _INPUT_COLUMNS = (
     ("idempotency_key", Text),
     ("priority", SmallInteger),
     ("scheduled_at", DateTime(timezone=True)),
+    ("meta", Text),
 )
 
 INPUT_COLUMNS = tuple(name for name, _ in _INPUT_COLUMNS)
@@ -75,12 +76,13 @@ def insert_jobs(table: Table) -> Executable:
         src.c.idempotency_key,
         src.c.priority,
         src.c.scheduled_at,
+        cast(src.c.meta, JSONB),
     ).order_by(src.c.ord)
     return _skipping_held_keys_and_notifying(
         table,
         insert(table).from_select(
             ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key", "priority",
-             "scheduled_at"], rows
+             "scheduled_at", "meta"], rows
         ),
     )
 
@@ -104,6 +106,7 @@ def insert_job(table: Table) -> Executable:
             idempotency_key=values["idempotency_key"],
             priority=values["priority"],
             scheduled_at=values["scheduled_at"],
+            meta=cast(values["meta"], JSONB),
         ),
     )
 

@@ -9,6 +9,7 @@ from sqlalchemy.sql import Executable
 from ..models import queues_table
 from ..types import ACTIVE_STATUSES, JobStatus
 from ._predicates import status_is
+from .claim.order import DEFAULT_ORDER, ClaimOrder
 
 
 def select_job(table: Table) -> Executable:
@@ -63,7 +64,7 @@ def pending_queues(table: Table) -> Executable:
     )
 
 
-def due_jobs(table: Table) -> Executable:
+def due_jobs(table: Table, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
     """Ids and queues of the jobs of ``:queues`` a claim could take now (pending, due, attempts
     left, queue not paused), in claim order, up to ``:limit`` (NULL: all): what one pass of
     `drain` runs, and the queue a drain claims from next."""
@@ -78,6 +79,12 @@ def due_jobs(table: Table) -> Executable:
             table.c.attempts < table.c.max_attempts,
             ~paused,
         )
-        .order_by(table.c.priority.desc(), table.c.run_at, table.c.id)
+        .order_by(*order.order_by(table))
         .limit(bindparam("limit", type_=Integer))
     )
+
+
+def delete_queue_jobs(table: Table) -> Executable:
+    """Delete every job of queue ``:queue``: the plugin conformance checks' clean-up of the
+    queue of their own (`sqla_queue.testing`); nothing in a queue's life deletes by queue."""
+    return table.delete().where(table.c.queue_name == bindparam("queue", type_=Text))

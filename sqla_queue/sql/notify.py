@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Table, Text, bindparam, case, cast, func, literal, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import Executable, ClauseElement
+from sqlalchemy.sql.expression import ClauseElement, Executable
 
 
 def channel_name(table: Table) -> str:

@@ -10,26 +10,24 @@ from sqlalchemy import BigInteger, Interval, Table, any_, bindparam, cast, func,
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql import Executable
 
-from ..types import JobStatus
+from ..states import JobStatus, State, state_of
 from ._predicates import status_is
 
 
-def prune_finished(table: Table, status: JobStatus) -> Executable:
-    """Delete up to ``:limit`` `status` jobs that finished more than ``:age`` ago; returns how many.
+def prune_finished(table: Table, state: State | JobStatus) -> Executable:
+    """Delete up to ``:limit`` jobs in terminal `state` that entered it more than ``:age`` ago;
+    returns how many.
 
-    `status` is completed, failed or cancelled, inlined so the oldest rows come off that
-    status's finished-at partial index in order. Pending and running rows are not in that index and the
-    status is re-checked under the row lock, so they can never be deleted. SKIP LOCKED leaves a
-    row another transaction holds for the next batch.
+    The status is inlined so the oldest rows come off the state's finished-at partial index in
+    order. Pending and running rows are not in that index and the status is re-checked under
+    the row lock, so they can never be deleted. SKIP LOCKED leaves a row another transaction
+    holds for the next batch.
     """
-    finished_at = {
-        JobStatus.COMPLETED: table.c.completed_at,
-        JobStatus.FAILED: table.c.failed_at,
-        JobStatus.CANCELLED: table.c.cancelled_at,
-    }[status]
+    state = state if isinstance(state, State) else state_of(state)
+    finished_at = table.c[state.finished_at]
     doomed = (
         select(table.c.id)
-        .where(status_is(table, status), finished_at < func.now() - bindparam("age", type_=Interval))
+        .where(status_is(table, state.status), finished_at < func.now() - bindparam("age", type_=Interval))
         .order_by(finished_at)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)

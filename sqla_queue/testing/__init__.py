@@ -50,6 +50,7 @@ _EXPORTS = {
     "start_embedded_server": "database",
     "DrainLimitError": "handlers",
     "Enqueued": "handlers",
+    "InlineLimitError": ".worker.inline",
     "Ran": "handlers",
     "drain": "handlers",
     "drain_async": "handlers",
@@ -64,6 +65,7 @@ __all__ = [
     "DrainLimitError",
     "EmbeddedServer",
     "Enqueued",
+    "InlineLimitError",
     "LifecycleReport",
     "Ran",
     "check_backoff_plugin",
@@ -82,6 +84,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from ..worker.inline import InlineLimitError
     from ._harness import ConformanceError
     from .conformance import (
         BackoffReport,
@@ -107,7 +110,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'sqla_queue.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Engine
 
 from ..errors import ConfigurationError, PluginError
 from ..hookspecs import OBSERVER_HOOKS, hookimpl
@@ -87,15 +87,14 @@ def unique_queue_name(kind: str) -> str:
 
 def database_now(queue: Queue) -> datetime:
     """The database's clock, which decides ``run_at`` (worker clocks never do)."""
-    with queue.engine.connect() as conn:
-        return conn.execute(select(func.clock_timestamp())).scalar_one()
+    with queue.core.executor.connection() as conn:
+        return conn.execute(queue.core.statements.now).scalar_one()
 
 
 def delete_queue_jobs(queue: Queue, queue_name: str) -> None:
-    """Remove what a check enqueued. Built here rather than in ``sqla_queue.sql`` because only
-    test tooling ever deletes jobs by queue."""
-    with queue.engine.begin() as conn:
-        conn.execute(delete(queue.table).where(queue.table.c.queue_name == queue_name))
+    """Remove what a check enqueued (its queue of its own)."""
+    with queue.core.executor.transaction() as conn:
+        conn.execute(queue.core.statements.delete_queue_jobs, {"queue": queue_name})
 
 
 class EventRecorder:

@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import create_engine
-from sqlalchemy.pool import NullPool
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from .. import migrations
 from ..sql.databases import CreateDatabase, DropDatabase

@@ -25,24 +25,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table
-
-from ..errors import ConfigurationError, InvalidInputError, SqlaQueueError
 from ..core.operations import job_view
-from ..sql import jobs as job_sql
-from ..sql.claim import claim_job_by_id
-from ..sql.operator_actions import active_key_holder
-from ..sql.stats import database_now
-from ..sql.time_travel import advance_due_jobs
-from ..worker.job_run import Ran, run_claimed_job
+from ..errors import ConfigurationError, InvalidInputError, SqlaQueueError
 from ..types import ClaimedJob, JobView
+from ..worker.job_run import Ran, run_claimed_job
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -130,7 +121,7 @@ def enqueued(queue: Queue, task: Any = None, *, payload: Mapping[str, Any] | Non
             payload = json.loads(json.dumps(payload, allow_nan=False))
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"payload cannot be compared as JSON: {exc}") from None
-    statements = _statements(queue.table)
+    statements = queue.core.statements
     params: dict[str, Any] = {"limit": None}
     if task_name is not None:
         params["task"] = task_name
@@ -138,12 +129,12 @@ def enqueued(queue: Queue, task: Any = None, *, payload: Mapping[str, Any] | Non
         params["queue"] = queue_name
     if payload is not None:
         params["payload"] = payload
-    search = statements.pending(task_name is not None, queue_name is not None, payload is not None)
-    with queue.engine.connect() as conn, conn.begin():
+    search = statements.pending_jobs(task_name is not None, queue_name is not None, payload is not None)
+    with queue.core.executor.transaction() as conn:
         now = conn.execute(statements.now).scalar_one()
         found = [job_view(row) for row in conn.execute(search, params)]
         others = [] if found else [job_view(row) for row in
-                                   conn.execute(statements.pending(False, False, False), {"limit": _SHOWN + 1})]
+                                   conn.execute(statements.pending_jobs(False, False, False), {"limit": _SHOWN + 1})]
     return Enqueued(found, _searched(task_name, queue_name, payload), others[:_SHOWN],
                     len(others) > _SHOWN, now)
 
@@ -237,37 +228,38 @@ def _drain(queue: Queue, queues: Iterable[str] | None, advance: timedelta | floa
         raise InvalidInputError(f"max_jobs must be a positive int, got {max_jobs!r}")
     if not isinstance(until_empty, bool):
         raise InvalidInputError(f"until_empty must be True or False, got {until_empty!r}")
-    statements = _statements(queue.table)
+    executor = queue.core.executor
     ran: list[Ran] = []
-    travel = _TimeTravel(queue, statements, advance)
+    travel = _TimeTravel(queue, advance)
     if not until_empty:
-        names = chosen if chosen is not None else _default_queues(queue, statements)
+        names = chosen if chosen is not None else _default_queues(queue)
         travel(names)
-        with queue.engine.connect() as conn:
-            due = conn.execute(statements.due_jobs, {"queues": names, "limit": None}).scalars().all()
+        with executor.connection() as conn:
+            due = conn.execute(executor.statements.due_jobs, {"queues": names, "limit": None}).scalars().all()
         if len(due) > max_jobs:
             raise DrainLimitError(f"{len(due)} jobs are due, more than max_jobs={max_jobs}", ran)
         for job_id in due:
             job = claim_one(queue, job_id)
             if job is not None:  # gone meanwhile: cancelled, or run by another job's handler
-                ran.append(run_claimed_job(queue, job, await_coroutine=await_coroutine))
+                ran.append(run_claimed_job(queue.core, job, await_coroutine=await_coroutine))
         return ran
     while True:
-        names = chosen if chosen is not None else _default_queues(queue, statements)
+        names = chosen if chosen is not None else _default_queues(queue)
         travel(names)
-        job = _claim_next(queue, statements, names)
+        job = _claim_next(queue, names)
         if job is None:
             return ran
         if len(ran) == max_jobs:
             queue.release([job])
             raise DrainLimitError(_limit_message(ran, job, max_jobs), ran)
-        ran.append(run_claimed_job(queue, job, await_coroutine=await_coroutine))
+        ran.append(run_claimed_job(queue.core, job, await_coroutine=await_coroutine))
 
 
-def _claim_next(queue: Queue, statements: _Statements, names: list[str]) -> ClaimedJob | None:
+def _claim_next(queue: Queue, names: list[str]) -> ClaimedJob | None:
     """The next job in claim order across `names`, claimed by the real claim of its queue."""
-    with queue.engine.connect() as conn:
-        head = conn.execute(statements.due_jobs, {"queues": names, "limit": 1}).first()
+    executor = queue.core.executor
+    with executor.connection() as conn:
+        head = conn.execute(executor.statements.due_jobs, {"queues": names, "limit": 1}).first()
     if head is None:
         return None
     claimed = queue.claim(head.queue_name, worker_id=WORKER_ID, limit=1)
@@ -275,7 +267,7 @@ def _claim_next(queue: Queue, statements: _Statements, names: list[str]) -> Clai
 
 
 def _check_runnable(queue: Queue, helper: str) -> None:
-    if queue.executor.sync_refused:
+    if queue.core.executor.sync_refused:
         raise ConfigurationError(
             f"{helper} claims and records jobs with synchronous calls, which a Queue built from an "
             "AsyncEngine refuses: build the test's Queue from the database URL instead (it serves "
@@ -314,9 +306,10 @@ def _advance(advance: timedelta | float) -> timedelta:
     return advance
 
 
-def _default_queues(queue: Queue, statements: _Statements) -> list[str]:
-    with queue.engine.connect() as conn:
-        return list(conn.execute(statements.pending_queues, {"tasks": queue.task_names}).scalars())
+def _default_queues(queue: Queue) -> list[str]:
+    executor = queue.core.executor
+    with executor.connection() as conn:
+        return list(conn.execute(executor.statements.pending_queues, {"tasks": queue.task_names}).scalars())
 
 
 class _TimeTravel:
@@ -324,19 +317,19 @@ class _TimeTravel:
     became due within `advance` since the last move are moved back by it, each job once
     (`sql.time_travel.advance_due_jobs`)."""
 
-    def __init__(self, queue: Queue, statements: _Statements, advance: timedelta) -> None:
-        self.queue = queue
-        self.statements = statements
+    def __init__(self, queue: Queue, advance: timedelta) -> None:
+        self.executor = queue.core.executor
         self.advance = advance
         self.since = _BEGINNING
 
     def __call__(self, names: list[str]) -> None:
         if not self.advance or not names:
             return
-        with self.queue.engine.begin() as conn:
-            now = conn.execute(self.statements.now).scalar_one()
-            conn.execute(self.statements.advance, {"queues": names, "advance": self.advance,
-                                                   "since": self.since, "now": now})
+        statements = self.executor.statements
+        with self.executor.transaction() as conn:
+            now = conn.execute(statements.now).scalar_one()
+            conn.execute(statements.advance_due, {"queues": names, "advance": self.advance,
+                                                  "since": self.since, "now": now})
         self.since = now
 
 
@@ -372,11 +365,10 @@ def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], /, **context: A
     scheduled_at = context.get("scheduled_at")
     if scheduled_at is not None and (not isinstance(scheduled_at, datetime) or scheduled_at.tzinfo is None):
         raise InvalidInputError(f"scheduled_at must be a timezone-aware datetime, got {scheduled_at!r}")
-    statements = _statements(queue.table)
     key = context.get("idempotency_key")
     if key is not None:
-        with queue.engine.connect() as conn:
-            holder = conn.execute(statements.key_holder, {"key": key}).first()
+        with queue.core.executor.connection() as conn:
+            holder = conn.execute(queue.core.statements.key_holder, {"key": key}).first()
         if holder is not None:
             raise InvalidInputError(f"job #{holder.id} is active and holds idempotency key {key!r}: "
                                     "run_job runs a new job, with a key of its own")
@@ -386,7 +378,7 @@ def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], /, **context: A
     if job is None:
         raise SqlaQueueError(f"job #{job_id} was taken by someone else before run_job could claim it "
                              "(is a worker running on this database?)")
-    ran = run_claimed_job(queue, job, await_coroutine=asyncio.run)
+    ran = run_claimed_job(queue.core, job, await_coroutine=asyncio.run)
     if ran.error is not None and ran.outcome in ("retried", "failed", "lost"):
         raise ran.error
     return ran
@@ -395,42 +387,7 @@ def run_job(queue: Queue, task: Any, payload: Mapping[str, Any], /, **context: A
 def claim_one(queue: Queue, job_id: int, *, attempt: int | None = None,
               scheduled_at: datetime | None = None, due_only: bool = False) -> ClaimedJob | None:
     """Claim pending job `job_id` of `queue`'s table, due or not unless `due_only` (None: not
-    pending, not due, or busy), for this process to run (`run_job`, one pass of `drain`,
-    inline mode). `attempt` and `scheduled_at` replace what its context will say."""
-    statements = _statements(queue.table)
-    statement = statements.claim_due_by_id if due_only else statements.claim_by_id
-    params = {"job_id": job_id, "worker_id": WORKER_ID, "token": secrets.token_urlsafe(24),
-              "attempt": attempt, "scheduled_at": scheduled_at}
-    with queue.engine.begin() as conn:
-        row = conn.execute(statement, params).first()
-    return None if row is None else ClaimedJob.from_row(row)
-
-
-# -- statements ----------------------------------------------------------------------------
-
-
-class _Statements:
-    """The helpers' statements on one job table, built once per table (`_statements`)."""
-
-    def __init__(self, table: Table) -> None:
-        self.table = table
-        self.now = database_now()
-        self.advance = advance_due_jobs(table)
-        self.claim_by_id = claim_job_by_id(table)
-        self.claim_due_by_id = claim_job_by_id(table, due_only=True)
-        self.due_jobs = job_sql.due_jobs(table)
-        self.pending_queues = job_sql.pending_queues(table)
-        self.key_holder = active_key_holder(table)
-        self._pending: dict[tuple[bool, bool, bool], Any] = {}
-
-    def pending(self, by_task: bool, by_queue: bool, by_payload: bool) -> Any:
-        key = (by_task, by_queue, by_payload)
-        if key not in self._pending:
-            self._pending[key] = job_sql.pending_jobs(self.table, by_task=by_task, by_queue=by_queue,
-                                                      by_payload=by_payload)
-        return self._pending[key]
-
-
-@lru_cache(maxsize=16)
-def _statements(table: Table) -> _Statements:
-    return _Statements(table)
+    pending, not due, or busy), for this process to run (`run_job`, one pass of `drain`).
+    `attempt` and `scheduled_at` replace what its context will say."""
+    return queue.core.outcomes.claim_by_id(job_id, WORKER_ID, attempt=attempt, scheduled_at=scheduled_at,
+                                           due_only=due_only)

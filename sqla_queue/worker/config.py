@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import Engine
 
 from .. import _validate
+from ..core.operations import DEFAULT_SAMPLE_RETENTION
 from ..db.engine import parse_url
 from ..errors import ConfigurationError
 from ..services.pruning import PruneConfig
-from ..core.operations import DEFAULT_SAMPLE_RETENTION
 from ..services.sampling import DEFAULT_SAMPLE_INTERVAL
 from ..types import DEFAULT_LEASE
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..types import ClaimedJob
 
 if TYPE_CHECKING:
+    from .._tasks import Task
     from ..core.handler_transaction import HandlerTransaction
 
 
@@ -26,11 +27,14 @@ class HeldJob:
 
     RUNNING, COMPLETING, SETTLED = "running", "completing", "settled"
 
-    def __init__(self, job: ClaimedJob, timeout: timedelta | None,
+    def __init__(self, job: ClaimedJob, task: Task | None,
                  transaction_for: Callable[[HeldJob], HandlerTransaction] | None = None) -> None:
+        """`task` None: one this process does not register (its run fails saying so)."""
         now = time.monotonic()
+        timeout = None if task is None else task.timeout
         self.job = job
-        self.timeout = timeout
+        self.timeout: timedelta | None = timeout
+        self.is_async = task is not None and task.is_async
         self.lease_confirmed = now  # monotonic time at which the lease was last known renewed
         self.handler_deadline = None if timeout is None else now + timeout.total_seconds()
         self.started = False
@@ -43,7 +47,8 @@ class HeldJob:
         self.transaction: HandlerTransaction | None = None
         self._transaction_for = transaction_for
         self.context = job.context(self._cancel_requested,
-                                   None if transaction_for is None else self._handler_transaction)
+                                   None if transaction_for is None else self._handler_transaction,
+                                   is_async=self.is_async)
         self.result: Any = None  # the handler's return value, stored with the completion
 
     def _handler_transaction(self) -> HandlerTransaction:
@@ -57,6 +62,15 @@ class HeldJob:
                 return False
             self.state = to
             return True
+
+    @property
+    def running(self) -> bool:
+        return self.state == self.RUNNING
+
+    def give_up(self) -> bool:
+        """Settle a running job without an outcome of the handler's (timed out, fenced, lost):
+        True for the one caller that did it."""
+        return self.move(self.SETTLED)
 
     def request_cancel(self) -> bool:
         """Someone asked to cancel the job: tell the handler (`JobContext.cancel_requested`)

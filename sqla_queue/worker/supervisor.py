@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
+from ..db import notifier
 from .config import WorkerSummary
 
 if TYPE_CHECKING:
@@ -339,10 +340,8 @@ def _child(make_worker: Callable[[], Worker], until_empty: bool, control: socket
 
 def _send_pending_wake_ups() -> None:
     """A child ends with ``os._exit`` (no atexit): jobs its handlers enqueued still get their
-    wake-up (sqla_queue.db.notifier)."""
-    notifier = sys.modules.get("sqla_queue.db.notifier")
-    if notifier is not None:
-        notifier.flush_all()
+    wake-up."""
+    notifier.flush_all()
 
 
 def die_with_parent() -> None:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import sqla_queue as sq
-from sqla_queue.worker import worker as worker_module
+from sqla_queue.worker import claim_loop, worker as worker_module
 
 
 def claim_all(queue, name="default", limit=1) -> list:
@@ -158,7 +158,7 @@ def test_a_higher_priority_job_runs_at_the_next_claim_order_restart_while_a_back
     backlog. The worker's claims are recorded (position or none, jobs, when) to show which claim
     took it; the wait is measured against the restart interval with room for a loaded machine,
     while the backlog itself would take ten seconds or more."""
-    restart = worker_module._RESTART_CLAIM_ORDER_EVERY
+    restart = claim_loop.RESTART_CLAIM_ORDER_EVERY
     urgent_started = threading.Event()
 
     @queue.task
@@ -197,15 +197,16 @@ def test_a_higher_priority_job_runs_at_the_next_claim_order_restart_while_a_back
 def _record_claims(worker) -> list[tuple]:
     """Every claim of `worker` as ``(from_position, claimed ids, monotonic time it returned)``."""
     claims: list[tuple] = []
-    real = worker.queue.complete_and_claim
+    outcomes = worker.core.outcomes
+    real = outcomes.complete_and_claim
 
-    def recorded(finished, queue_name="default", **options):
-        results, jobs = real(finished, queue_name, **options)
-        if options.get("limit"):
-            claims.append((options.get("from_position"), {job.id for job in jobs}, time.monotonic()))
+    def recorded(finished, queue_name, worker_id, limit, from_position, results):
+        results, jobs = real(finished, queue_name, worker_id, limit, from_position, results)
+        if limit:
+            claims.append((from_position, {job.id for job in jobs}, time.monotonic()))
         return results, jobs
 
-    worker.queue.complete_and_claim = recorded
+    outcomes.complete_and_claim = recorded
     return claims
 
 

@@ -22,9 +22,9 @@ def round_queue(request, recorded_queue):
         yield recorded_queue
         return
     worker = recorded_queue.worker(concurrency=2)
-    capabilities = worker.queue.executor.capabilities
+    capabilities = worker.core.executor.capabilities
     assert capabilities.autocommit_single_statements and capabilities.driver_fast_path
-    yield worker.queue
+    yield recorded_queue.on_engine(worker.engine, call_timeout=worker.config.effective_call_timeout)
     worker.engine.dispose()
 
 
@@ -109,7 +109,7 @@ def test_worker_sessions_run_read_committed_whatever_the_database_default(create
     try:
         with queue.engine.connect() as conn:  # the host's own sessions keep the database default
             assert conn.execute(text("SHOW default_transaction_isolation")).scalar_one() == "serializable"
-        with worker.queue.executor.single_statement() as conn:
+        with worker.core.executor.single_statement() as conn:
             assert conn.execute(text("SHOW transaction_isolation")).scalar_one() == "read committed"
     finally:
         worker.engine.dispose()
@@ -120,17 +120,17 @@ def test_a_connection_terminated_while_pooled_is_replaced_before_the_round(recor
     """The server says so on the socket when it ends a backend; the worker's pool sees that at
     checkout (no round trip) and connects again, so the round itself does not fail."""
     worker = recorded_queue.worker(concurrency=1)
-    bound = worker.queue
+    bound = recorded_queue.on_engine(worker.engine, call_timeout=worker.config.effective_call_timeout)
     try:
         recorded_queue.enqueue("send_email", {"secret": "hunter2"})
-        with bound.executor.single_statement() as conn:  # the pool's only connection, reused next
+        with bound.core.executor.single_statement() as conn:  # the pool's only connection, reused next
             pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
 
         _, claimed = bound.complete_and_claim([], worker_id="w", limit=1)
         assert [job.payload for job in claimed] == [{"secret": "hunter2"}]
-        with bound.executor.single_statement() as conn:
+        with bound.core.executor.single_statement() as conn:
             assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() != pid
     finally:
         worker.engine.dispose()
@@ -140,17 +140,17 @@ def test_a_connection_terminated_mid_call_raises_database_error_and_the_next_rou
     recorded_queue, engine
 ):
     worker = recorded_queue.worker(concurrency=1)
-    bound = worker.queue
+    bound = recorded_queue.on_engine(worker.engine, call_timeout=worker.config.effective_call_timeout)
     params = {"queue": "default", "worker_id": "w", "limit": 1, "token": "t", "job_ids": [], "tokens": [],
               "results": []}
     try:
         recorded_queue.enqueue("send_email", {"secret": "hunter2"})
         with pytest.raises(sq.DatabaseError) as failed:
-            with bound.executor.single_statement() as conn:
+            with bound.core.executor.single_statement() as conn:
                 pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
                 with engine.connect() as other:
                     other.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
-                bound.executor.run_round(conn, params)  # the round's driver path, mid-checkout
+                bound.core.executor.run_round(conn, params)  # the round's driver path, mid-checkout
         assert failed.value.connection_invalidated
         assert "hunter2" not in str(failed.value)
         _, claimed = bound.complete_and_claim([], worker_id="w", limit=1)
@@ -164,7 +164,7 @@ def test_the_prepared_round_settles_on_a_generic_plan(recorded_queue, run_sql):
     worse than the custom ones; a round that cost a full plan each time halved the drain rate.
     Once psycopg has prepared it (after 5 executions), later rounds must reuse one plan."""
     worker = recorded_queue.worker(concurrency=1)
-    bound = worker.queue
+    bound = recorded_queue.on_engine(worker.engine, call_timeout=worker.config.effective_call_timeout)
     try:
         # A backlog the planner knows about: the bad generic plan only looks cheap on a big table.
         recorded_queue.enqueue_many([{"task": "send_email", "payload": {"n": n}} for n in range(20_000)])
@@ -172,7 +172,7 @@ def test_the_prepared_round_settles_on_a_generic_plan(recorded_queue, run_sql):
         finished: list = []
         for _ in range(25):
             _, finished = bound.complete_and_claim(finished, worker_id="w", limit=2)
-        with bound.executor.single_statement() as conn:  # the same pooled session, used one at a time
+        with bound.core.executor.single_statement() as conn:  # the same pooled session, used one at a time
             [(generic, custom)] = conn.execute(text(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
                 "WHERE statement LIKE 'WITH completed_now AS%'"

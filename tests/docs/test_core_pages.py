@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,19 @@ def _split_parameters(heading: str) -> tuple[str, list[str]] | None:
 SIGNED = [parsed for heading in _headings() if (parsed := _split_parameters(heading))]
 
 
+def _unpacked_options(target) -> list[tuple[str, bool, bool]]:
+    """The keywords a ``**options: Unpack[SomeOptions]`` parameter takes: each key of the
+    TypedDict, keyword-only, optional (``total=False``). Annotations are strings here (``from
+    __future__ import annotations``): the TypedDict is looked up in the function's module."""
+    shown = []
+    for parameter in inspect.signature(target).parameters.values():
+        annotation = str(parameter.annotation)
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD and annotation.startswith("Unpack["):
+            options = vars(sys.modules[target.__module__])[annotation.removeprefix("Unpack[").removesuffix("]")]
+            shown += [(key, True, key in options.__optional_keys__) for key in options.__annotations__]
+    return shown
+
+
 @pytest.mark.parametrize(("name", "documented"), SIGNED, ids=[name for name, _ in SIGNED])
 def test_documented_signature_matches_the_code(name, documented):
     owner, _, attribute = name.partition(".")
@@ -117,4 +131,7 @@ def test_documented_signature_matches_the_code(name, documented):
     ]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in real):
         shown = [entry for entry in shown if not entry[0].startswith("**")]
-    assert shown == expected
+        expected += _unpacked_options(target.__init__ if inspect.isclass(target) else target)
+    # Positional parameters in their order; keyword-only ones in any order (callers name them).
+    assert [e for e in shown if not e[1]] == [e for e in expected if not e[1]]
+    assert sorted(e for e in shown if e[1]) == sorted(e for e in expected if e[1])

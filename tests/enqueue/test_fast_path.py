@@ -76,7 +76,7 @@ def url_queue(database_url, clean_jobs):
 def settle(queue: sq.Queue) -> None:
     """Wait until the Queue's notifier has sent the wake-ups of earlier enqueues: it borrows a
     pooled connection to send them, so until then the pool's one connection may be in use."""
-    queue._enqueuer.notifier.flush()
+    queue.core.enqueuer.notifier.flush()
 
 
 class Trace:
@@ -96,7 +96,7 @@ class Trace:
         self.queues_woken: list[str] = []
 
     def __call__(self, call):
-        notifier = self.queue._enqueuer.notifier if self.queue is not None else None
+        notifier = self.queue.core.enqueuer.notifier if self.queue is not None else None
         if notifier is not None:
             settle(self.queue)
             send, notifier._send = notifier._send, self.queues_woken.extend

@@ -66,7 +66,7 @@ def test_after_a_quiet_spell_the_enqueuing_call_sends_the_wake_up_itself(databas
     q = sq.Queue(database_url, load_entrypoints=False)
     q.task(name="noop", queue="mail")(lambda payload, ctx: None)
     q.enqueue("noop", {})
-    assert q._enqueuer.notifier._thread is None
+    assert q.core.enqueuer.notifier._thread is None
     assert received(listener, until="mail") == ["mail"]
 
 

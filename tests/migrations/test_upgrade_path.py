@@ -127,10 +127,32 @@ def test_upgrading_a_live_revision_4_queue_to_job_control_keeps_its_jobs_claimab
     after = all_rows(empty_engine, reflected_jobs(empty_engine))
     assert [{k: row[k] for k in before[0]} for row in after] == before
     assert {(row["priority"], row["snoozes"], row["result"], row["cancelled_at"]) for row in after} == {(0, 0, None, None)}
+    upgrade(empty_engine)  # today's code needs today's schema
     queue = sq.Queue(empty_engine, load_entrypoints=False)
     queue.task(lambda payload, ctx: None, name="send_email")
     urgent = queue.enqueue("send_email", {"n": "urgent"}, priority=10)
     assert [job.id for job in queue.claim("default", worker_id="w", limit=2)] == [before[0]["id"], urgent]
+
+
+def test_revision_7_adds_meta_to_live_jobs_and_its_downgrade_keeps_them(empty_engine):
+    upgrade(empty_engine, "sqlaq_0006")
+    old_table = reflected_jobs(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(insert(old_table).values(queue_name="default", task="send_email", payload={"n": 1}))
+    before = all_rows(empty_engine, old_table)
+
+    upgrade(empty_engine, "sqlaq_0007")
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    traced = queue.enqueue("send_email", {"n": 2}, meta={"trace_id": "t"})
+    [old_job, new_job] = queue.claim("default", worker_id="w", limit=2)
+    assert (old_job.id, old_job.meta, new_job.id, new_job.meta) == (before[0]["id"], None, traced, {"trace_id": "t"})
+
+    downgrade(empty_engine, "sqlaq_0006")
+    rows = all_rows(empty_engine, reflected_jobs(empty_engine))
+    assert "meta" not in rows[0] and [row["id"] for row in rows] == [before[0]["id"], traced]
+    upgrade(empty_engine)  # and up again: the column comes back empty
+    assert {row["meta"] for row in all_rows(empty_engine, reflected_jobs(empty_engine))} == {None}
 
 
 def test_revision_5_can_be_rerun_after_an_interrupted_claim_index_swap(make_engine):

@@ -100,7 +100,7 @@ def test_cancelling_a_pending_job_wakes_whoever_waits_for_it(cq, engine):
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as listener:
         listener.exec_driver_sql(f'LISTEN "{finished_channel(cq.table)}"')
         with engine.begin() as conn:  # what Queue.wait does: only a watched job is announced
-            assert conn.execute(cq.executor.statements.watch_job, {"job_id": job_id}).all()
+            assert conn.execute(cq.core.executor.statements.watch_job, {"job_id": job_id}).all()
         cq.cancel(job_id)
         driver = listener.connection.driver_connection
         notices = list(driver.notifies(timeout=10, stop_after=1))

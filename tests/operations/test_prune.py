@@ -36,7 +36,7 @@ def active_rows(run_sql):
 
 
 def test_one_batch_deletes_at_most_batch_size_of_each_kind(ops_queue, history, count_jobs):
-    pruner = Pruner(ops_queue, PruneConfig(completed_after=timedelta(days=7),
+    pruner = Pruner(ops_queue.core, PruneConfig(completed_after=timedelta(days=7),
                                            failed_after=timedelta(days=7), batch_size=10))
     result = pruner.run_once()
     assert (result.completed, result.failed) == (10, 7)
@@ -47,7 +47,7 @@ def test_run_deletes_every_old_finished_job_and_nothing_else(ops_queue, history,
     before = active_rows(run_sql)
     config = PruneConfig(completed_after=timedelta(days=7), failed_after=timedelta(days=7), batch_size=10)
 
-    result = Pruner(ops_queue, config).run()
+    result = Pruner(ops_queue.core, config).run()
 
     assert (result.completed, result.failed) == (25, 7)
     assert result.batches == 3 + 1 + 1  # completed: 10, 10, 5; failed: 7; counters: 1
@@ -89,7 +89,7 @@ def test_results_add_up():
 
 
 def test_run_if_due_prunes_then_waits_for_its_interval(ops_queue, history):
-    pruner = Pruner(ops_queue, PruneConfig(completed_after=timedelta(days=7), interval=3600))
+    pruner = Pruner(ops_queue.core, PruneConfig(completed_after=timedelta(days=7), interval=3600))
     assert pruner.run_if_due().completed == 25
     assert pruner.run_if_due() is None
 
@@ -120,7 +120,7 @@ def test_bad_options_are_refused_and_nothing_is_deleted(ops_queue, history, coun
 
 def test_a_pruner_needs_a_config_object(ops_queue):
     with pytest.raises(sq.ConfigurationError, match="pruning must be a PruneConfig, got dict"):
-        Pruner(ops_queue, {"completed_after": 60})
+        Pruner(ops_queue.core, {"completed_after": 60})
 
 
 def test_a_worker_with_pruning_deletes_old_finished_jobs_as_it_runs(ops_queue, history, count_jobs):

@@ -190,7 +190,7 @@ def test_empty_claim_on_a_queue_without_jobs_while_another_queue_has_them(ops_qu
 
 def test_rapid_empty_claims_are_tallied_and_counted_with_the_next_classification(ops_queue, counters):
     now = [0.0]
-    ops_queue._counters.throttle = EmptyClaimThrottle(interval=60, clock=lambda: now[0])  # a clock we move
+    ops_queue.core.counters.throttle = EmptyClaimThrottle(interval=60, clock=lambda: now[0])  # a clock we move
     ops_queue.enqueue("send_email", {}, delay=3600)
     for _ in range(3):  # one classification, two tallied
         assert ops_queue.claim(worker_id="w") == []

@@ -16,8 +16,8 @@ from sqla_queue.plugins.manager import (
     DISABLE_AUTOLOAD_ENV,
     build_plugin_manager,
     describe_plugins,
-    idempotency_key_asker,
 )
+from sqla_queue.plugins.calls import idempotency_key_asker
 from sqla_queue.plugins.builtins import backoff
 
 BUILTINS = ["sqla_queue.backoff", "sqla_queue.retryable", "sqla_queue.logging"]

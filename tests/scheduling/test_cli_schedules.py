@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from sqla_queue.core.schedules import fire_tick
+from sqla_queue.services.scheduler import fire_tick
 
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 UTC = timezone.utc
@@ -59,7 +59,7 @@ def test_json_lists_each_schedule_with_its_last_and_next_tick(cli, queue):
     refresh_task = queue.task(name="refresh")(lambda payload, ctx: None)  # the app's schedule, seen from here
     queue.periodic(refresh_task, every=timedelta(minutes=15), backfill=True)
     tick_at = datetime(2026, 5, 4, 12, 15, tzinfo=UTC)
-    fire_tick(queue, queue.schedules[0], tick_at + timedelta(seconds=3), not_before=tick_at - timedelta(minutes=1))
+    fire_tick(queue.core, queue.schedules[0], tick_at + timedelta(seconds=3), not_before=tick_at - timedelta(minutes=1))
 
     before = datetime.now(UTC)
     result = cli("--json")

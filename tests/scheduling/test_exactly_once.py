@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import text
 
 import sqla_queue as sq
-from sqla_queue.core.schedules import fire_tick
+from sqla_queue.services.scheduler import fire_tick
 
 from race_fixtures import THREADS
 
@@ -40,7 +40,7 @@ def test_racing_schedulers_enqueue_each_tick_once(make_engine, race):
     for n in range(1, ROUNDS + 1):
         now = T0 + timedelta(seconds=n, milliseconds=300)
         # Every thread sees the same tick; clocks differ by a few milliseconds.
-        results = race(lambda i: fire_tick(queues[i], queues[i].schedules[0], now + timedelta(milliseconds=i),
+        results = race(lambda i: fire_tick(queues[i].core, queues[i].schedules[0], now + timedelta(milliseconds=i),
                                            not_before=T0))
         assert sorted(results) == [0] * (THREADS - 1) + [1], f"round {n}: {results}"
         inserted += sum(results)
@@ -51,11 +51,11 @@ def test_racing_schedulers_enqueue_each_tick_once(make_engine, race):
 
 def test_racing_backfills_enqueue_each_missed_tick_once(make_engine, race):
     queues = racers(make_engine, every=1, backfill=True)
-    fire_tick(queues[0], queues[0].schedules[0], T0, not_before=T0 - timedelta(seconds=1))
+    fire_tick(queues[0].core, queues[0].schedules[0], T0, not_before=T0 - timedelta(seconds=1))
     for n in range(1, ROUNDS + 1):
         # Each round skips a few seconds; the threads' clocks straddle a tick.
         base = T0 + timedelta(seconds=5 * n, milliseconds=500)
-        race(lambda i: fire_tick(queues[i], queues[i].schedules[0], base + timedelta(milliseconds=400 * (i % 3)),
+        race(lambda i: fire_tick(queues[i].core, queues[i].schedules[0], base + timedelta(milliseconds=400 * (i % 3)),
                                  not_before=T0))
     counts = ticks_enqueued(make_engine)
     assert set(counts.values()) == {1}, [tick for tick, count in counts.items() if count > 1]

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 import sqla_queue as sq
-from sqla_queue.db.engine import Capabilities, worker_engine
+from sqla_queue.db.engine import Capabilities
+from sqla_queue.db.worker_engine import worker_engine
 
 NEW_TRANSACTION_ID = select(func.txid_current())
 
@@ -22,8 +23,8 @@ def _transaction_ids(executor) -> tuple[int, int]:
 def test_a_url_built_queue_may_enqueue_in_autocommit_and_nothing_else_changes(database_url):
     queue = sq.Queue(database_url, load_entrypoints=False)
     try:
-        assert queue.executor.capabilities == Capabilities(driver_fast_path=True, autocommit_enqueue=True)
-        first, second = _transaction_ids(queue.executor)
+        assert queue.core.executor.capabilities == Capabilities(driver_fast_path=True, autocommit_enqueue=True)
+        first, second = _transaction_ids(queue.core.executor)
         assert first == second  # single statements still get our own transaction
     finally:
         queue.engine.dispose()
@@ -31,10 +32,10 @@ def test_a_url_built_queue_may_enqueue_in_autocommit_and_nothing_else_changes(da
 
 def test_an_application_engine_never_gets_an_autocommit_path(engine):
     queue = sq.Queue(engine, load_entrypoints=False)
-    assert queue.executor.capabilities == Capabilities(driver_fast_path=True)
-    with queue.executor.autocommit_enqueue() as autocommit:
+    assert queue.core.executor.capabilities == Capabilities(driver_fast_path=True)
+    with queue.core.executor.autocommit_enqueue() as autocommit:
         assert autocommit is None
-    first, second = _transaction_ids(queue.executor)
+    first, second = _transaction_ids(queue.core.executor)
     assert first == second
 
 
@@ -43,14 +44,14 @@ def test_a_worker_engine_runs_single_statements_in_autocommit_at_read_committed(
     ours = worker_engine(engine, pool_size=1, call_timeout=5.0)
     try:
         on_worker = queue.on_engine(ours, call_timeout=5.0)
-        assert on_worker.executor.capabilities == Capabilities(
+        assert on_worker.core.executor.capabilities == Capabilities(
             driver_fast_path=True, autocommit_single_statements=True
         )
-        first, second = _transaction_ids(on_worker.executor)
+        first, second = _transaction_ids(on_worker.core.executor)
         assert first != second  # each statement its own transaction: no BEGIN/COMMIT
-        with on_worker.executor.single_statement() as conn:
+        with on_worker.core.executor.single_statement() as conn:
             assert conn.execute(select(func.current_setting("transaction_isolation"))).scalar_one() == "read committed"
-        with on_worker.executor.transaction() as conn:  # multi-statement work keeps a transaction
+        with on_worker.core.executor.transaction() as conn:  # multi-statement work keeps a transaction
             assert conn.execute(NEW_TRANSACTION_ID).scalar_one() == conn.execute(NEW_TRANSACTION_ID).scalar_one()
     finally:
         ours.dispose()
@@ -68,12 +69,12 @@ def test_a_worker_engine_behind_a_transaction_pooler_reads_the_sessions_default_
     ours = worker_engine(engine, pool_size=1, call_timeout=5.0, prepared_statements=False)
     strict = worker_engine(serializable, pool_size=1, call_timeout=5.0, prepared_statements=False)
     try:
-        executor = queue.on_engine(ours).executor
+        executor = queue.on_engine(ours).core.executor
         assert executor.capabilities.autocommit_single_statements
         first, second = _transaction_ids(executor)
         assert first != second  # each statement its own transaction: no BEGIN/COMMIT
 
-        executor = queue.on_engine(strict).executor
+        executor = queue.on_engine(strict).core.executor
         first, second = _transaction_ids(executor)
         assert first == second
         with executor.single_statement() as conn:
@@ -97,7 +98,7 @@ def test_on_engine_shares_tasks_plugins_and_statements_and_leaves_the_original_a
         other = queue.on_engine(other_engine, call_timeout=2.5)
         assert other.task_names == queue.task_names == ["send_email"]
         assert other.plugin_manager is queue.plugin_manager
-        assert other.executor.statements is queue.executor.statements  # built once per table
+        assert other.core.executor.statements is queue.core.executor.statements  # built once per table
         assert (other.call_timeout, queue.call_timeout) == (2.5, None)
         assert other.engine.pool is other_engine.pool and queue.engine.pool is engine.pool
         queue.task(lambda payload, ctx: None, name="late")  # one registry: the copy sees it
@@ -107,10 +108,10 @@ def test_on_engine_shares_tasks_plugins_and_statements_and_leaves_the_original_a
 
 
 def test_the_listener_connection_listens_on_the_tables_channel_and_answers_the_probe(queue, engine):
-    with queue.executor.listening(call_timeout=5.0) as driver:
+    with queue.core.executor.listening(call_timeout=5.0) as driver:
         queue.enqueue("send_email", {})
         [note] = list(driver.notifies(timeout=5, stop_after=1))
-        queue.executor.probe(driver, call_timeout=5.0)
+        queue.core.executor.probe(driver, call_timeout=5.0)
     assert (note.channel, note.payload) == (queue.notify_channel, "default")
 
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 import sqla_queue as sq
 from sqla_queue.testing import enqueued
-from sqla_queue.testing.inline import InlineLimitError
+from sqla_queue.testing import InlineLimitError
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_jobs_a_handler_enqueues_run_after_it_and_delayed_ones_wait(own_engine, 
 
 
 def test_jobs_that_enqueue_themselves_stop_at_a_limit(own_engine, monkeypatch):
-    monkeypatch.setattr("sqla_queue.testing.inline.MAX_JOBS", 5)
+    monkeypatch.setattr("sqla_queue.worker.inline.MAX_JOBS", 5)
     q = sq.Queue(own_engine, load_entrypoints=False, testing="inline")
 
     @q.task

@@ -115,19 +115,17 @@ def test_a_held_job_whose_cancel_came_before_its_handler_started_is_never_run(re
     """The request can reach a claimed job before a handler thread picks it up; the worker then
     records the cancel instead of running the handler (driven here through the worker's own
     handler step, as a handler thread would)."""
-    from sqla_queue.worker.held_job import HeldJob
-
     ran = []
     recorded_queue.task(name="not_yet", max_attempts=5)(lambda payload, ctx: ran.append(ctx.job_id))
     job_id = recorded_queue.enqueue("not_yet", {})
     worker = recorded_queue.worker(concurrency=1, **FAST)
     try:
-        (job,) = worker.queue.claim(worker_id=worker.worker_id)
+        (job,) = worker.core.outcomes.claim("default", worker.worker_id, 1)
         recorded_queue.cancel(job_id)
-        held = HeldJob(job, None)
-        assert worker.queue.renew([job]) == {job_id: True} and held.request_cancel()
+        held = worker.runs.held(job)
+        assert worker.core.outcomes.renew([job]) == {job_id: True} and held.request_cancel()
 
-        worker._execute(held)
+        worker.runs._run_here(held)
     finally:
         worker.engine.dispose()
 

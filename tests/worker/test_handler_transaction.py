@@ -90,7 +90,7 @@ def test_an_exception_in_the_block_rolls_back_and_the_job_is_retried(engine, cle
     job_id = queue.enqueue("write", {"note": "never", "fail": True})
 
     [claimed] = queue.claim(worker_id="w", limit=1)
-    ran = run_claimed_job(queue, claimed)
+    ran = run_claimed_job(queue.core, claimed)
 
     job = queue.get_job(job_id)
     assert (ran.outcome, job.status, job.attempts, job.result) == ("retried", sq.JobStatus.PENDING, 1, None)
@@ -119,9 +119,9 @@ def test_a_lost_claim_rolls_back_and_raises_lost_claim_error(engine, clean_jobs,
         conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = now() - interval '1 hour'"))
     assert queue.recover_expired(lease=timedelta(seconds=60)) == [job_id]
     [fresh] = queue.claim(worker_id="fresh", limit=1)
-    assert run_claimed_job(queue, fresh).outcome == "completed"
+    assert run_claimed_job(queue.core, fresh).outcome == "completed"
 
-    ran = run_claimed_job(queue, stale)
+    ran = run_claimed_job(queue.core, stale)
 
     assert ran.outcome == "lost" and isinstance(ran.error, sq.LostClaimError)
     assert f"job {job_id}" in str(raised[0]) and "nothing it wrote was committed" in str(raised[0])
@@ -138,7 +138,7 @@ def test_a_cancel_request_rolls_back_and_the_job_ends_cancelled(engine, clean_jo
     [claimed] = queue.claim(worker_id="w", limit=1)
     queue.cancel(job_id)  # running: a request its worker has not seen yet
 
-    ran = run_claimed_job(queue, claimed)
+    ran = run_claimed_job(queue.core, claimed)
 
     assert ran.outcome == "cancelled" and isinstance(ran.error, sq.JobCancelledError)
     assert "nothing it wrote was committed" in str(ran.error)
@@ -157,7 +157,7 @@ def test_writes_after_the_block_do_not_change_the_completed_job(engine, clean_jo
     job_id = queue.enqueue("write", {"note": "kept"})
     [claimed] = queue.claim(worker_id="w", limit=1)
     with caplog.at_level(logging.WARNING, logger="sqla_queue.worker"):
-        ran = run_claimed_job(queue, claimed)
+        ran = run_claimed_job(queue.core, claimed)
 
     assert ran.outcome == "completed"
     assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED
@@ -231,7 +231,7 @@ def test_misuse_is_refused_with_a_clear_error(engine, clean_jobs, effects):
 
     job_id = queue.enqueue("misuse", {})
     [claimed] = queue.claim(worker_id="w", limit=1)
-    ran = run_claimed_job(queue, claimed)
+    ran = run_claimed_job(queue.core, claimed)
 
     assert "belongs inside that block" in errors["set_result outside"]
     assert "do not nest" in errors["nested"]
@@ -253,7 +253,7 @@ def test_with_on_an_async_session_factory_is_refused(engine, database_url, clean
     job_id = queue.enqueue("write", {"note": "x"})
     [claimed] = queue.claim(worker_id="w", limit=1)
 
-    ran = run_claimed_job(queue, claimed)
+    ran = run_claimed_job(queue.core, claimed)
 
     assert ran.outcome == "failed" and isinstance(ran.error, sq.ConfigurationError)
     assert "needs a Session (a sessionmaker)" in str(ran.error) and "AsyncSession" in str(ran.error)
@@ -270,7 +270,7 @@ def test_async_with_on_a_queue_without_an_asyncio_engine_names_the_fix(engine, c
 
     queue.enqueue("write", {})
     [claimed] = queue.claim(worker_id="w", limit=1)
-    ran = run_claimed_job(queue, claimed)
+    ran = run_claimed_job(queue.core, claimed)
 
     assert ran.outcome == "failed" and "async_sessionmaker" in str(ran.error)
     assert effects() == []
@@ -302,7 +302,7 @@ def test_objects_written_in_the_block_stay_readable_after_it(engine, clean_jobs,
 
     job_id = queue.enqueue("write", {})
     [claimed] = queue.claim(worker_id="w", limit=1)
-    assert run_claimed_job(queue, claimed).outcome == "completed"
+    assert run_claimed_job(queue.core, claimed).outcome == "completed"
     assert after[0][1] == "orm" and after[0][0] is not None
     assert effects(job_id) == [(job_id, "orm")]
 
@@ -350,7 +350,7 @@ def test_the_run_reports_the_result_stored_with_the_completion(engine, clean_job
 
     job_id = queue.enqueue("write", {})
     [claimed] = queue.claim(worker_id="w", limit=1)
-    ran = run_claimed_job(queue, claimed)
+    ran = run_claimed_job(queue.core, claimed)
     assert ran.result == {"wrote": "r"} == queue.get_job(job_id).result
 
 

@@ -4,6 +4,8 @@ the jobs whose lease may have run out, and a handler past its timeout is settled
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from datetime import timedelta
 
@@ -39,13 +41,14 @@ def leased(engine, clean_jobs, lost):
 
     def hold(n: int = 1, timeout: timedelta | None = None) -> list[HeldJob]:
         queue.enqueue_many([{"task": "work", "payload": {}} for _ in range(n)])
-        return [HeldJob(job, timeout) for job in queue.claim(worker_id="keeper-test", limit=n)]
+        task = dataclasses.replace(queue.get_task("work"), timeout=timeout)
+        return [HeldJob(job, task) for job in queue.claim(worker_id="keeper-test", limit=n)]
 
     return queue, hold
 
 
 def keeper_for(queue, held: list[HeldJob]) -> LeaseKeeper:
-    return LeaseKeeper(queue, LeaseKeeperConfig(lease=timedelta(seconds=60)), lambda: list(held))
+    return LeaseKeeper(queue.core, LeaseKeeperConfig(lease=timedelta(seconds=60)), lambda: list(held))
 
 
 def age_leases(engine, by: str = "10 minutes") -> None:

@@ -21,7 +21,7 @@ def listened(engine, clean_jobs):
     queue.task(name="mine", queue="mine")(lambda payload, ctx: None)
     queue.task(name="theirs", queue="theirs")(lambda payload, ctx: None)
     wake, done = threading.Event(), threading.Event()
-    listener = Listener(queue, ListenerConfig(queues=("mine",), call_timeout=5.0, probe_every=0.2), wake, done)
+    listener = Listener(queue.core, ListenerConfig(queues=("mine",), call_timeout=5.0, probe_every=0.2), wake, done)
     return queue, listener, wake, done
 
 

@@ -98,7 +98,7 @@ def test_prepare_threshold_in_a_url_reaches_psycopg(own_server, direct_url):
                 assert conn.connection.driver_connection.prepare_threshold == expected
 
             async def threshold_async(queue=queue):
-                async with queue.executor.asyncio_engine().connect() as conn:
+                async with queue.core.executor.asyncio_engine().connect() as conn:
                     raw = await conn.get_raw_connection()
                     return raw.driver_connection.prepare_threshold
 

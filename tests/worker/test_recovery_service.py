@@ -68,12 +68,12 @@ def test_the_interval_defaults_to_half_the_lease_and_at_least_a_second():
 
 def test_a_recoverer_needs_a_config_object(queue):
     with pytest.raises(ConfigurationError, match="RecoveryConfig"):
-        Recoverer(queue, {"lease": 60})
+        Recoverer(queue.core, {"lease": 60})
 
 
 def test_run_once_takes_back_one_batch_and_says_which_jobs(queue, engine, expired):
     ids = expired(5)
-    result = Recoverer(queue, RecoveryConfig(lease=60, batch_limit=2)).run_once()
+    result = Recoverer(queue.core, RecoveryConfig(lease=60, batch_limit=2)).run_once()
 
     assert result.batches == 1 and not result.caught_up
     assert len(result.recovered) == 2 and set(result.recovered) <= set(ids)
@@ -83,7 +83,7 @@ def test_run_once_takes_back_one_batch_and_says_which_jobs(queue, engine, expire
 
 def test_a_periodic_pass_stops_after_max_rounds_and_run_catches_up(queue, engine, expired):
     ids = expired(5)
-    recoverer = Recoverer(queue, RecoveryConfig(lease=60, batch_limit=2, max_rounds=2, interval=3600))
+    recoverer = Recoverer(queue.core, RecoveryConfig(lease=60, batch_limit=2, max_rounds=2, interval=3600))
 
     bounded = recoverer.run_if_due()
     assert bounded.batches == 2 and not bounded.caught_up and len(bounded.recovered) == 4
@@ -96,7 +96,7 @@ def test_a_periodic_pass_stops_after_max_rounds_and_run_catches_up(queue, engine
 
 def test_a_pass_is_not_due_again_within_the_interval(queue, expired):
     expired(1)
-    recoverer = Recoverer(queue, RecoveryConfig(lease=60, interval=3600))
+    recoverer = Recoverer(queue.core, RecoveryConfig(lease=60, interval=3600))
 
     assert len(recoverer.run_if_due().recovered) == 1
     expired(1)
@@ -108,7 +108,7 @@ def test_jobs_on_their_last_attempt_are_failed_and_reported_with_the_requeued(qu
     requeued = expired(1)
     failed = expired(1, task="once")
 
-    result = Recoverer(queue, RecoveryConfig(lease=60)).run_once()
+    result = Recoverer(queue.core, RecoveryConfig(lease=60)).run_once()
 
     assert sorted(result.recovered) == sorted(requeued + failed)
     assert result.caught_up
@@ -120,7 +120,7 @@ def test_a_live_lease_is_left_alone(queue, engine):
     queue.enqueue("send_email", {})
     [job] = queue.claim(worker_id="alive")
 
-    result = Recoverer(queue, RecoveryConfig(lease=60)).run()
+    result = Recoverer(queue.core, RecoveryConfig(lease=60)).run()
 
     assert result == RecoveryResult(recovered=(), batches=1, caught_up=True)
     assert queue.get_job(job.id).status is sq.JobStatus.RUNNING

@@ -46,7 +46,7 @@ def sampled_queue(committed_queue, engine):
 
 def test_a_sample_is_due_once_per_interval_at_the_samplers_offset(sampled_queue):
     clock = Clock(6000.0)  # 100 minutes since the epoch, on the minute
-    sampler = Sampler(sampled_queue, retention=WEEK, clock=clock, offset=20.0)
+    sampler = Sampler(sampled_queue.core, retention=WEEK, clock=clock, offset=20.0)
 
     assert sampler.run_if_due() is None
     clock.now = 6019.9
@@ -73,7 +73,7 @@ def test_a_database_error_is_logged_and_the_worker_goes_on(engine, caplog, creat
     try:
         queue = sq.Queue(bare, load_entrypoints=False)  # no schema at all
         clock = Clock(0.0)
-        sampler = Sampler(queue, retention=WEEK, clock=clock, offset=1.0)
+        sampler = Sampler(queue.core, retention=WEEK, clock=clock, offset=1.0)
         clock.now = 1.0
         assert sampler.run_if_due() is None
     finally:

@@ -325,8 +325,8 @@ def test_until_empty_stops_only_after_a_claim_from_the_start_finds_nothing(queue
     """A claim that starts from a position can come back empty while jobs wait behind it."""
     job_id = queue.enqueue("send_email", {})
     worker = queue.worker(concurrency=1, **FAST)
-    worker._positions["default"] = (0, datetime.now(timezone.utc) + timedelta(days=1), 2**62)
-    worker._restart_at["default"] = time.monotonic() + 3600
+    worker.claim_loop.positions["default"] = (0, datetime.now(timezone.utc) + timedelta(days=1), 2**62)
+    worker.claim_loop.restart_at["default"] = time.monotonic() + 3600
 
     summary = worker.run(until_empty=True)
 

@@ -8,8 +8,9 @@ Frozen: never edit this file once released; change the schema in a new revision.
 """
 
 import sqlalchemy as sa
-from alembic import op
 from sqlalchemy.dialects import postgresql
+
+from alembic import op
 
 revision = "sqlaq_0001"
 down_revision = None

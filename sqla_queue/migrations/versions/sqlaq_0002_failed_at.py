@@ -15,6 +15,7 @@ if missing and each index is dropped (if present) before it is built.
 """
 
 import sqlalchemy as sa
+
 from alembic import op
 
 revision = "sqlaq_0002"

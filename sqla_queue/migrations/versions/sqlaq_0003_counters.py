@@ -13,6 +13,7 @@ empty table takes no lock on the job table, and the whole revision is one transa
 """
 
 import sqlalchemy as sa
+
 from alembic import op
 
 revision = "sqlaq_0003"

@@ -13,6 +13,7 @@ revision is one transaction, and adding the column only if it is missing lets it
 """
 
 import sqlalchemy as sa
+
 from alembic import op
 
 revision = "sqlaq_0004"

@@ -20,8 +20,9 @@ deleted it) and drops the columns with their data: priorities, results and sched
 """
 
 import sqlalchemy as sa
-from alembic import op
 from sqlalchemy.dialects import postgresql
+
+from alembic import op
 
 revision = "sqlaq_0005"
 down_revision = "sqlaq_0004"

@@ -14,6 +14,7 @@ history.
 """
 
 import sqlalchemy as sa
+
 from alembic import op
 
 revision = "sqlaq_0006"

@@ -23,24 +23,25 @@ failure fails the commit's caller. `enqueue_async` is not inline (use `drain_asy
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection, event
 from sqlalchemy.orm import Session
 
+from ..core import Core
 from ..errors import ConfigurationError, SqlaQueueError
-from ..worker.job_run import Ran, run_claimed_job
-from .handlers import claim_one
-
-if TYPE_CHECKING:
-    from ..queue import Queue
+from .job_run import Ran, run_claimed_job
 
 INLINE = "inline"
 MODES = (INLINE,)
 """The values ``Queue(testing=...)`` accepts besides None."""
+
+INLINE_WORKER_ID = f"sqla_queue.inline:{os.getpid()}"
+"""What inline mode records as ``locked_by`` of the jobs it runs."""
 
 MAX_JOBS = 1000
 """How many jobs one commit may run inline (its jobs, theirs, ...) before `InlineLimitError`."""
@@ -62,10 +63,10 @@ def testing_mode(value: Any) -> str | None:
 
 
 class InlineRunner:
-    """Runs the jobs `queue` enqueues once their transaction commits (module docstring)."""
+    """Runs the jobs `core`'s queue enqueues once their transaction commits (module docstring)."""
 
-    def __init__(self, queue: Queue) -> None:
-        self.queue = queue
+    def __init__(self, core: Core) -> None:
+        self.core = core
         self._state = threading.local()
 
     def enqueued(self, ids: Sequence[int], session: Session | None, connection: Connection | None) -> None:
@@ -153,13 +154,13 @@ class InlineRunner:
         return ran
 
     def _run_one(self, job_id: int) -> Ran | None:
-        job = claim_one(self.queue, job_id, due_only=True)
+        job = self.core.outcomes.claim_by_id(job_id, INLINE_WORKER_ID, due_only=True)
         if job is None:
-            if self.queue.get_job(job_id) is None:
+            if self.core.operations.get_job(job_id) is None:
                 raise SqlaQueueError(
                     f"job {job_id} was enqueued in a transaction that reported a commit, but no other "
                     "connection can see it: is the session or connection inside an outer transaction "
                     "that has not committed (a test's rolled-back connection)? Inline mode runs jobs "
                     "once they are really committed.")
             return None  # not due yet (left for drain), or an idempotency key's holder, running or finished
-        return run_claimed_job(self.queue, job, await_coroutine=asyncio.run)
+        return run_claimed_job(self.core, job, await_coroutine=asyncio.run)

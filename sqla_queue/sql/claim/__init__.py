@@ -1,4 +1,5 @@
-"""The claim: one statement that picks due jobs and marks them running."""
+"""The claim: one statement that picks due jobs and marks them running, in the order of a
+`ClaimOrder` (`sql.claim.order`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Integer,
-    SmallInteger,
     Table,
     Text,
     bindparam,
@@ -17,20 +17,22 @@ from sqlalchemy import (
     null,
     select,
     true,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.sql import Executable
 
-from ..models import queues_table
-from ..types import JobStatus
-from ._predicates import status_is
-from .notify import announce_finished, announced
-from .outcome import complete_jobs
+from ...models import queues_table
+from ...types import JobStatus
+from .._predicates import status_is
+from ..notify import announce_finished, announced
+from ..outcome import complete_jobs
+from .order import DEFAULT_ORDER, ClaimOrder, PriorityOrder
+
+__all__ = ["ClaimOrder", "DEFAULT_ORDER", "PriorityOrder", "claim_job_by_id", "claim_jobs", "complete_and_claim_jobs"]
 
 
-def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
+def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
     """Claim up to ``:limit`` due jobs of ``:queue`` for ``:worker_id`` under ``:token``,
     highest priority first, unless the queue is paused.
 
@@ -40,8 +42,8 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
     rows than asked for. The locking clause must sit inside the CTE: a lock on the outer query
     does not reach into a WITH query.
 
-    Ordering by ``priority DESC, run_at, id`` (the pending index's key order, so no sort) is a
-    preference, not a promise: SKIP LOCKED passes over rows
+    Ordering by `order` (by default ``priority DESC, run_at, id``: the pending index's key
+    order, so no sort) is a preference, not a promise: SKIP LOCKED passes over rows
     another claim holds, so fairness is approximate (docs/explanation/delivery-semantics.md).
     ``clock_timestamp()`` makes the database's clock, not the worker's, decide what is due.
 
@@ -50,14 +52,12 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
     updates the claimed rows through a hash join over a sequential scan of the whole table, so
     it keeps re-planning the statement on every execution to avoid that plan.
 
-    `from_position` adds ``priority = :from_priority AND (run_at, id) >= (:from_run_at,
-    :from_id)``, index conditions that start the scan at a position in claim order instead of at
-    the head of the pending index. Claimed rows leave dead entries at that head until VACUUM
-    removes them; a claim that always starts there reads all of them, and slows down as a
-    backlog drains (see `complete_and_claim_jobs`). The position stays within one priority
-    (a row comparison cannot mix the index's descending and ascending keys): when that priority
-    runs out the worker starts again from the head, which is also how it finds higher-priority
-    jobs that arrived meanwhile (`sqla_queue.worker.worker`).
+    `from_position` adds the order's position conditions (for `PriorityOrder`, ``priority =
+    :from_priority AND (run_at, id) >= (:from_run_at, :from_id)``), index conditions that start
+    the scan at a position in claim order instead of at the head of the pending index. Claimed
+    rows leave dead entries at that head until VACUUM removes them; a claim that always starts
+    there reads all of them, and slows down as a backlog drains (see
+    `complete_and_claim_jobs`).
 
     A paused queue (a ``paused_at`` in the queues table) claims nothing: the check is an
     uncorrelated primary-key lookup that PostgreSQL runs once per statement, before any row is
@@ -71,14 +71,11 @@ def claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
         not_paused(table),
     ]
     if from_position:
-        position = (bindparam("from_run_at", type_=DateTime(timezone=True)),
-                    bindparam("from_id", type_=BigInteger))
-        conditions.append(table.c.priority == bindparam("from_priority", type_=SmallInteger))
-        conditions.append(tuple_(table.c.run_at, table.c.id) >= tuple_(*position))
+        conditions.extend(order.position_conditions(table))
     due = (
         select(table.c.id)
         .where(*conditions)
-        .order_by(table.c.priority.desc(), table.c.run_at, table.c.id)
+        .order_by(*order.order_by(table))
         .limit(bindparam("limit", type_=Integer, literal_execute=True))
         .with_for_update(skip_locked=True)
         .cte("due_jobs")
@@ -148,11 +145,13 @@ def _claimed(table: Table, which, **values) -> Executable:
             table.c.priority,
             table.c.scheduled_at,
             table.c.snoozes,
+            table.c.meta,
         )
     )
 
 
-def complete_and_claim_jobs(table: Table, *, from_position: bool = False) -> Executable:
+def complete_and_claim_jobs(table: Table, *, from_position: bool = False,
+                            order: ClaimOrder = DEFAULT_ORDER) -> Executable:
     """The worker's round in one statement: complete the finished jobs (``:job_ids`` under
     their own ``:tokens``) and claim up to ``:limit`` more, as `complete_jobs` and `claim_jobs`
     would.
@@ -167,9 +166,9 @@ def complete_and_claim_jobs(table: Table, *, from_position: bool = False) -> Exe
     rows (running vs pending), so sharing a snapshot changes nothing for either.
     """
     completed = complete_jobs(table).cte("completed_now")
-    claimed = claim_jobs(table, from_position=from_position).cte("claimed_now")
+    claimed = claim_jobs(table, from_position=from_position, order=order).cte("claimed_now")
     only_claims = ("payload", "claim_token", "idempotency_key", "locked_at", "run_at", "priority",
-                   "scheduled_at", "snoozes")
+                   "scheduled_at", "snoozes", "meta")
     return select(
         false().label("claimed"), *_identity(completed), completed.c.duration, completed.c.status,
         *(cast(null(), table.c[name].type).label(name) for name in only_claims),

@@ -1,0 +1,241 @@
+"""The worker's own engine: connections made the way the application's engine makes them, with
+TCP keepalives, a bound on connecting, autocommit at READ COMMITTED and a pre-ping under the
+worker's deadline (`worker_engine`). Enqueueing and the other clients use `engine`'s engines."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
+
+from .._sanitize import error_text
+from ..errors import ConfigurationError
+from .deadline import driver_deadline
+from .engine import (
+    PROBE,
+    READ_COMMITTED_BY_DEFAULT,
+    READS_COMMITTED,
+    Capabilities,
+    has_pending_input,
+    note_checkin,
+    note_default_isolation,
+    record_capabilities,
+    run_constant,
+)
+
+logger = logging.getLogger("sqla_queue.worker")
+
+
+def worker_engine(
+    engine: Engine, *, pool_size: int, call_timeout: float, prepared_statements: bool = True
+) -> Engine:
+    """A dedicated engine for a worker, whose connections are made the way `engine` makes its own.
+
+    Connections: the application's engine knows how to connect (``connect_args`` such as
+    ``application_name`` or ``sslmode``, ``do_connect`` listeners that fetch an IAM token,
+    a ``creator``, pool ``connect`` listeners), but SQLAlchemy keeps none of that where it can
+    be read back: ``connect_args`` live in a closure, and rebuilding an engine from
+    ``engine.url`` drops them all. `Pool.recreate` (public, what ``Engine.dispose`` uses) gives
+    a pool configured exactly like the application's, with the same creator and a copy of its
+    listeners; each worker connection is checked out of that template and detached from it
+    (`PoolProxiedConnection.detach`, public), so it went through every hook the application
+    registered, and then belongs to the worker's own pool. No private attribute is read, and
+    the application's own pool is never touched. What the worker adds comes after: TCP
+    keepalives and ``tcp_user_timeout`` set on the socket (the same socket options libpq sets
+    from the connection parameters of the same names), a bound on the time a connection may
+    take (`connect_within`), and the settings below.
+
+    Its connections run in autocommit. On a direct connection (`prepared_statements`, i.e. not
+    behind PgBouncer's transaction pooling) every session it opens is set to default to READ
+    COMMITTED: a self-contained statement (the worker's complete-and-claim round) is then its
+    own transaction, one round trip instead of BEGIN + statement + COMMIT. Behind PgBouncer a
+    session setting would not follow the statement to its server connection, so the session's
+    default is only read (`autocommit_reads_committed`): it is the database's (PostgreSQL's own
+    default is READ COMMITTED, and every server connection of the pool has the same), and where
+    it is something else self-contained statements get explicit READ COMMITTED transactions.
+    Multi-statement work always gets explicit READ COMMITTED transactions through
+    `library_engine`.
+
+    Pre-ping runs in the pool's checkout event under the same client-side deadline as every
+    other worker call, instead of SQLAlchemy's built-in ``pool_pre_ping`` whose ``SELECT 1``
+    could wait forever on a half-open connection. A failed ping discards the connection and the
+    pool tries a fresh one, so a server restart costs no failed call.
+    """
+    require_psycopg(engine)
+    ours = create_engine(
+        engine.url,
+        creator=_connections_like(engine, call_timeout=call_timeout, prepared_statements=prepared_statements),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=False,
+        hide_parameters=True,
+        isolation_level="AUTOCOMMIT",
+    )
+    event.listen(ours, "connect", _read_committed_by_default if prepared_statements else note_default_isolation)
+    event.listen(ours, "checkin", note_checkin)
+    event.listen(ours, "checkout", _bounded_ping(call_timeout))
+    record_capabilities(ours, Capabilities(driver_fast_path=True, autocommit_single_statements=True))
+    return ours
+
+
+def require_psycopg(engine: Engine) -> None:
+    """The worker LISTENs, cuts stalled calls and runs its claim statement through psycopg 3;
+    with another driver it would fail later and less clearly. Enqueueing needs no such thing."""
+    if engine.dialect.driver != "psycopg":
+        raise ConfigurationError(
+            f"the worker needs psycopg 3, and this engine uses {engine.url.drivername}. Enqueueing "
+            "through it is fine; give the worker a psycopg 3 engine on the same database: "
+            "queue.worker(engine=create_engine('postgresql+psycopg://...')), or on the command line "
+            "--database-url postgresql+psycopg://..."
+        )
+
+
+def _connections_like(engine: Engine, *, call_timeout: float, prepared_statements: bool):
+    """A ``creator`` for the worker's engine: see `worker_engine`."""
+    template = engine.pool.recreate()
+    seconds = max(2, math.ceil(call_timeout))  # libpq's own minimum connect_timeout is 2 s
+    timed_out = engine.dialect.loaded_dbapi.OperationalError
+
+    def make():
+        proxied = template.connect()  # the application's creator, do_connect and pool listeners
+        proxied.detach()
+        return proxied.dbapi_connection
+
+    def connect():
+        dbapi_connection = connect_within(seconds, make, timed_out)
+        try:
+            dbapi_connection.commit()  # ends a transaction a connect listener left open; else no-op
+            keep_alive(dbapi_connection, call_timeout)
+            if not prepared_statements:
+                dbapi_connection.prepare_threshold = None  # PgBouncer (transaction mode) before 1.21
+        except BaseException:
+            dbapi_connection.close()
+            raise
+        return dbapi_connection
+
+    return connect
+
+
+def connect_within(seconds: float, make, timed_out: type[Exception]):
+    """``make()`` on a thread of its own, given up after `seconds` (raising `timed_out`, the
+    driver's OperationalError, which SQLAlchemy and the worker treat as a failed call).
+
+    The application's engine decides how a connection is made, so the worker cannot pass its
+    own ``connect_timeout``; psycopg would otherwise wait up to its default of 130 s, during
+    which the lease keeper cannot fence what it holds. An attempt given up on finishes on its
+    daemon thread and closes what it got.
+    """
+    attempt = _Attempt(make)
+    threading.Thread(target=attempt.run, name="sqla-queue-connect", daemon=True).start()
+    return attempt.result(seconds, timed_out)
+
+
+class _Attempt:
+    """One connection attempt: whoever comes second (the caller giving up, or the connection
+    arriving late) decides, under the lock, that the connection is closed."""
+
+    def __init__(self, make) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._finished = threading.Event()
+        self._abandoned = False
+        self._connection = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            connection = self._make()
+        except BaseException as exc:
+            self._error = exc
+        else:
+            with self._lock:
+                if self._abandoned:
+                    _close_quietly(connection)
+                else:
+                    self._connection = connection
+        finally:
+            self._finished.set()
+
+    def result(self, seconds: float, timed_out: type[Exception]):
+        self._finished.wait(seconds)
+        with self._lock:
+            if self._connection is None and self._error is None:
+                self._abandoned = True
+                raise timed_out(f"connection attempt timed out after {seconds:g}s")
+        if self._error is not None:
+            raise self._error
+        return self._connection
+
+
+def _close_quietly(dbapi_connection) -> None:
+    try:
+        dbapi_connection.close()
+    except Exception:
+        pass
+
+
+def keep_alive(dbapi_connection, call_timeout: float) -> None:
+    """TCP keepalives and ``tcp_user_timeout`` (unacknowledged sends abort the connection) on a
+    connected socket, as libpq sets them from its connection parameters; Unix sockets have none."""
+    seconds = max(1, math.ceil(call_timeout))
+    options = (
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", getattr(socket, "TCP_KEEPALIVE", None)), seconds),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), max(1, seconds // 3)),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), 3),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), seconds * 1000),
+    )
+    try:
+        duplicate = os.dup(dbapi_connection.fileno())  # closing it leaves the driver's socket open
+        try:
+            sock = socket.socket(fileno=duplicate)
+        except OSError:
+            os.close(duplicate)
+            raise
+        with sock:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6):
+                return
+            for level, option, value in options:
+                if option is not None:
+                    sock.setsockopt(level, option, value)
+    except OSError as exc:
+        logger.warning("worker connection: cannot set TCP keepalives: %s", error_text(exc))
+
+
+def _read_committed_by_default(dbapi_connection, connection_record) -> None:
+    """Autocommit statements run at the session's default isolation, which a server may set
+    to REPEATABLE READ or SERIALIZABLE; claims there fail with serialization errors."""
+    run_constant(dbapi_connection, READ_COMMITTED_BY_DEFAULT, commit=True)
+    connection_record.info[READS_COMMITTED] = True
+
+
+# A worker's connection is pinged at checkout only when the server has said something to it (a
+# restart or a terminated backend: `has_pending_input`, no round trip) or after this long idle.
+# Its TCP keepalives report a silently dead peer as a socket error, which also counts as
+# pending input; the ping after a long rest covers sockets without keepalives. Pinging at every
+# checkout after `PING_IF_IDLE_FOR` instead cost an idle worker one extra transaction per poll
+# interval and every wake-up one extra round trip.
+WORKER_PING_IF_IDLE_FOR = 30.0
+
+
+def _bounded_ping(call_timeout: float):
+    def ping(dbapi_connection, connection_record, connection_proxy) -> None:
+        checked_in = connection_record.info.get("checked_in")
+        if checked_in is None:
+            return  # brand new
+        rested = time.monotonic() - checked_in >= WORKER_PING_IF_IDLE_FOR
+        if not rested and not has_pending_input(dbapi_connection):
+            return
+        try:
+            with driver_deadline(dbapi_connection, call_timeout):
+                run_constant(dbapi_connection, PROBE)
+        except Exception as exc:
+            raise sa_exc.DisconnectionError(error_text(exc)) from None
+
+    return ping

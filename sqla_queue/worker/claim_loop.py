@@ -1,0 +1,170 @@
+"""The worker's claim loop: rounds that complete what finished and claim into the free slots,
+the periodic services between rounds, and the rest until a notification, a freed slot or the
+poll interval.
+
+A round is one statement per queue (`Outcomes.complete_and_claim`): sharing the commit halves
+the commits per job (a commit waits for a WAL flush, the dominant cost of a no-op job). The
+finished jobs still count as held until then, so a claim never reserves more jobs than there
+are slots. While a backlog drains, each queue's claim resumes from where the last one got to in
+the queue's claim order (`ClaimOrder.position`), skipping the dead index entries its
+predecessors left, and starts over from the head every `RESTART_CLAIM_ORDER_EVERY` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from ..core import Core
+from ..errors import DatabaseError
+from ..services import Looper
+from ..services.scheduler import Scheduler
+from .config import WorkerConfig
+from .held_job import HeldJob
+from .runs import WorkerRuns
+from .slots import Slots
+
+logger = logging.getLogger("sqla_queue.worker")
+
+ERROR_BACKOFF_MAX = 5.0
+RESTART_CLAIM_ORDER_EVERY = 1.0
+"""Seconds between claims from the start of the claim order, per queue: the longest a job that
+became due behind a position (enqueued with a past ``run_at``, or skipped while another claim
+held it) waits."""
+
+
+class ClaimLoop:
+    """Rounds for `config.queues` on `core`, filling `slots` and handing jobs to `runs`; the
+    `periodic` services run between rounds (`scheduler` also bounds the rest)."""
+
+    def __init__(self, core: Core, config: WorkerConfig, worker_id: str, slots: Slots, runs: WorkerRuns,
+                 periodic: Looper, scheduler: Scheduler, *, wake: threading.Event, stopping: threading.Event) -> None:
+        self.core = core
+        self.config = config
+        self.worker_id = worker_id
+        self.slots = slots
+        self.runs = runs
+        self.periodic = periodic
+        self.scheduler = scheduler
+        self.wake = wake
+        self.stopping = stopping
+        self.order = core.executor.order
+        # Per queue: where the last claim got to in claim order, and when to start over.
+        self.positions: dict[str, Any] = {}
+        self.restart_at: dict[str, float] = {}
+
+    def run(self, until_empty: bool) -> None:
+        """Rounds until stopped, or with `until_empty` until nothing is due and nothing held."""
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                self.periodic.run_due()
+                # Sampled before the claim: a job that finishes during it may retry at once, so
+                # "empty" only counts when nothing was held while the queue was looked at.
+                idle_before = self.slots.held_count() == 0
+                claimed, from_start = self.round()
+                failures = 0
+            except DatabaseError as exc:
+                failures += 1
+                delay = min(ERROR_BACKOFF_MAX, 0.1 * 2**failures)
+                logger.warning("worker %s: database error, retrying in %.1fs: %s", self.worker_id, delay, exc)
+                self.stopping.wait(delay)
+                continue
+            if until_empty and claimed == 0 and idle_before and from_start:
+                return
+            if claimed == 0 and not from_start:
+                continue  # ran out from a position: look again from the start at once
+            if (claimed == 0 or self.slots.free() == 0) and not self.slots.finished_waiting():
+                self.wake.wait(self._idle_wait())
+                self.wake.clear()
+
+    def _idle_wait(self) -> float:
+        """The poll interval, or less when a schedule's next tick comes sooner."""
+        due_in = self.scheduler.seconds_until_due()
+        return self.config.poll_interval if due_in is None else max(0.0, min(self.config.poll_interval, due_in))
+
+    def round(self) -> tuple[int, bool]:
+        """One statement per queue: complete what finished, claim into the free slots. Returns
+        the jobs claimed and whether every claim started from the beginning of the claim order
+        (only those can tell that nothing is due)."""
+        claimed, from_start = 0, True
+        for queue_name in self._queue_order():
+            finished = self.slots.take_finished()
+            free = self.slots.free() + len(finished)
+            limit = 0 if self.stopping.is_set() else min(free, self.config.effective_batch_size)
+            if not finished and limit <= 0:
+                continue
+            position = self._claim_from(queue_name) if limit else None
+            jobs = self._complete_and_claim(finished, queue_name, limit, position)
+            if limit:
+                self._note_position(queue_name, jobs, limit)
+            claimed += len(jobs)
+            from_start = from_start and position is None
+        self.slots.count("claimed", claimed)
+        return claimed, from_start
+
+    def _complete_and_claim(self, finished: list[HeldJob], queue_name: str, limit: int, position: Any) -> list:
+        outcomes = self.core.outcomes
+        try:
+            texts = outcomes.result_texts([h.job for h in finished], _results_of(finished))
+            results, jobs = outcomes.complete_and_claim(
+                [h.job for h in finished], queue_name, self.worker_id, limit, position, texts)
+        except DatabaseError:
+            self.slots.give_back_finished(finished)
+            raise
+        self.slots.settle_completed(finished, results)
+        self.hold(jobs)
+        return jobs
+
+    def hold(self, jobs: list) -> None:
+        if not jobs:
+            return
+        held = [self.runs.held(job) for job in jobs]
+        self.slots.hold(held)
+        self.runs.dispatch(held)
+
+    def _queue_order(self) -> list[str]:
+        """Rotate the starting queue each round so one busy queue cannot starve the others."""
+        queues = list(self.config.queues)
+        shift = self.slots.summary.claimed % len(queues)
+        return queues[shift:] + queues[:shift]
+
+    def _claim_from(self, queue_name: str) -> Any:
+        """Where to start this queue's claim: after the last claim's position while working
+        through a backlog, from the start of the claim order every
+        `RESTART_CLAIM_ORDER_EVERY` seconds (and always, for an order that cannot resume)."""
+        now = time.monotonic()
+        if not self.order.resumes() or now >= self.restart_at.get(queue_name, 0.0):
+            self.restart_at[queue_name] = now + RESTART_CLAIM_ORDER_EVERY
+            return None
+        return self.positions.get(queue_name)
+
+    def _note_position(self, queue_name: str, jobs: list, limit: int) -> None:
+        if len(jobs) < limit:  # ran out of due jobs from here: start over next time
+            self.positions.pop(queue_name, None)
+        else:
+            position = self.order.position(jobs)
+            if position is not None:
+                self.positions[queue_name] = position
+
+    def complete_finished(self) -> None:
+        """Complete the jobs that finished, without claiming (the drain at shutdown)."""
+        finished = self.slots.take_finished()
+        if not finished:
+            return
+        outcomes = self.core.outcomes
+        try:
+            texts = outcomes.result_texts([h.job for h in finished], _results_of(finished))
+            results = outcomes.complete_many([h.job for h in finished], texts)
+        except DatabaseError as exc:
+            logger.error("worker %s: could not complete %d finished job(s); they return when "
+                         "their lease expires: %s", self.worker_id, len(finished), exc)
+            results = {}
+        self.slots.settle_completed(finished, results)
+
+
+def _results_of(finished: list[HeldJob]) -> dict[int, Any] | None:
+    results = {h.job.id: h.result for h in finished if h.result is not None}
+    return results or None
