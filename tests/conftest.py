@@ -5,19 +5,23 @@ The server is the one `sqla_queue.testing.server_url` chooses (``SQLA_QUEUE_TEST
 benchmark start theirs the same way. A database migrated with the packaged revisions is created
 once per session and shared.
 
-Two kinds of test, two fixtures:
+Most tests commit, as the library does (a claim, an outcome, a worker's round each commit on
+their own), so committed data is the default:
 
-* **Rolled back (the default).** ``connection`` is a connection inside an outer transaction that
-  is rolled back after the test; ``session`` is an ORM Session joined to it with
-  ``join_transaction_mode="create_savepoint"`` (its commits and rollbacks are SAVEPOINTs). Enqueue
-  with ``queue.enqueue(..., connection=connection)`` or ``session=session``: the test's writes
-  never reach another test, and nothing is emptied. ``queue`` is a Queue with two tasks that
-  touches nothing by itself.
-* **Committed.** ``committed_queue`` empties the job table before and after the test, for tests
-  whose data must be committed: workers, claims and outcomes (each commits on its own), other
-  connections that must see the rows, enqueue in the Queue's own transaction. Directories whose
-  tests are all of this kind (worker/, claim_and_outcomes/, operations/, plugins/, cli/, docs/)
-  make ``queue`` mean ``committed_queue`` in their conftest.py.
+* **Committed (the default).** ``queue`` is a Queue with two tasks (``send_email``, ``resize``
+  on queue "images") on the session's database, whose job, queue and schedule tables are emptied
+  before and after the test. ``make_queue(**overrides)`` is the one factory behind it: keyword
+  arguments go to ``sq.Queue`` (``plugins=``, ``claim_order=``, ``testing=``, ``engine=``);
+  ``tasks=False`` leaves the two tasks out. ``committed_queue`` is the same queue, by its old
+  name.
+* **Rolled back.** ``connection`` is a connection inside an outer transaction that is rolled
+  back after the test; ``session`` is an ORM Session joined to it with
+  ``join_transaction_mode="create_savepoint"`` (its commits and rollbacks are SAVEPOINTs).
+  Enqueue with ``queue.enqueue(..., connection=connection)`` or ``session=session``: the test's
+  writes never reach another test.
+
+Waiting for something another thread or process does is `waiting.wait_until` (tests/waiting.py),
+never a bare sleep.
 
 A test that needs a schema or server state of its own (races, locks, large tables, migrations)
 asks for ``create_database()``: a fresh migrated database, dropped at session end.
@@ -52,16 +56,17 @@ SERVER_INDEPENDENT = (
     "benchmarks/", "cli/", "docs/", "examples/",
     "sql/test_queue_statements.py", "sql/test_single_job_insert.py",
     "sql/test_operations_statements.py", "sql/test_session_statements.py", "test_architecture.py",
-    "enqueue/test_payload_encoding.py",
-    "validation/test_validate.py", "claim_and_outcomes/test_backoff.py",
-    "claim_and_outcomes/test_last_error_text.py", "operations/test_operations_doc.py",
+    "core/enqueue/test_payload_encoding.py",
+    "core/validation/test_validate.py", "core/outcomes/test_backoff.py",
+    "core/outcomes/test_last_error_text.py", "core/operations/test_operations_doc.py",
     "plugins/test_plugin_docs.py", "plugins/test_howto_examples.py",
     "migrations/test_revisions.py", "migrations/test_cli_db.py", "migrations/test_docs_alembic.py",
     "migrations/test_host_alembic.py", "migrations/test_host_install.py",
     "worker/test_proxy.py", "worker/test_connection_loss.py", "worker/test_network.py",
     "worker/test_long_job.py", "worker/test_crash.py", "worker/test_pgbouncer.py",
-    "scheduling/test_ticks.py", "scheduling/test_declare.py", "scheduling/test_schedule_statements.py",
-    "scheduling/test_cli_schedules.py", "scheduling/test_schedule_jobs_doc.py",
+    "services/scheduling/test_ticks.py", "services/scheduling/test_declare.py",
+    "services/scheduling/test_schedule_statements.py", "services/scheduling/test_cli_schedules.py",
+    "services/scheduling/test_schedule_jobs_doc.py", "test_states.py",
 )
 TESTS = Path(__file__).parent
 
@@ -97,6 +102,16 @@ def database_url(create_database) -> str:
     return create_database()
 
 
+@pytest.fixture
+def own_database(create_database) -> Iterator[tuple[str, Engine]]:
+    """A new migrated database and an engine on it, for tests that hold sessions open or need a
+    server state of their own."""
+    url = create_database()
+    engine = create_engine(url, pool_size=5)
+    yield url, engine
+    engine.dispose()
+
+
 @pytest.fixture(scope="session")
 def engine(database_url: str) -> Iterator[Engine]:
     engine = create_engine(database_url, pool_size=12, max_overflow=20)
@@ -104,7 +119,7 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-# -- rolled back: the default ---------------------------------------------------------------
+# -- rolled back ----------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -139,22 +154,29 @@ def _with_tasks(q: sq.Queue) -> sq.Queue:
 
 
 @pytest.fixture
-def queue(engine: Engine) -> sq.Queue:
-    """A Queue with ``send_email`` and ``resize`` (queue "images") registered, built-in plugins
-    only. It empties nothing: pass ``connection=``/``session=`` to keep its writes rolled back."""
-    return _with_tasks(sq.Queue(engine, load_entrypoints=False))
+def make_queue(engine: Engine):
+    """The one queue factory: ``make_queue(**overrides)`` -> a Queue on the session's engine with
+    built-in plugins only and ``send_email``/``resize`` registered (``tasks=False``: none)."""
+
+    def make(*, tasks: bool = True, **overrides) -> sq.Queue:
+        overrides.setdefault("load_entrypoints", False)
+        built = sq.Queue(overrides.pop("engine", engine), **overrides)
+        return _with_tasks(built) if tasks else built
+
+    return make
 
 
-# -- committed ------------------------------------------------------------------------------
+# -- committed: the default -----------------------------------------------------------------
 
 
 @pytest.fixture
 def clean_jobs(engine: Engine) -> Iterator[None]:
     """An empty job table before the test (ids from 1), and again after it, so committed rows
-    never reach a rolled-back test. Afterwards a DELETE, not a TRUNCATE: it does not wait for a
-    fixture that is still reading the table, and a lock timeout names a leaked transaction
-    instead of hanging."""
+    never reach another test. Both under a lock timeout: a transaction the test leaked is named
+    by the error instead of hanging the run. Afterwards a DELETE, not a TRUNCATE: it does not
+    wait for a fixture that is still reading the table."""
     with engine.begin() as conn:
+        conn.execute(text("SET LOCAL lock_timeout = '30s'"))
         conn.execute(text("TRUNCATE sqla_queue_jobs, sqla_queue_jobs_queues, sqla_queue_jobs_schedules "
                           "RESTART IDENTITY"))
     yield
@@ -166,9 +188,15 @@ def clean_jobs(engine: Engine) -> Iterator[None]:
 
 
 @pytest.fixture
-def committed_queue(engine: Engine, clean_jobs: None) -> sq.Queue:
-    """Like ``queue``, for tests whose writes commit: on an empty job table, emptied again after."""
-    return _with_tasks(sq.Queue(engine, load_entrypoints=False))
+def queue(make_queue, clean_jobs: None) -> sq.Queue:
+    """The default queue: committed data, on emptied tables (see the module docstring)."""
+    return make_queue()
+
+
+@pytest.fixture
+def committed_queue(queue: sq.Queue) -> sq.Queue:
+    """`queue`, by the name tests used when committed data was not yet the default."""
+    return queue
 
 
 @pytest.fixture

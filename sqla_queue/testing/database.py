@@ -61,7 +61,7 @@ def migrated_database(data_dir: str | Path | None = None, *, server: str | None 
         server = _embedded_on(data_dir) if data_dir and not os.environ.get(TEST_DATABASE_URL_ENV) \
             else server_url()
     server = _psycopg(server)
-    name = f"sqlaq_test_{uuid.uuid4().hex[:12]}"
+    name = _new_name()
     # No pool: a database held for a whole test session must not hold a server connection too.
     admin = create_engine(server, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     try:
@@ -87,7 +87,7 @@ def copied_database(template: str, *, server: str | None = None) -> Iterator[str
     `server_url`).
     """
     server = _psycopg(server or server_url())
-    name = f"sqlaq_test_{uuid.uuid4().hex[:12]}"
+    name = _new_name()
     admin = create_engine(server, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     try:
         with admin.connect() as conn:
@@ -148,6 +148,12 @@ def _container_url() -> str:
     container.start()
     atexit.register(container.stop)
     return container.get_connection_url()
+
+
+def _new_name() -> str:
+    """``sqlaq_test_<pid>_<random>``: on a server several test runs share (pytest-xdist workers,
+    parallel CI jobs), the process that made a database can be told, and a leak blamed."""
+    return f"sqlaq_test_{os.getpid()}_{uuid.uuid4().hex[:12]}"
 
 
 def _psycopg(url: str) -> str:

@@ -50,15 +50,13 @@ def cli(tmp_path, database_url, queue):
     return run
 
 
-def test_help_for_every_command(cli):
+def test_the_console_script_lists_every_command(cli):
+    """Each command's own --help is checked in-process against docs/reference/cli.md
+    (tests/docs/test_cli_reference.py); here, the installed script starts and lists them."""
     top = cli("--help", app=None)
     assert top.returncode == 0
     commands = [line.split()[0] for line in top.stdout.split("Commands:")[1].splitlines() if line.strip()]
-    assert {"enqueue", "stats", "recover", "worker", "db"} <= set(commands)
-    for command in commands:
-        result = cli(command, "--help", app=None)
-        assert result.returncode == 0, (command, result.stderr)
-        assert "Usage:" in result.stdout
+    assert {"enqueue", "stats", "recover", "worker", "db", "doctor", "jobs", "queues"} <= set(commands)
 
 
 def test_enqueue_prints_the_id_and_the_job_exists(cli, queue):

@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import text
+
+from waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasattr(os, "fork"),
                                 reason="finds a supervisor's children in /proc (Linux)")
@@ -70,15 +70,6 @@ APP = textwrap.dedent(
         os.kill(os.getpid(), signal.SIGKILL)
     """
 )
-
-
-def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 120) -> Any:
-    give_up = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() >= give_up:
-            raise AssertionError(f"gave up after {timeout:g}s waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def children_of(pid: int) -> set[int]:

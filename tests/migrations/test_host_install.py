@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from migration_helpers import HEAD_ID, PREVIOUS_ID, HostApp, job_round_trip, relations, schema_catalog, stamped
+from migration_helpers import HEAD_ID, PREVIOUS_ID, HostApp, job_round_trip, relations, schema_catalog
 from sqlalchemy import Engine, create_engine
 
 import sqla_queue as sq

@@ -67,10 +67,3 @@ def drain() -> Callable[..., WorkerSummary]:
         return WorkerSummary(**{f.name: sum(getattr(r, f.name) for r in runs) for f in fields(WorkerSummary)})
 
     return run
-
-
-@pytest.fixture
-def queue(committed_queue):
-    """Tests here commit (workers, claims, outcomes, other processes): `queue` is the committed
-    one, on an empty job table (see tests/conftest.py)."""
-    return committed_queue

@@ -42,6 +42,7 @@ from sqla_queue import migrations
 from sqla_queue.testing import EmbeddedServer, embedded_server
 
 from proxy import TcpProxy
+from waiting import wait_until
 
 WORKER_APP_NAME = "sqlaq-fault-worker"
 SIDE_APP_NAME = "sqlaq-fault-side"
@@ -252,18 +253,6 @@ MAX_ATTEMPTS = 25
 
 
 # -- waiting ------------------------------------------------------------------------------
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    """Poll `predicate` until it returns something truthy; fail with `what` after `timeout`."""
-    give_up = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= give_up:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 # -- our own PostgreSQL 18 ----------------------------------------------------------------
@@ -498,7 +487,7 @@ class FaultApp:
                                          f"{worker.log()[-3000:]}")
             return predicate()
 
-        return wait_until(check, timeout, what, interval)
+        return wait_until(check, what, timeout=timeout, interval=interval)
 
     def wait_all_completed(self, total: int, timeout: float) -> None:
         self.wait_until(lambda: self.completed() >= total, timeout,
@@ -626,10 +615,3 @@ def tx_kind(request: pytest.FixtureRequest) -> str:
 def session_app_url(create_database) -> str:
     """A fresh migrated database (with the side table) on the session's server."""
     return create_app_database(create_database(), make_database=False)
-
-
-@pytest.fixture
-def queue(committed_queue):
-    """Tests here commit (workers, claims, outcomes, other processes): `queue` is the committed
-    one, on an empty job table (see tests/conftest.py)."""
-    return committed_queue

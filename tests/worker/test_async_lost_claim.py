@@ -26,24 +26,12 @@ import sqla_queue as sq
 from sqla_queue.worker.worker import Worker, WorkerSummary
 
 from job_fixtures import EventRecorder
+from waiting import wait_until
 
 LEASE = timedelta(seconds=1.5)  # renewed every 0.5 s: the heartbeat notices soon
 HANDLER_SLEEP = 60.0  # far longer than any wait below: an ended sleep was a cancelled one
 WAIT = 20.0
 APP_THREAD = "application-loop"
-
-
-def wait_for(condition, timeout: float = WAIT, what: str = "the condition"):
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    stop = threading.Event()
-    waited = 0.0
-    while waited < timeout:
-        value = condition()
-        if value:
-            return value
-        stop.wait(0.02)
-        waited += 0.02
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 class Runner:
@@ -117,7 +105,7 @@ def start(queue, how: str) -> Runner:
 
 def recover_now(queue, job_id: int) -> None:
     """What an operator's recovery with a tiny lease does: take the running job back."""
-    wait_for(lambda: queue.recover_expired(lease=timedelta(milliseconds=1)) == [job_id],
+    wait_until(lambda: queue.recover_expired(lease=timedelta(milliseconds=1)) == [job_id],
              what=f"recovery to take job {job_id} back")
 
 
@@ -125,7 +113,7 @@ def just_renewed(queue, job_id: int) -> None:
     """Return right after the worker renewed the job's lease (its ``locked_at`` moved): the next
     heartbeat is a third of a lease away."""
     before = queue.get_job(job_id).locked_at
-    wait_for(lambda: queue.get_job(job_id).locked_at != before, what=f"a renewal of job {job_id}'s lease")
+    wait_until(lambda: queue.get_job(job_id).locked_at != before, what=f"a renewal of job {job_id}'s lease")
 
 
 def check_ran_where_it_should(runs, how: str) -> None:
@@ -145,7 +133,7 @@ def test_a_recovered_async_job_is_cancelled_reported_lost_and_run_again(setup, h
     [(_, first_token, _)] = runs["started"]
 
     recover_now(queue, job_id)
-    wait_for(lambda: runs["cancelled"], what="the handler's coroutine to be cancelled")
+    wait_until(lambda: runs["cancelled"], what="the handler's coroutine to be cancelled")
     summary = runner.join()
 
     assert runs["cancelled"] == [first_token] and runs["finished"] == []
@@ -175,7 +163,7 @@ def test_an_async_job_claimed_by_another_worker_is_cancelled_and_left_to_it(setu
     recover_now(queue, job_id)
     [taken] = queue.claim(worker_id="another-worker")
     assert taken.id == job_id
-    wait_for(lambda: runs["cancelled"], what="the handler's coroutine to be cancelled")
+    wait_until(lambda: runs["cancelled"], what="the handler's coroutine to be cancelled")
     summary = runner.join()
 
     assert runs["cancelled"] == [first_token] and runs["finished"] == []
@@ -213,14 +201,14 @@ def test_a_fenced_async_job_is_cancelled_and_runs_again_once_the_network_heals(o
 
         proxy.stall()
         try:
-            wait_for(lambda: runs["cancelled"], what="the fenced handler's coroutine to be cancelled")
+            wait_until(lambda: runs["cancelled"], what="the fenced handler's coroutine to be cancelled")
             assert [(e.job_id, e.claim_token, e.operation) for e in lost.of("lost_claim")] == [(job_id, first_token, "fence")]
             assert "lease could not be renewed" in lost.of("lost_claim")[0].reason
             assert observer.get_job(job_id).status is sq.JobStatus.RUNNING  # fencing writes nothing
         finally:
             proxy.heal()
         # The worker's own recovery takes the expired job back; its second attempt completes.
-        wait_for(lambda: observer.get_job(job_id).status is sq.JobStatus.COMPLETED,
+        wait_until(lambda: observer.get_job(job_id).status is sq.JobStatus.COMPLETED,
                  what=f"job {job_id} to be recovered and completed")
         worker.stop()
         summary = runner.join()

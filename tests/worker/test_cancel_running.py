@@ -15,6 +15,8 @@ import pytest
 
 import sqla_queue as sq
 
+from waiting import wait_until
+
 LEASE = timedelta(seconds=1.5)  # renewed every 0.5 s: the longest a cancel request waits
 FAST = {"poll_interval": 0.05, "lease": LEASE}
 
@@ -23,13 +25,6 @@ def run_in_thread(worker, **options) -> threading.Thread:
     thread = threading.Thread(target=worker.run, kwargs=options, daemon=True)
     thread.start()
     return thread
-
-
-def wait_for(condition, timeout: float = 15.0) -> None:
-    give_up = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < give_up, "timed out waiting"
-        time.sleep(0.02)
 
 
 def test_a_sync_handler_sees_the_request_within_one_renewal_and_the_job_ends_cancelled(recorded_queue, recorder):
@@ -96,7 +91,7 @@ def test_whatever_the_handler_does_after_the_request_the_job_is_cancelled(record
     @recorded_queue.task(name="stubborn", max_attempts=5)
     def stubborn(payload, ctx):
         started.set()
-        wait_for(lambda: ctx.cancel_requested)
+        wait_until(lambda: ctx.cancel_requested, "the cancel request to reach the handler", interval=0.02)
         if kind == "raises":
             raise RuntimeError("stopped half way")
         return {"ignored": True}

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ from sqlalchemy.pool import NullPool
 
 import sqla_queue as sq
 from sqla_queue.types import DEFAULT_LEASE
+
+from waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
 
@@ -67,15 +69,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    give_up = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() >= give_up:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.05)
-    return value
-
-
 class IdleApp:
     def __init__(self, root: Path, database_url: str, server_url: str) -> None:
         self.root = root
@@ -101,7 +94,7 @@ class IdleApp:
         """Up and listening: its listener and a pooled connection are open (two backends)."""
         wait_until(lambda: self._alive() and self.scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = :db AND application_name = :app",
-            db=self.database, app=APP_NAME) >= 2, 60, "the worker to connect")
+            db=self.database, app=APP_NAME) >= 2, "the worker to connect", timeout=60)
 
     def _alive(self) -> bool:
         if self.process.poll() is not None:
@@ -183,7 +176,7 @@ def test_a_resting_worker_starts_an_enqueued_job_at_once_through_listen_notify(i
             enqueued = time.monotonic()  # committed (and notified) by now
             started = idle_app.starts / str(job_id)
             wait_until(lambda: idle_app._alive() and started.exists() and started.read_text(),
-                       poll_interval / 2, f"job {job_id} to start")
+                       f"job {job_id} to start", timeout=poll_interval / 2)
             latencies.append(float(started.read_text()) - enqueued)
     finally:
         producer.engine.dispose()

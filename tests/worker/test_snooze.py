@@ -21,8 +21,8 @@ FAST = {"poll_interval": 0.05, "concurrency": 2}
 
 
 @pytest.fixture
-def queue(engine: Engine, clean_jobs: None, recorder: EventRecorder) -> sq.Queue:
-    return sq.Queue(engine, load_entrypoints=False, plugins=[recorder])
+def queue(make_queue, clean_jobs: None, recorder: EventRecorder) -> sq.Queue:
+    return make_queue(tasks=False, plugins=[recorder])
 
 
 @pytest.fixture

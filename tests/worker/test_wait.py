@@ -20,6 +20,8 @@ import sqla_queue as sq
 from sqla_queue.core import waiter as _waiter
 from sqla_queue.sql.notify import finished_channel
 
+from waiting import wait_until
+
 FAST = {"poll_interval": 0.05, "concurrency": 2}
 PATIENCE = 60  # seconds a test waits for something that should take milliseconds
 
@@ -139,13 +141,21 @@ def test_wait_returns_a_failed_job(queue, no_polling, listening, gate):
     worker.outcome()
 
 
-def test_wait_returns_a_job_cancelled_while_pending(queue, no_polling, listening):
+def test_wait_returns_a_job_cancelled_while_pending(queue, engine, no_polling, listening):
     job_id = queue.enqueue("send_email", {}, delay=3600)
     waiting = Waiting(lambda: queue.wait(job_id))
     listening(1)
+    # The waiter marks the row watched in a short transaction after its LISTEN; a cancel during
+    # it finds the row busy (and says so). Cancel once the mark committed.
+    wait_until(lambda: _watched(engine, job_id), "the waiter to mark the job watched")
     queue.cancel(job_id)
 
     assert waiting.outcome().status == sq.JobStatus.CANCELLED
+
+
+def _watched(engine: Engine, job_id: int) -> bool:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT watched FROM sqla_queue_jobs WHERE id = :id"), {"id": job_id}).scalar_one()
 
 
 def test_the_poll_fallback_finds_a_job_no_notification_announced(queue, monkeypatch, run_sql, listening):

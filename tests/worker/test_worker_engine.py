@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,18 +24,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 import sqla_queue as sq
 from sqla_queue.errors import ConfigurationError
 
+from waiting import wait_until
+
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 LEASE = timedelta(seconds=6)  # call_timeout 1.5 s: keepalives every 2 s, connects bounded at 2 s
-
-
-def wait_for(condition, timeout: float = 15.0):
-    """Poll `condition` until it returns something truthy; the state waited on has no hook."""
-    give_up = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value or time.monotonic() > give_up:
-            return value
-        time.sleep(0.05)
 
 
 def backends(url: str) -> list[tuple[str, str]]:
@@ -115,7 +106,7 @@ def test_worker_connections_keep_the_application_engines_settings(create_databas
     queue = sq.Queue(engine, load_entrypoints=False)
     worker = run_worker(queue.worker(concurrency=2, poll_interval=0.05, lease=LEASE))
 
-    rows = wait_for(lambda: listening_and_claiming(url))
+    rows = wait_until(lambda: listening_and_claiming(url), "the worker to listen and claim")
     assert rows, backends(url)
     assert {name for name, _ in rows} == {"shop-web"}, rows  # the listener and the claims alike
     assert len(tokens.issued) >= len(rows)  # the hook ran for every one of them
@@ -144,7 +135,7 @@ def test_worker_connections_come_from_the_applications_creator(create_database, 
     queue = sq.Queue(engine, load_entrypoints=False)
     run_worker(queue.worker(concurrency=1, poll_interval=0.05, lease=LEASE))
 
-    rows = wait_for(lambda: listening_and_claiming(url))
+    rows = wait_until(lambda: listening_and_claiming(url), "the worker to listen and claim")
     assert rows, backends(url)
     assert {name for name, _ in rows} == {"shop-creator"}, rows
     assert len(made) >= len(rows)
@@ -355,7 +346,7 @@ def test_a_cli_worker_connects_as_the_application_does(create_database, shop_dir
                                cwd=shop_dir, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
-        rows = wait_for(lambda: listening_and_claiming(url), timeout=60)
+        rows = wait_until(lambda: listening_and_claiming(url), "the worker to listen and claim", timeout=60)
     finally:
         process.terminate()
         out, err = process.communicate(timeout=60)

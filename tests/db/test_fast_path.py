@@ -84,7 +84,7 @@ class Trace:
     (libpq's trace): each simple ``Query`` by its text, each extended-protocol exchange as
     ``"Sync"``; together, the call's round trips. The wake-ups the call asks for are held back
     while it runs (`queues_woken` lists them): the notifier sends them after the commit, on a
-    pooled connection of its own choosing (tests/enqueue/test_wake_after_commit.py)."""
+    pooled connection of its own choosing (tests/core/enqueue/test_wake_after_commit.py)."""
 
     def __init__(self, queue_or_engine) -> None:
         self.queue = queue_or_engine if isinstance(queue_or_engine, sq.Queue) else None

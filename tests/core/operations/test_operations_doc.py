@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "operations.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "how-to" / "operations.md"
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 APP = "sqla-queue --app myapp.jobs:queue"
 

@@ -6,7 +6,6 @@ verdict here: every check is about this database, and the horizon check says so 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -16,6 +15,8 @@ from sqlalchemy import Engine, create_engine, text
 
 import sqla_queue as sq
 from sqla_queue.ops.doctor import Doctor, DoctorConfig, Verdict
+
+from waiting import wait_until
 
 NOW = timedelta(0)  # a threshold every open transaction or wait exceeds
 
@@ -38,15 +39,6 @@ def verdicts(queue: sq.Queue, **options) -> dict[str, Verdict]:
 
 def pid_of(conn) -> int:
     return conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
-
-
-def wait_until(condition, what: str, timeout: float = 30.0) -> None:
-    """Poll a database condition (not a sleep standing in for one)."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        pause.wait(0.02)
 
 
 def test_a_fresh_queue_database_passes_every_check(db):

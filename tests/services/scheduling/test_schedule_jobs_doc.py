@@ -17,7 +17,7 @@ import pytest
 import doc_blocks
 from sqlalchemy import text
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "schedule-jobs.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "how-to" / "schedule-jobs.md"
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 
 

@@ -10,13 +10,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
 import sqla_queue as sq
+
+from waiting import wait_until
 
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 POLL = 0.5  # the workers' --poll-interval, seconds
@@ -40,17 +41,6 @@ APP = textwrap.dedent(
         time.sleep(0.05)
     """
 )
-
-
-def wait_for(condition, what: str, timeout: float = 120.0):
-    give_up = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -105,7 +95,7 @@ def test_pause_stops_claims_of_one_queue_on_every_worker_and_resume_drains_it(se
     producer.enqueue_many([{"task": "slow_b", "payload": {"n": n}} for n in range(B_JOBS)])
     start_worker()
     start_worker()
-    wait_for(lambda: completed(query, "a") >= 10 and completed(query, "b") >= 10, "both queues to flow")
+    wait_until(lambda: completed(query, "a") >= 10 and completed(query, "b") >= 10, "both queues to flow")
 
     paused = cli("queues", "pause", "a")
     assert paused.returncode == 0, paused.stderr
@@ -114,9 +104,9 @@ def test_pause_stops_claims_of_one_queue_on_every_worker_and_resume_drains_it(se
     b_at_pause = completed(query, "b")
 
     # b keeps flowing: 60 more of its jobs take far longer than one poll interval.
-    wait_for(lambda: completed(query, "b") >= b_at_pause + 60, "b to keep flowing")
+    wait_until(lambda: completed(query, "b") >= b_at_pause + 60, "b to keep flowing")
     late = producer.enqueue("slow_a", {"late": True})  # enqueue into a paused queue works
-    wait_for(lambda: completed(query, "b") >= b_at_pause + 100, "b to keep flowing after the enqueue")
+    wait_until(lambda: completed(query, "b") >= b_at_pause + 100, "b to keep flowing after the enqueue")
     claimed_late, a_pending, last_claim = query(
         "SELECT count(*) FILTER (WHERE locked_at > :paused_at + make_interval(secs => :poll)),"
         " count(*) FILTER (WHERE status = 'pending'), max(locked_at)"
@@ -130,5 +120,5 @@ def test_pause_stops_claims_of_one_queue_on_every_worker_and_resume_drains_it(se
     resumed = cli("queues", "resume", "a")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith("queue a is active"), resumed.stdout
-    wait_for(lambda: completed(query, "a") == A_JOBS + 1, "a's backlog to drain")
+    wait_until(lambda: completed(query, "a") == A_JOBS + 1, "a's backlog to drain")
     assert producer.get_job(late).status is sq.JobStatus.COMPLETED

@@ -19,7 +19,7 @@ from sqla_queue.types import JobFailed, JobRetried
 
 CARD = "4111-1111-1111-1111"  # a payload value: never in the traceback
 PASSWORD = "hunter2"  # a credential in the exception message: masked
-EVENTS_DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "events.md"
+EVENTS_DOC = Path(__file__).resolve().parents[3] / "docs" / "reference" / "events.md"
 
 
 class Recorder:

@@ -90,7 +90,7 @@ def test_enqueue_async_stores_meta(engine, clean_jobs, database_url):
         finally:
             await url_queue.dispose_async()
 
-    job_id = asyncio.run(enqueue())
+    asyncio.run(enqueue())
     drain(queue)
     assert seen == [{"trace_id": "via-async"}]
     url_queue.engine.dispose()

@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, event
 from sqlalchemy.orm import Session
 
 import sqla_queue as sq

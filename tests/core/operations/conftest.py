@@ -11,12 +11,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, text
 
 import sqla_queue as sq
 
@@ -81,15 +80,6 @@ def counters(engine: Engine):
 
 
 @pytest.fixture
-def own_database(create_database) -> Iterator[tuple[str, Engine]]:
-    """A new migrated database and an engine on it, for tests that hold sessions open."""
-    url = create_database()
-    engine = create_engine(url, pool_size=5)
-    yield url, engine
-    engine.dispose()
-
-
-@pytest.fixture
 def cli(tmp_path: Path, database_url: str):
     """Run sqla-queue with the app module `opsapp` on the session's database (or another)."""
     (tmp_path / "opsapp.py").write_text(APP)
@@ -102,10 +92,3 @@ def cli(tmp_path: Path, database_url: str):
         return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
     return run
-
-
-@pytest.fixture
-def queue(committed_queue):
-    """Tests here commit (workers, claims, outcomes, other processes): `queue` is the committed
-    one, on an empty job table (see tests/conftest.py)."""
-    return committed_queue
