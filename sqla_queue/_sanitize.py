@@ -31,10 +31,15 @@ same for a 100 MB message as for a 2 KB one, and the worker never stalls on a ha
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # The look-behind keeps the scheme from being tried at every letter of a long word (quadratic).
-_URL_CREDENTIALS = re.compile(r"(?<![\w+.-])(?P<scheme>[a-zA-Z][\w+.-]*://)[^/\s:@]*:[^@\s]*@")
+_URL_CREDENTIALS = re.compile(r"(?<![\w+.-])(?P<scheme>[a-zA-Z][\w+.-]*://)[^/\s:@]*:\S*@")
+# (the password part runs to the *last* @ before a space: an unescaped @ in it is not the end)
+# A secret-looking key (alone or inside a longer name: access_token, client_secret,
+# aws_secret_access_key; quoted, as in JSON) followed by = or :, or by a quoted value after a
+# space (SQL's PASSWORD 'x'), and its value.
 _KEY_VALUE_SECRET = re.compile(
-    r"(?i)\b(?P<key>password|passwd|pwd|secret|token|api[_-]?key|authorization|auth)"
-    r"(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|\S+)"
+    r"(?i)(?P<key>\b(?:[\w-]{0,40}[_-])?(?:password|passwd|pwd|secret|token|api[_-]?key|authorization|auth)"
+    r"(?:[_-][\w-]{0,40})?[\"']?)"
+    r"(?P<sep>\s*[=:]\s*|\s+(?=[\"']))(?P<value>\"[^\"]*\"|'[^']*'|\S+)"
 )
 _BEARER = re.compile(r"(?i)\bbearer\s+[\w.~+/=-]+")
 

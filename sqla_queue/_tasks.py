@@ -147,7 +147,7 @@ class TaskRegistry:
         task = Task(
             name=task_name,
             handler=handler,
-            queue=_validate.name(queue, "queue"),
+            queue=_validate.queue_name(queue),
             max_attempts=_validate.max_attempts(max_attempts),
             timeout=None if timeout is None else _validate.duration(timeout, "timeout", positive=True),
             retry_delay=_retry_delay_option(retry_delay, task_name),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,6 +42,16 @@ def name(value: Any, what: str) -> str:
         raise InvalidInputError(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}")
     if not value.isprintable():
         raise InvalidInputError(f"{what} contains control or non-printable characters")
+    return value
+
+
+def queue_name(value: Any, what: str = "queue") -> str:
+    """A queue name a job or a task is written under: `name`, without a comma, which
+    ``sqla-queue worker --queues a,b`` splits on (such a queue could never be served)."""
+    value = name(value, what)
+    if "," in value:
+        raise InvalidInputError(f"{what} {value[:40]!r} contains a comma; sqla-queue worker --queues "
+                                "separates queue names with commas")
     return value
 
 
@@ -107,8 +118,15 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply (or contains a cycle)"
     if isinstance(exc, ValueError):
+        if _is_huge_int(exc):
+            return f"an integer of more than {sys.get_int_max_str_digits():,} digits has no text form"
         return "NaN or Infinity has no JSON form"
     return str(exc)  # TypeError: "Object of type set is not JSON serializable"
+
+
+def _is_huge_int(exc: ValueError) -> bool:
+    """Python's cap on int-to-text conversion (CVE-2020-10735), not a float JSON cannot hold."""
+    return "integer string conversion" in str(exc)
 
 
 def aware_datetime(value: Any, what: str) -> datetime:
@@ -121,18 +139,28 @@ def aware_datetime(value: Any, what: str) -> datetime:
     return value
 
 
+MAX_DURATION = timedelta(days=36_525)
+"""100 years: the longest delay, lease, window or timeout accepted. Far beyond any real one, and
+far inside what PostgreSQL's timestamps can reach from today (a due time 300,000 years out is
+refused by the database only when the row is written, or on a retry, when no one is told)."""
+
+
 def duration(value: Any, what: str, *, positive: bool = False) -> timedelta:
-    """A timedelta, or a number of seconds."""
+    """A timedelta, or a number of seconds, at most `MAX_DURATION`."""
     if isinstance(value, bool):
         raise InvalidInputError(f"{what} must be a timedelta or seconds, got bool")
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise InvalidInputError(f"{what} must be finite, got {value!r}")
+        if abs(value) > MAX_DURATION.total_seconds():  # before timedelta() overflows on it
+            raise InvalidInputError(f"{what} of {value:g} seconds is over the limit of 100 years")
         value = timedelta(seconds=value)
     if not isinstance(value, timedelta):
         raise InvalidInputError(f"{what} must be a timedelta or seconds, got {type(value).__name__}")
     if value < timedelta(0) or (positive and value == timedelta(0)):
         raise InvalidInputError(f"{what} must be {'positive' if positive else 'non-negative'}, got {value}")
+    if value > MAX_DURATION:
+        raise InvalidInputError(f"{what} of {value.days:,} days is over the limit of 100 years")
     return value
 
 
@@ -201,6 +229,9 @@ def _checked_payload_json(payload: dict) -> str:
     try:
         return json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except ValueError as exc:
+        if _is_huge_int(exc):
+            raise PayloadError(f"payload contains an integer of more than {sys.get_int_max_str_digits():,} digits, "
+                               "which Python will not convert to text (store it as a string)") from exc
         raise PayloadError("payload contains NaN or Infinity, which JSON cannot represent") from exc
     except TypeError as exc:
         raise PayloadError(f"payload is not JSON-serializable: {exc}") from exc
@@ -226,6 +257,11 @@ def _reject_nul(value: Any, depth: int = 0) -> None:
     elif isinstance(value, (list, tuple)):
         for item in value:
             _reject_nul(item, depth + 1)
+
+
+def is_whole_number_text(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts ``"²"`` and other digits `int` refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def positive_int(value: Any, what: str, *, error: type[Exception] = InvalidInputError) -> int:

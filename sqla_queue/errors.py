@@ -47,6 +47,12 @@ class DatabaseError(SqlaQueueError):
     """A database call failed; the message is sanitized (no parameters, no DETAIL lines)."""
 
 
+class PermissionDeniedError(DatabaseError):
+    """The database refused a statement for lack of a privilege (SQLSTATE 42501): the role in
+    use lacks a grant that docs/how-to/database-roles.md lists for its part. Retrying cannot
+    help, so a worker stops with this error instead of retrying forever."""
+
+
 class EnqueueConflictError(DatabaseError):
     """An idempotent enqueue could neither insert nor find the job holding its key.
 

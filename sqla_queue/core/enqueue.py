@@ -213,7 +213,7 @@ class Enqueuer:
         if len(payload_json) > limit:
             raise _validate.payload_too_large(registered.name, len(payload_json), limit)
         # A registered task's queue and max_attempts were validated when it was registered.
-        queue_name = registered.queue if queue is None else _validate.name(queue, "queue")
+        queue_name = registered.queue if queue is None else _validate.queue_name(queue)
         attempts = (
             registered.max_attempts if max_attempts is None else _validate.max_attempts(max_attempts)
         )

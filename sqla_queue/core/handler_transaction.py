@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
@@ -66,6 +66,7 @@ class HandlerTransaction:
         self._sessions = sessions
         self._cancel_requested = cancel_requested
         self._session: Any = None
+        self._ending = False  # our own commit, at the block's end, is the only one allowed
         self._result: str | None = None
         self.result: Any = None  # what set_result recorded, stored by a committed block
         self.outcome: str | None = None
@@ -100,6 +101,7 @@ class HandlerTransaction:
             if row is None:
                 session.rollback()
                 self._raise_not_ours(session)
+            self._ending = True
             session.commit()
         finally:
             session.close()
@@ -123,6 +125,7 @@ class HandlerTransaction:
             if row is None:
                 await session.rollback()
                 await session.run_sync(self._raise_not_ours)
+            self._ending = True
             await session.commit()
         finally:
             await session.close()
@@ -151,7 +154,20 @@ class HandlerTransaction:
             _close_quietly(session)
             raise JobCancelledError(f"job {job.id} was cancelled on request before its transaction began")
         self._session = session
+        self._ending = False
+        event.listen(session.sync_session if isinstance(session, AsyncSession) else session,
+                     "before_commit", self._refuse_early_commit)
         return session
+
+    def _refuse_early_commit(self, session: Session) -> None:
+        """A ``session.commit()`` inside the block would commit the handler's writes ahead of
+        the fenced completion: a stale run's writes would persist. Refused; the block commits
+        both when it ends."""
+        if not self._ending:
+            raise RuntimeError(
+                f"job {self._job.id}: session.commit() inside ctx.transaction() would commit the "
+                "handler's writes without the job's completion; the block commits both when it ends "
+                "(the transaction was rolled back)")
 
     def _new_session(self) -> Any:
         factory = self._task.session_factory if self._task is not None else None

@@ -35,6 +35,9 @@ _MICROSECOND = timedelta(microseconds=1)
 # -- ticks ---------------------------------------------------------------------------------
 
 
+MIN_EVERY = timedelta(seconds=1)
+"""The shortest interval schedule: a tick per second is what cron's seconds field reaches too."""
+
 @dataclass(frozen=True)
 class Every:
     """Ticks at every multiple of `interval` since the Unix epoch: the same instants on every
@@ -147,7 +150,7 @@ class Schedule:
         set_field("name", _validate.as_config(_validate.name, self.name, "schedule name"))
         set_field("payload", _payload_copy(self.payload))
         if self.queue is not None:
-            _validate.as_config(_validate.name, self.queue, "queue of a schedule")
+            _validate.as_config(_validate.queue_name, self.queue, "queue of a schedule")
         if self.priority is not None:
             _validate.as_config(_validate.priority, self.priority, "priority of a schedule")
         if not isinstance(self.backfill, bool):
@@ -161,7 +164,10 @@ class Schedule:
                     "timezone= applies to cron= schedules; every= ticks are multiples of the interval "
                     "since the Unix epoch, the same in every zone"
                 )
-            set_field("every", _validate.as_config(_validate.duration, self.every, "every", positive=True))
+            every = _validate.as_config(_validate.duration, self.every, "every", positive=True)
+            if every < MIN_EVERY:  # a typo (milliseconds for seconds) would flood the table
+                raise ConfigurationError(f"every= must be at least 1 second, got {every.total_seconds():g} s")
+            set_field("every", every)
             set_field("timing", Every(self.every))
         elif not isinstance(self.cron, str) or not self.cron.strip():
             raise ConfigurationError(f"cron must be a non-empty string, got {self.cron!r}")

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from .. import _validate
 from ..errors import InvalidInputError, JobStateError
 from ..types import BulkResult, JobStatus
 from .rendering import url
@@ -147,6 +148,6 @@ def bulk_selection(form: Form, *, whole_filter: bool) -> dict:
     raw = form.get("job_id", [])
     if not raw:
         raise InvalidInputError("no job selected: tick the jobs to act on, or act on the whole filter")
-    if not all(value.isdigit() for value in raw):
+    if not all(_validate.is_whole_number_text(value) for value in raw):
         raise InvalidInputError("job ids must be whole numbers")
     return {"queue_name": None, "task": None, "job_ids": [int(value) for value in raw]}

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from .. import _validate
 from ..errors import InvalidInputError
 from ..ops.doctor import Doctor, Verdict
 from ..types import JobStatus
@@ -59,7 +60,7 @@ class JobFilter:
         values = {name: query.get(name, "").strip()
                   for name in ("status", "queue", "task", "created_after", "created_before")}
         before = query.get("before_id", "").strip()
-        if before and not before.isdigit():
+        if before and not _validate.is_whole_number_text(before):
             return cls(**values, problem=f"before_id must be a job id, got {before!r}")
         return cls(**values, before_id=int(before) if before else None)
 

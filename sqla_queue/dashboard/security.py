@@ -7,6 +7,14 @@
   cookie; every form carries ``nonce.signature`` (HMAC-SHA256 under the app's secret). A POST is
   accepted only when the form's nonce is the cookie's and the signature verifies, so another
   site can neither read nor forge the field.
+* **Reads** may be guarded too: ``read_auth(request)`` (same shape as ``auth``) must return True
+  for every page when given; `basic_auth` answers the browser's challenge.
+* **Host** (DNS rebinding): with ``allowed_hosts``, a request whose ``Host`` header names
+  another host is refused (400) before any page runs, so a page on ``evil.example`` resolving
+  to 127.0.0.1 cannot read the loopback dashboard.
+* **Headers** on every response: no framing (``X-Frame-Options: DENY``, CSP
+  ``frame-ancestors 'none'``), no MIME sniffing, no referrer, and ``Cache-Control: no-store``
+  (pages hold payloads).
 * **Flash**: the one-line report of what an action changed, carried across the redirect in a
   cookie signed the same way (a forged cookie is ignored, never shown).
 """
@@ -22,6 +30,8 @@ import secrets
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 Auth = Callable[[Request], bool | Awaitable[bool]]
 CSRF_COOKIE = "sqlaq_csrf"
@@ -111,3 +121,57 @@ def basic_auth(password: str, *, username: str = "admin") -> Auth:
 
     check.challenges = True  # type: ignore[attr-defined]  # the sign-in link may answer 401
     return check
+
+
+SECURITY_HEADERS = (
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+)
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+class Guard:
+    """ASGI middleware in front of every route: the Host allow-list, the read guard, and the
+    security headers on whatever answers (pages, actions, static files, errors)."""
+
+    def __init__(self, app: ASGIApp, *, allowed_hosts: tuple[str, ...] | None, read_auth: Auth | None) -> None:
+        self.app = app
+        self.allowed_hosts = None if allowed_hosts is None else {host.lower().strip("[]") for host in allowed_hosts}
+        self.read_auth = read_auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        request = Request(scope)
+        refusal = await self._refusal(request)
+        if refusal is not None:
+            await refusal(scope, receive, with_headers)
+            return
+        await self.app(scope, receive, with_headers)
+
+    async def _refusal(self, request: Request) -> Response | None:
+        if self.allowed_hosts is not None and host_of(request.headers.get("host", "")) not in self.allowed_hosts:
+            return Response("unknown host: the dashboard answers only the hosts it was given", status_code=400)
+        if self.read_auth is not None and not await allowed(self.read_auth, request):
+            challenges = getattr(self.read_auth, "challenges", False)
+            headers = {"WWW-Authenticate": 'Basic realm="sqla_queue dashboard"'} if challenges else {}
+            return Response("sign-in required", status_code=401, headers=headers)
+        return None
+
+
+def host_of(header: str) -> str:
+    """The host of a ``Host`` header, without its port, lower case (``[::1]:8080`` -> ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header

@@ -16,8 +16,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
 
+from .. import _validate
 from .._sanitize import error_text
-from ..errors import ConfigurationError, DatabaseError
+from ..errors import ConfigurationError, DatabaseError, PermissionDeniedError
 from ..sql import session as session_sql
 
 DATABASE_URL_ENV = "SQLA_QUEUE_DATABASE_URL"
@@ -141,7 +142,7 @@ def driver_options(url: URL) -> dict:
     value = url.query[PREPARE_THRESHOLD]
     if isinstance(value, str) and value.strip().lower() in _NEVER:
         return {PREPARE_THRESHOLD: None}
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and _validate.is_whole_number_text(value.strip()):
         return {PREPARE_THRESHOLD: int(value)}
     raise ConfigurationError(
         f"{PREPARE_THRESHOLD} in the database URL must be a whole number of executions (0 or more) "
@@ -294,6 +295,9 @@ def note_checkin(dbapi_connection, connection_record) -> None:
     connection_record.info["checked_in"] = time.monotonic()
 
 
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
 @contextmanager
 def database_errors() -> Iterator[None]:
     """Re-raise driver errors as `DatabaseError` with a sanitized message.
@@ -305,7 +309,8 @@ def database_errors() -> Iterator[None]:
     try:
         yield
     except sa_exc.DBAPIError as exc:
-        error = DatabaseError(error_text(exc))
+        denied = getattr(exc.orig, "sqlstate", None) == INSUFFICIENT_PRIVILEGE
+        error = (PermissionDeniedError if denied else DatabaseError)(error_text(exc))
         error.orig = exc.orig  # type: ignore[attr-defined]
         error.connection_invalidated = exc.connection_invalidated  # type: ignore[attr-defined]
         raise error from None

@@ -15,6 +15,7 @@ answer, not a hang.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -380,6 +381,22 @@ def _last_vacuum(row: Any) -> str:
 
 
 def _query(text: str | None) -> str:
-    """A session's query, one line, credentials masked (it may hold literals)."""
-    one_line = " ".join((text or "").split())
-    return clean_text(one_line, catalog.QUERY_PREVIEW) if one_line else "-"
+    """Another session's query, one line, with its literals replaced by ``?`` (as
+    pg_stat_statements shows queries): a ``PASSWORD '...'``, a card number or an email in
+    someone else's SQL never reaches the doctor's output; the statement's shape is enough to
+    find the session."""
+    one_line = " ".join((text or "")[: catalog.QUERY_PREVIEW * 4].split())
+    if not one_line:
+        return "-"
+    return clean_text(_without_literals(one_line), catalog.QUERY_PREVIEW)
+
+
+_STRING_LITERAL = re.compile(r"(?:[EeBbXxNn]|[Uu]&)?'(?:[^']|'')*'?")
+_DOLLAR_QUOTED = re.compile(r"\$(\w*)\$.*?(?:\$\1\$|$)")
+_NUMBER = re.compile(r"(?<![\w$.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w])")
+
+
+def _without_literals(sql: str) -> str:
+    sql = _DOLLAR_QUOTED.sub("?", sql)
+    sql = _STRING_LITERAL.sub("?", sql)
+    return _NUMBER.sub("?", sql)

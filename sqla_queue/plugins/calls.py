@@ -198,9 +198,9 @@ class _ContractBroken(Exception):
 
 
 def is_delay_or_false(value: Any) -> bool:
-    """The retry-delay contract: ``False``, or a non-negative timedelta (not a bare number:
-    seconds or milliseconds would be a guess)."""
-    return value is False or (isinstance(value, timedelta) and value >= timedelta(0))
+    """The retry-delay contract: ``False``, or a timedelta from zero to 100 years (not a bare
+    number: seconds or milliseconds would be a guess; longer would overflow the due time)."""
+    return value is False or (isinstance(value, timedelta) and timedelta(0) <= value <= _validate.MAX_DURATION)
 
 
 def _is_usable_key(value: Any) -> bool:
@@ -213,7 +213,7 @@ def _is_usable_key(value: Any) -> bool:
 
 _CONTRACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sqla_queue_is_retryable": (lambda answer: isinstance(answer, bool), "True, False or None"),
-    "sqla_queue_retry_delay": (is_delay_or_false, "a non-negative timedelta, False or None"),
+    "sqla_queue_retry_delay": (is_delay_or_false, "a timedelta from 0 to 100 years, False or None"),
     "sqla_queue_idempotency_key": (
         _is_usable_key, "a non-empty str of at most 512 printable characters, or None"),
 }

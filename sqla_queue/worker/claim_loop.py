@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from ..core import Core
-from ..errors import DatabaseError
+from ..errors import DatabaseError, PermissionDeniedError
 from ..services import Looper
 from ..services.scheduler import Scheduler
 from .config import WorkerConfig
@@ -66,6 +66,10 @@ class ClaimLoop:
                 idle_before = self.slots.held_count() == 0
                 claimed, from_start = self.round()
                 failures = 0
+            except PermissionDeniedError as exc:  # no retry grants it: stop, saying which
+                logger.error("worker %s: stopping: the database role lacks a privilege: %s (the grants a "
+                             "worker needs: docs/how-to/database-roles.md)", self.worker_id, exc)
+                raise
             except DatabaseError as exc:
                 failures += 1
                 delay = min(ERROR_BACKOFF_MAX, 0.1 * 2**failures)

@@ -94,6 +94,8 @@ class WorkerConfig:
         for name in self.queues:
             _validate.as_config(_validate.name, name, "queue")
         _validate.config_positive_int(self.concurrency, "concurrency")
+        if self.worker_id is not None:  # said now, not at run(), when it is first written
+            _validate.as_config(_validate.name, self.worker_id, "worker_id")
         if self.engine is not None and not isinstance(self.engine, Engine):
             raise ConfigurationError(f"engine must be a sqlalchemy Engine, got {type(self.engine).__name__}")
         if self.listen_engine is not None:

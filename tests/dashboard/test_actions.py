@@ -178,3 +178,10 @@ def test_an_async_auth_callable_is_awaited(dash_queue, failed_job):
 def test_an_empty_password_is_refused():
     with pytest.raises(ValueError, match="non-empty password"):
         basic_auth("")
+
+
+def test_bulk_ids_that_are_digits_but_not_numbers_are_refused_cleanly(dash_queue):
+    """D11: ``"²".isdigit()`` is true and ``int("²")`` raises: a 500 before."""
+    client = operator(dash_queue)
+    response = client.post("/jobs/bulk", data={"csrf_token": token(client), "action": "cancel", "job_id": ["²"]})
+    assert flash(client, response).startswith("job ids must be whole numbers")

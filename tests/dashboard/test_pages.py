@@ -71,6 +71,7 @@ def test_a_bad_filter_is_named_and_lists_nothing(client, dash_queue):
     assert page.status_code == 400
     assert "created after: &#39;yesterday-ish&#39; is not a date and time" in page.text
     assert client.get("/jobs?before_id=abc").status_code == 400
+    assert client.get("/jobs?before_id=²").status_code == 400  # D11: a digit int() refuses
     assert "unknown status" in client.get("/jobs?status=lost").text
 
 

@@ -260,3 +260,17 @@ def test_config_and_options_do_not_mix(db):
     queue, _ = db
     with pytest.raises(sq.ConfigurationError, match="not both"):
         Doctor(queue, DoctorConfig(), lease=60)
+
+
+def test_other_sessions_sql_is_shown_without_its_literals(db):
+    """D7: doctor (CLI and dashboard) quoted other sessions' SQL as-is, literals included."""
+    queue, engine = db
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 'hunter2' AS password, 4111111111111111 AS card"))  # opens the transaction
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        conn.execute(text("SELECT 'hunter2' AS password, 4111111111111111 AS card"))  # its last query
+        check = checks(queue, max_transaction_age=NOW)["long transactions"]
+        line = next(line for line in check.details if line.startswith(f"pid {pid} "))
+        conn.rollback()
+    assert "hunter2" not in line and "4111111111111111" not in line
+    assert "SELECT ? AS password, ? AS card" in line

@@ -395,3 +395,37 @@ def test_a_claim_the_lease_keeper_found_lost_is_reported_once(engine, clean_jobs
     assert (worker.summary.lost, worker.summary.completed) == (1, 0)
     assert effects() == [] and queue.get_job(job_id).locked_by == "other"
     assert queue.complete(job_id, "other-token")
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_commit_inside_the_block_is_refused_and_nothing_is_written(database_url, clean_jobs, effects, kind):
+    """D5: ``session.commit()`` in the block once committed the writes ahead of the fenced
+    completion, so a stale run's writes persisted. Now it fails the attempt and writes nothing."""
+    queue = sq.Queue(database_url, load_entrypoints=False)
+
+    if kind == "sync":
+        @queue.task(name="eager", max_attempts=1)
+        def eager(payload, ctx):
+            with ctx.transaction() as session:
+                session.execute(INSERT, {"job_id": ctx.job_id, "note": "early"})
+                session.commit()
+    else:
+        @queue.task(name="eager", max_attempts=1)
+        async def eager(payload, ctx):
+            async with ctx.transaction() as session:
+                await session.execute(INSERT, {"job_id": ctx.job_id, "note": "early"})
+                await session.commit()
+
+    job_id = queue.enqueue("eager", {})
+    try:
+        summary = queue.worker(**FAST).run(until_empty=True)
+    finally:
+        asyncio.run(queue.dispose_async())
+        queue.engine.dispose()
+
+    assert summary.failed == 1
+    assert effects(job_id) == []
+    observer = sq.Queue(database_url, load_entrypoints=False)
+    job = observer.get_job(job_id)
+    assert job.status is sq.JobStatus.FAILED and "session.commit() inside ctx.transaction()" in job.last_error
+    observer.engine.dispose()

@@ -21,12 +21,23 @@ from sqla_queue._sanitize import MAX_ERROR_LENGTH, clean_text, error_text
         ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig", "eyJhbGciOiJIUzI1NiJ9"),
         ("secret = topsecretvalue", "topsecretvalue"),
         ("pwd=p4ss;", "p4ss"),
+        # D8 of the adversarial review: longer key names, JSON, SQL, an unescaped @
+        ("access_token=ya29.a0AfH6 expired", "ya29.a0AfH6"),
+        ("client_secret=GOCSPX-abc rejected", "GOCSPX-abc"),
+        ("aws_secret_access_key=wJalrXUtnFEMI/K7MDENG refused", "wJalrXUtnFEMI"),
+        ('body {"user": "ann", "password": "hunter2"} rejected', "hunter2"),
+        ("ALTER ROLE app WITH LOGIN PASSWORD 'hunter2' failed", "hunter2"),
+        ("connect to postgresql://app:p@ss@db.internal/prod failed", "ss"),
     ],
 )
 def test_secrets_are_masked(raw, secret):
     text = clean_text(raw)
     assert secret not in text
     assert "***" in text
+
+
+def test_words_that_only_look_like_keys_are_left_alone():
+    assert clean_text("author: Jane, tokenizer failed") == "author: Jane, tokenizer failed"
 
 
 def test_url_keeps_its_host_and_scheme_once_masked():
