@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -189,8 +190,9 @@ def payload_json(payload: Any) -> str:
         text = _encode(payload)
     except Exception:
         return _checked_payload_json(payload)
-    if "\\u0000" in text or "\\ud" in text or text.count("{") + text.count("[") > _MAX_DEPTH:
-        _reject_nul(payload)  # a false alarm (an escaped backslash, an emoji) just passes
+    if ("\\u0000" in text or "\\ud" in text or text.count("{") + text.count("[") > _MAX_DEPTH
+            or _COERCED_KEY.search(text)):
+        _reject_nul(payload)  # a false alarm (an escaped backslash, an emoji, a "1" key) just passes
     return text
 
 
@@ -222,6 +224,9 @@ def _encoder() -> Callable[[dict], str]:
 
 _encode = _encoder()
 _MAX_DEPTH = 200
+# What json.dumps writes for a key that was not a string (it coerces 1, 1.5, True, None): only a
+# payload whose text has such a key is walked, to find out whether it really was one.
+_COERCED_KEY = re.compile(r'"(?:-?[0-9][0-9.eE+-]*|true|false|null|-?Infinity|NaN)":')
 
 
 def _checked_payload_json(payload: dict) -> str:
@@ -252,6 +257,11 @@ def _reject_nul(value: Any, depth: int = 0) -> None:
             raise PayloadError("payload contains a lone surrogate, which is not valid Unicode") from None
     elif isinstance(value, dict):
         for key, item in value.items():
+            if not isinstance(key, str):
+                # JSON keys are strings: json.dumps would turn 1 into "1", silently, and
+                # {1: "a", "1": "b"} into one key whose value depends on the order.
+                raise PayloadError(f"payload has a key that is not a string ({type(key).__name__} "
+                                   f"{key!r:.40}): JSON object keys are strings; convert it yourself")
             _reject_nul(key, depth + 1)
             _reject_nul(item, depth + 1)
     elif isinstance(value, (list, tuple)):

@@ -67,6 +67,7 @@ class HandlerTransaction:
         self._cancel_requested = cancel_requested
         self._session: Any = None
         self._ending = False  # our own commit, at the block's end, is the only one allowed
+        self._ended_inside = False  # the handler rolled back or closed the block's session
         self._result: str | None = None
         self.result: Any = None  # what set_result recorded, stored by a committed block
         self.outcome: str | None = None
@@ -96,6 +97,7 @@ class HandlerTransaction:
                 session.rollback()
                 self.outcome = self.ROLLED_BACK
                 return False
+            self._refuse_ended_inside(session)
             session.flush()
             row = self._complete(session.connection(bind_arguments={"clause": self._statement}))
             if row is None:
@@ -119,6 +121,7 @@ class HandlerTransaction:
                 await session.rollback()
                 self.outcome = self.ROLLED_BACK
                 return False
+            await session.run_sync(self._refuse_ended_inside)
             await session.flush()
             row = await session.run_sync(
                 lambda sync: self._complete(sync.connection(bind_arguments={"clause": self._statement})))
@@ -154,10 +157,24 @@ class HandlerTransaction:
             _close_quietly(session)
             raise JobCancelledError(f"job {job.id} was cancelled on request before its transaction began")
         self._session = session
-        self._ending = False
-        event.listen(session.sync_session if isinstance(session, AsyncSession) else session,
-                     "before_commit", self._refuse_early_commit)
+        self._ending = self._ended_inside = False
+        sync_session = session.sync_session if isinstance(session, AsyncSession) else session
+        event.listen(sync_session, "before_commit", self._refuse_early_commit)
+        event.listen(sync_session, "after_soft_rollback", self._note_ended_inside)
         return session
+
+    def _note_ended_inside(self, session: Session, previous_transaction: Any) -> None:
+        self._ended_inside = True
+
+    def _refuse_ended_inside(self, session: Session) -> None:
+        """A ``session.rollback()`` or ``close()`` in the block threw the handler's writes away;
+        completing the job now would record it done without them. The attempt fails instead."""
+        if self._ended_inside:
+            session.rollback()
+            raise RuntimeError(
+                f"job {self._job.id}: the session of ctx.transaction() was rolled back or closed inside "
+                "the block, so the writes made in it are gone; the job is not completed (raise to "
+                "give up an attempt, or let the block end to commit)")
 
     def _refuse_early_commit(self, session: Session) -> None:
         """A ``session.commit()`` inside the block would commit the handler's writes ahead of

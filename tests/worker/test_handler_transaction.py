@@ -429,3 +429,25 @@ def test_a_commit_inside_the_block_is_refused_and_nothing_is_written(database_ur
     job = observer.get_job(job_id)
     assert job.status is sq.JobStatus.FAILED and "session.commit() inside ctx.transaction()" in job.last_error
     observer.engine.dispose()
+
+
+@pytest.mark.parametrize("ending", ["rollback", "close"])
+def test_a_session_ended_inside_the_block_does_not_complete_the_job(engine, clean_jobs, effects, ending):
+    """A rollback or close inside the block threw the writes away: completing the job after it
+    would record the work done without them."""
+    queue = sq.Queue(engine, load_entrypoints=False)
+
+    @queue.task(name="undo", max_attempts=1)
+    def undo(payload, ctx):
+        with ctx.transaction() as session:
+            session.execute(INSERT, {"job_id": ctx.job_id, "note": "lost"})
+            getattr(session, ending)()
+
+    job_id = queue.enqueue("undo", {})
+    [claimed] = queue.claim(worker_id="w", limit=1)
+    ran = run_claimed_job(queue.core, claimed)
+
+    job = queue.get_job(job_id)
+    assert (ran.outcome, job.status) == ("failed", sq.JobStatus.FAILED)
+    assert "rolled back or closed inside the block" in job.last_error
+    assert effects() == []

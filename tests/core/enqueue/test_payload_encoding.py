@@ -47,6 +47,9 @@ PAYLOADS = {
     "escaped backslash ud800": {"path": "\\ud800"},
     "tuple": {"pair": (1, 2)},
     "non-string keys": {1: "a", 2.5: "b", True: "c", None: "d"},
+    "colliding keys": {1: "a", "1": "b"},
+    "numeric string keys": {"1": "a", "2.5": "b", "true": "c", "null": "d"},  # a false alarm that passes
+    "non-string key deep": {"a": [{"b": {7: "x"}}]},
     "dict subclass": OrderedDict(a=1),
     "str subclass value": {"v": Text("x")},
     "str subclass with NUL": {"v": Text("a\x00b")},
@@ -100,7 +103,7 @@ def test_fast_payload_json_answers_exactly_like_the_walk_first_reference(name):
     assert outcome(_validate.payload_json, payload) == outcome(reference, payload)
 
 
-@pytest.mark.parametrize("name", ["plain", "unicode", "emoji", "non-string keys", "tuple"])
+@pytest.mark.parametrize("name", ["plain", "unicode", "emoji", "tuple", "numeric string keys"])
 def test_fast_payload_json_is_the_json_dumps_text(name):
     payload = PAYLOADS[name]
     expected = json.dumps(payload, allow_nan=False, separators=(",", ":"))
@@ -108,6 +111,13 @@ def test_fast_payload_json_is_the_json_dumps_text(name):
 
 
 def test_refusals_stay_refusals():
-    for name in ("NUL in key", "lone surrogate in value", "depth 201 lists", "cyclic dict", "NaN", "set"):
+    for name in ("NUL in key", "lone surrogate in value", "depth 201 lists", "cyclic dict", "NaN", "set",
+                 "non-string keys", "colliding keys", "non-string key deep"):
         with pytest.raises(PayloadError):
             _validate.payload_json(PAYLOADS[name])
+
+
+def test_a_non_string_key_is_refused_not_coerced():
+    """D12: ``{1: "a", "1": "b"}`` was stored as ``{"1": "b"}``, silently."""
+    with pytest.raises(PayloadError, match=r"a key that is not a string \(int 1\)"):
+        _validate.payload_json({1: "a", "1": "b"})
