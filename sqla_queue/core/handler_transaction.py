@@ -160,11 +160,12 @@ class HandlerTransaction:
         self._ending = self._ended_inside = False
         sync_session = session.sync_session if isinstance(session, AsyncSession) else session
         event.listen(sync_session, "before_commit", self._refuse_early_commit)
-        event.listen(sync_session, "after_soft_rollback", self._note_ended_inside)
+        event.listen(sync_session, "after_transaction_end", self._note_ended_inside)
         return session
 
-    def _note_ended_inside(self, session: Session, previous_transaction: Any) -> None:
-        self._ended_inside = True
+    def _note_ended_inside(self, session: Session, transaction: Any) -> None:
+        if transaction.parent is None and not self._ending:  # a savepoint ending is the handler's own
+            self._ended_inside = True
 
     def _refuse_ended_inside(self, session: Session) -> None:
         """A ``session.rollback()`` or ``close()`` in the block threw the handler's writes away;

@@ -345,7 +345,7 @@ class Doctor:
         rows = conn.execute(catalog.recent_failures(self.table), {"since": self.config.failed_window}).all()
         window = format_duration(self.config.failed_window)
         total = sum(r.jobs for r in rows)
-        details = tuple(f"queue {r.queue_name}: {r.jobs} failed, latest error: {_query(r.latest_error or '')}"
+        details = tuple(f"queue {r.queue_name}: {r.jobs} failed, latest error: {_one_line(r.latest_error)}"
                         for r in rows)
         if total == 0:
             return Check("recent failures", Verdict.OK, f"no job failed for good in the last {window}")
@@ -389,6 +389,12 @@ def _query(text: str | None) -> str:
     if not one_line:
         return "-"
     return clean_text(_without_literals(one_line), catalog.QUERY_PREVIEW)
+
+
+def _one_line(text: str | None) -> str:
+    """A stored error, one line (it was cleaned when it was stored)."""
+    one_line = " ".join((text or "")[: catalog.QUERY_PREVIEW * 4].split())
+    return clean_text(one_line, catalog.QUERY_PREVIEW) if one_line else "-"
 
 
 _STRING_LITERAL = re.compile(r"(?:[EeBbXxNn]|[Uu]&)?'(?:[^']|'')*'?")

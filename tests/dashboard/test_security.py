@@ -44,13 +44,14 @@ def test_only_the_allowed_hosts_are_answered(dash_queue):
 
 
 def test_read_auth_guards_every_page(dash_queue):
-    dash_queue.enqueue("send_email", {"to": "secret@example.com"})
+    job_id = dash_queue.enqueue("send_email", {"to": "secret@example.com"})
     client = TestClient(create_app(dash_queue, read_auth=basic_auth("pw")))
-    refused = client.get("/jobs")
-    assert refused.status_code == 401 and "secret@example.com" not in refused.text
+    for path in ("/", "/jobs", f"/jobs/{job_id}", "/workers", "/doctor"):
+        refused = client.get(path)
+        assert refused.status_code == 401 and "secret@example.com" not in refused.text, path
     assert refused.headers["www-authenticate"].startswith("Basic")
-    assert client.get("/jobs", headers=credentials("wrong")).status_code == 401
-    page = client.get("/jobs", headers=credentials("pw"))
+    assert client.get(f"/jobs/{job_id}", headers=credentials("wrong")).status_code == 401
+    page = client.get(f"/jobs/{job_id}", headers=credentials("pw"))
     assert page.status_code == 200 and "secret@example.com" in page.text
 
 
