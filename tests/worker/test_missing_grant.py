@@ -6,6 +6,7 @@ and waits for the worker to stop by itself; one that retried instead would never
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from datetime import timedelta
@@ -129,11 +130,19 @@ def test_a_worker_whose_lease_renewal_is_refused_stops(roles, caplog):
     assert not [r for r in caplog.records if "lease renewal failed" in r.getMessage()]
 
 
-def test_a_worker_that_cannot_record_an_outcome_stops(roles, caplog):
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_worker_that_cannot_record_an_outcome_stops(roles, caplog, kind):
     roles.run("roles", "worker", "logins")
     queue = roles.queue("worker")
     handler = Handler(fail=True)
-    queue.task(queue="recorded", name="bounce")(handler)
+    if kind == "sync":
+        queue.task(queue="recorded", name="bounce")(handler)
+    else:  # its failure is recorded on the outcome thread, off the event loop
+
+        @queue.task(queue="recorded", name="bounce")
+        async def bounce(payload, ctx):
+            await asyncio.to_thread(handler, payload, ctx)
+
     queue.enqueue("bounce", {})
     worker = queue.worker(queues=["recorded"], concurrency=1, sample_interval=None, poll_interval=0.05)
 
@@ -145,6 +154,7 @@ def test_a_worker_that_cannot_record_an_outcome_stops(roles, caplog):
     error = stop_error(worker, before=take_counting_away)
     assert isinstance(error, sq.PermissionDeniedError)
     assert "permission denied for table sqla_queue_jobs_counters" in str(error)
-    assert stopping_record(caplog).threadName.startswith("sqla-queue-handler")
+    thread = "sqla-queue-handler" if kind == "sync" else "sqla-queue-outcomes"
+    assert stopping_record(caplog).threadName.startswith(thread)
     assert not [r for r in caplog.records if "could not record outcome" in r.getMessage()
                 and "retrying" in r.getMessage()]
