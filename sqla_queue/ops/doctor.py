@@ -237,6 +237,15 @@ class Doctor:
         rows = conn.execute(catalog.long_transactions(), {"max_age": self.config.max_transaction_age}).all()
         limit = format_duration(self.config.max_transaction_age)
         if not rows:
+            hidden = conn.execute(catalog.hidden_sessions()).scalar_one()
+            if hidden:
+                return Check(
+                    "long transactions", Verdict.WARN,
+                    f"no transaction this role can see is older than {limit}, but {hidden} session(s) of "
+                    "other roles hide their transactions from it",
+                    "Without pg_monitor (or pg_read_all_stats), PostgreSQL hides other roles' sessions' "
+                    "state: grant it to the role doctor runs as (docs/how-to/database-roles.md).",
+                )
             return Check("long transactions", Verdict.OK, f"no transaction in this database is older than {limit}")
         return Check(
             "long transactions", Verdict.FAIL,

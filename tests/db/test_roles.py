@@ -203,9 +203,18 @@ def test_the_observer_reads_everything_and_writes_nothing(roles):
         other_role.execute(text("SELECT txid_current()"))
         pid = other_role.execute(text("SELECT pg_backend_pid()")).scalar_one()
         checks = {check.name: check for check in Doctor(observer, max_transaction_age=0).run().checks}
+        roles.sql("REVOKE pg_monitor FROM queue_observer")
+        try:
+            blind = Doctor(observer, max_transaction_age=0).check_long_transactions
+            with observer.engine.connect() as conn:
+                without_monitor = blind(conn)
+        finally:
+            roles.sql("GRANT pg_monitor TO queue_observer")
         other_role.rollback()
     seen = checks["long transactions"]  # pg_monitor shows it
     assert seen.verdict is Verdict.FAIL and any(f"pid {pid} " in line for line in seen.details)
+    assert without_monitor.verdict is Verdict.WARN  # hidden, but doctor says it cannot see
+    assert "hide their transactions" in without_monitor.summary and "pg_monitor" in without_monitor.hint
     plan = checks["claim plan"]  # EXPLAIN of the claim needs UPDATE: a warning, not a failure
     assert plan.verdict is Verdict.WARN and "may not run this check" in plan.summary
     assert "database-roles.md" in plan.hint
