@@ -20,12 +20,14 @@ import click
 from .. import __version__
 from .._sanitize import error_text
 from ..db.engine import DATABASE_URL_ENV, is_url_of, make_engine
-from ..errors import DatabaseError, SqlaQueueError
+from ..errors import DatabaseError, PermissionDeniedError, SqlaQueueError
 from ..plugins.entry_points import ENABLED_PLUGINS_ENV, installed_names, split_names, unknown_names_error
 from ..queue import Queue
 
 EXIT_PROBLEM = 1
 EXIT_USAGE = 2
+
+ROLES_PAGE = "docs/how-to/database-roles.md"
 
 
 APP_ENV = "SQLA_QUEUE_APP"
@@ -195,6 +197,11 @@ def report_error(exc: BaseException) -> int:
     if isinstance(exc, click.ClickException):
         exc.show()
         return exc.exit_code
+    if isinstance(exc, PermissionDeniedError):
+        click.echo(f"Error: database: {exc} (SQLSTATE 42501: the database role lacks a privilege this "
+                   f"command needs; {ROLES_PAGE} lists the grants of a producer, a worker, an operator "
+                   "and an observer)", err=True)
+        return EXIT_PROBLEM
     if isinstance(exc, DatabaseError):
         click.echo(f"Error: database: {exc}", err=True)
         return EXIT_PROBLEM

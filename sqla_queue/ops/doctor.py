@@ -27,7 +27,7 @@ from sqlalchemy import Connection
 
 from .. import _validate
 from .._sanitize import clean_text
-from ..errors import ConfigurationError, DatabaseError
+from ..errors import ConfigurationError, DatabaseError, PermissionDeniedError
 from ..sql import catalog
 from ..sql import stats as stats_sql
 from ..types import DEFAULT_LEASE
@@ -175,14 +175,20 @@ class Doctor:
 
     def _run_one(self, name: str, check: Callable[[Connection], Check]) -> Check:
         """A check that cannot run fails, with the reason: for a readiness probe, a database too
-        slow to answer its catalog within the statement timeout is not ready."""
+        slow to answer its catalog within the statement timeout is not ready. One the role may
+        not run warns instead: that says nothing about the database's health (a read-only role
+        cannot EXPLAIN the claim, an UPDATE)."""
         try:
             with self._transaction() as conn:
                 return check(conn)
+        except PermissionDeniedError as exc:
+            return Check(name, Verdict.WARN, f"this role may not run this check: {exc}",
+                         "EXPLAIN needs the privileges of the statement it explains: the claim plan "
+                         "check needs UPDATE on the job table (run doctor as the operator's or the "
+                         "worker's role); docs/how-to/database-roles.md.")
         except DatabaseError as exc:
             return Check(name, Verdict.FAIL, f"could not run this check: {exc}",
-                         "A timeout means the database is too slow to answer catalog reads; a "
-                         "permission error, that the queue's role needs pg_monitor.")
+                         "A timeout means the database is too slow to answer catalog reads.")
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
@@ -231,6 +237,15 @@ class Doctor:
         rows = conn.execute(catalog.long_transactions(), {"max_age": self.config.max_transaction_age}).all()
         limit = format_duration(self.config.max_transaction_age)
         if not rows:
+            hidden = conn.execute(catalog.hidden_sessions()).scalar_one()
+            if hidden:
+                return Check(
+                    "long transactions", Verdict.WARN,
+                    f"no transaction this role can see is older than {limit}, but {hidden} session(s) of "
+                    "other roles hide their transactions from it",
+                    "Without pg_monitor (or pg_read_all_stats), PostgreSQL hides other roles' sessions' "
+                    "state: grant it to the role doctor runs as (docs/how-to/database-roles.md).",
+                )
             return Check("long transactions", Verdict.OK, f"no transaction in this database is older than {limit}")
         return Check(
             "long transactions", Verdict.FAIL,

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from ..errors import PermissionDeniedError
+
 logger = logging.getLogger("sqla_queue.worker")
 
 
@@ -27,7 +29,8 @@ class Service(Protocol):
     never) has come, keeps the service's own schedule (so a pass that failed can be retried at
     once, like recovery, or not, like pruning) and returns its result, or None when not due. A
     database error propagates to whoever runs it: the claim loop backs off, a thread's looper
-    logs it."""
+    logs it. A `PermissionDeniedError` (the role lacks a grant) propagates too, and stops the
+    worker: no retry can grant it."""
 
     def run_once(self) -> Any: ...
 
@@ -37,12 +40,16 @@ class Service(Protocol):
 
 
 class Looper:
-    """Runs `services` when they are due, handing each pass's result to `report` (if given)."""
+    """Runs `services` when they are due, handing each pass's result to `report` (if given).
+    On its own thread (`run`), a pass refused for lack of a privilege ends the loop and goes
+    to `halt` (the worker stops with it), where any other failure is logged and tried again."""
 
     def __init__(self, services: Iterable[Service], *, report: Callable[[Service, Any], None] | None = None,
+                 halt: Callable[[PermissionDeniedError], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.services = tuple(services)
         self._report = report
+        self._halt = halt
         self._clock = clock
 
     def run_due(self) -> None:
@@ -59,12 +66,20 @@ class Looper:
 
     def run(self, stop: threading.Event, *, longest_sleep: float = 1.0) -> None:
         """A thread's loop until `stop` is set: sleep until the next service is due (at most
-        `longest_sleep`), then `run_due`. A pass that raises is logged; the loop goes on."""
+        `longest_sleep`), then `run_due`. A pass that raises is logged and the loop goes on,
+        except for a `PermissionDeniedError`: retrying cannot grant the privilege, so the loop
+        ends and hands the error to `halt` (without one, it is logged)."""
         while True:
             wait = self.seconds_until_due()
             if stop.wait(longest_sleep if wait is None else min(wait, longest_sleep)):
                 return
             try:
                 self.run_due()
+            except PermissionDeniedError as exc:
+                if self._halt is None:
+                    logger.error("background pass refused, stopping it: the database role lacks a privilege: %s", exc)
+                else:
+                    self._halt(exc)
+                return
             except Exception:
                 logger.exception("background pass failed; trying again")

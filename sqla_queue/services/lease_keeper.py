@@ -23,7 +23,7 @@ from typing import Protocol
 
 from .. import _validate
 from ..core import Core
-from ..errors import ConfigurationError, DatabaseError
+from ..errors import ConfigurationError, DatabaseError, PermissionDeniedError
 from ..types import DEFAULT_LEASE, ClaimedJob
 
 logger = logging.getLogger("sqla_queue.worker")
@@ -134,6 +134,8 @@ class LeaseKeeper:
         started = time.monotonic()
         try:
             renewed_ids = self.outcomes.renew(h.job for h in held)
+        except PermissionDeniedError:
+            raise  # no later renewal can succeed: the worker stops (its looper's `halt`)
         except DatabaseError as exc:
             logger.warning("%s: lease renewal failed: %s", self.owner, exc)
             return LeaseKeeperResult(fenced=self._fence_expired(held), timed_out=timed_out)

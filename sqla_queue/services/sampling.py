@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from ..core import Core
-from ..errors import DatabaseError
+from ..errors import DatabaseError, PermissionDeniedError
 
 logger = logging.getLogger("sqla_queue.sampling")
 
@@ -50,13 +50,17 @@ class Sampler:
 
     def run_if_due(self) -> int | None:
         """Record a sample if this interval's is due; the rows written (None: not due, or the
-        database refused: logged, and tried again next interval)."""
+        database failed: logged, and tried again next interval). A `PermissionDeniedError`
+        propagates instead: the role lacks a grant on the samples, which no later interval
+        gets, so the worker stops and says so."""
         now = self._clock()
         if now < self._next_run:
             return None
         self._next_run = self._next_after(now)
         try:
             return self.run_once()
+        except PermissionDeniedError:
+            raise
         except DatabaseError as exc:
             logger.warning("could not record the queue's per-minute sample (is the schema at sqlaq_0006? "
                            "`sqla-queue db upgrade`): %s", exc)

@@ -160,6 +160,18 @@ def long_transactions() -> Executable:
     )
 
 
+def hidden_sessions() -> Executable:
+    """How many sessions of this database hide their state from this role: another role's, seen
+    without ``pg_read_all_stats`` (``pg_monitor``). PostgreSQL then shows their pid, database
+    and user but NULL for the backend type, the state and the transaction start."""
+    a = _activity
+    return select(func.count()).where(
+        a.c.datname == func.current_database(),
+        a.c.usename.is_not(None),
+        a.c.state.is_(None),
+    )
+
+
 def lock_waits(job_table: Table) -> Executable:
     """Sessions waiting longer than ``:min_wait`` for a lock while holding or wanting a lock on
     the job table, with the pids that block them.

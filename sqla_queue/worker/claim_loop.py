@@ -66,9 +66,7 @@ class ClaimLoop:
                 idle_before = self.slots.held_count() == 0
                 claimed, from_start = self.round()
                 failures = 0
-            except PermissionDeniedError as exc:  # no retry grants it: stop, saying which
-                logger.error("worker %s: stopping: the database role lacks a privilege: %s (the grants a "
-                             "worker needs: docs/how-to/database-roles.md)", self.worker_id, exc)
+            except PermissionDeniedError:  # no retry grants it: the worker stops, saying which
                 raise
             except DatabaseError as exc:
                 failures += 1

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..core import Core
 from ..core.handler_transaction import HandlerSessions, HandlerTransaction
-from ..errors import DatabaseError, JobCancelledError
+from ..errors import DatabaseError, JobCancelledError, PermissionDeniedError
 from ..types import ClaimedJob
 from .held_job import HeldJob
 from .job_run import JobRuns, calls_handlers, ending_of, settled_by_transaction
@@ -44,7 +44,8 @@ class WorkerRuns(JobRuns):
     failures the outcome thread records so the loop never waits on the database."""
 
     def __init__(self, core: Core, slots: Slots, sessions: HandlerSessions, *, concurrency: int,
-                 lease_seconds: float, worker_id: str, stopping: threading.Event, done: threading.Event) -> None:
+                 lease_seconds: float, worker_id: str, stopping: threading.Event, done: threading.Event,
+                 halt: Callable[[PermissionDeniedError], None]) -> None:
         super().__init__(core)
         self.slots = slots
         self.concurrency = concurrency
@@ -52,6 +53,7 @@ class WorkerRuns(JobRuns):
         self.worker_id = worker_id
         self.stopping = stopping
         self.done = done
+        self.halt = halt
         self.handler_loop: Any = None  # set by the worker for each run
         self.sessions = sessions
         self._work: deque[HeldJob] = deque()
@@ -237,11 +239,18 @@ class WorkerRuns(JobRuns):
         """Record the outcome, retrying through database errors while the lease still holds.
 
         Outcomes are safe to replay (a lost reply followed by a retry reports the same result),
-        so retrying after an error whose commit status is unknown is correct.
+        so retrying after an error whose commit status is unknown is correct. A refusal for lack
+        of a privilege is not retried: it stops the worker (`halt`), and the job comes back when
+        its lease expires.
         """
         for attempt in range(1000):
             try:
                 self.slots.count(self.record(held.job, held.result, error))
+                return
+            except PermissionDeniedError as exc:
+                logger.error("job %s: could not record its outcome; it returns when its lease expires: %s",
+                             held.job.id, exc)
+                self.halt(exc)
                 return
             except DatabaseError as exc:
                 if time.monotonic() - held.lease_confirmed >= self.lease_seconds:

@@ -15,7 +15,9 @@ process; this is how one command uses every core. The supervisor itself runs no 
   backoff. One that dies within `START_SECONDS` of its start failed to start; after
   `START_RETRIES` such failures in a row in one slot the supervisor gives up: it stops the
   other children and reports the crash loop (exit 1). A child that exits 0 (``until_empty``:
-  it found nothing left) is not restarted.
+  it found nothing left) is not restarted. Nor is one the database refused a privilege
+  (`PermissionDeniedError`): it says so over its control socket and the supervisor gives up at
+  once, since every restart would be refused the same way.
 * **Shutdown.** The first SIGTERM/SIGINT tells every child to stop claiming and finish its
   running jobs within its grace period; the supervisor exits once they have. A second one
   tells them to exit at once (exit code 128 + the signal number), as a second signal does to
@@ -42,6 +44,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from ..db import notifier
+from ..errors import PermissionDeniedError
 from .config import WorkerSummary
 
 if TYPE_CHECKING:
@@ -59,6 +62,8 @@ SAFETY_WAKE = 5.0
 """The supervisor's longest sleep: a lost wake-up costs at most this long."""
 
 _STOP, _EXIT = "stop", "exit"
+DENIED = "denied"
+"""The key of the line a child sends when the database refused it a privilege."""
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _HANDLED = (signal.SIGTERM, signal.SIGINT)
 
@@ -84,6 +89,7 @@ class _Slot:
     failed_starts: int = 0
     restart_at: float | None = None
     done: bool = False
+    denied: str | None = None
     received: bytearray = field(default_factory=bytearray)
 
 
@@ -260,6 +266,10 @@ class _Supervisor:
             slot.done = True
             return
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+        if slot.denied is not None and not self._stopping():
+            self._give_up(f"worker process {pid} stopped: the database role lacks a privilege: {slot.denied}; "
+                          "no restart can grant it (docs/how-to/database-roles.md)")
+            return
         if self._stopping():
             self.problems.append(f"worker process {pid} {how} while stopping")
             return
@@ -292,6 +302,9 @@ class _Supervisor:
             try:
                 counts = json.loads(line)
             except ValueError:
+                continue
+            if isinstance(counts, dict) and DENIED in counts:
+                slot.denied = str(counts[DENIED])
                 continue
             for f in fields(WorkerSummary):
                 setattr(self.summary, f.name, getattr(self.summary, f.name) + int(counts.get(f.name, 0)))
@@ -331,6 +344,12 @@ def _child(make_worker: Callable[[], Worker], until_empty: bool, control: socket
         return 0
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
+    except PermissionDeniedError as exc:  # no restart grants it: tell the supervisor not to try
+        try:
+            control.sendall(json.dumps({DENIED: str(exc)}).encode() + b"\n")
+        except OSError:
+            pass
+        return report_error(exc)
     except BaseException as exc:  # said once, by this child; the supervisor sees the exit code
         try:
             return report_error(exc)

@@ -19,7 +19,9 @@ handles signals and drains at the end. The parts, each with one job:
   a connection of its own; when it is down, polling still finds the work.
 
 Every database call has a client-side deadline (``call_timeout``), so a silent connection never
-hangs a worker.
+hangs a worker. A statement the database refuses for lack of a privilege (SQLSTATE 42501), in
+any of these parts, stops the worker: it drains like a stopped worker and `run` raises the
+`PermissionDeniedError` (retrying cannot grant the privilege; docs/how-to/database-roles.md).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Any
 from ..core import Core
 from ..db.engine import engine_of
 from ..db.worker_engine import worker_engine
+from ..errors import PermissionDeniedError
 from ..services import Looper
 from ..services.lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
 from ..services.listener import Listener, ListenerConfig
@@ -82,12 +85,14 @@ class Worker:
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._signals = 0
+        self._denied: PermissionDeniedError | None = None
+        self._denied_lock = threading.Lock()
         self.slots = Slots(self.config.concurrency, self._wake)
         # Handler transactions open their sessions on the application's engine (the one given,
         # not the worker's autocommit connections) and its asyncio engine.
         self.runs = WorkerRuns(self.core, self.slots, core.handler_sessions(), concurrency=self.config.concurrency,
                                lease_seconds=self.config.lease_seconds, worker_id=self.worker_id,
-                               stopping=self._stopping, done=self._done)
+                               stopping=self._stopping, done=self._done, halt=self._halt)
         self._scheduler = Scheduler(self.core)
         self.claim_loop = ClaimLoop(self.core, self.config, self.worker_id, self.slots, self.runs,
                                     self._periodic_services(), self._scheduler,
@@ -154,17 +159,23 @@ class Worker:
     def _run(self, until_empty: bool, handler_loop: HandlerLoop) -> WorkerSummary:
         self._stopping.clear()
         self._done.clear()
+        self._denied = None
         self.runs.handler_loop = handler_loop
         with self._signal_handlers(), self._threads():
             logger.info("worker %s serving %s with concurrency %s", self.worker_id,
                         ",".join(self.config.queues), self.config.concurrency)
-            self.claim_loop.run(until_empty)
+            try:
+                self.claim_loop.run(until_empty)
+            except PermissionDeniedError as exc:
+                self._halt(exc)
             self._drain()
         # A stopped worker holds no connection (the engine reconnects if it runs again); one a
         # thread left behind still uses is closed when that thread gives it back.
         self.engine.dispose()
         if self._listen_engine is not self.engine:
             self._listen_engine.dispose()
+        if self._denied is not None:
+            raise self._denied
         logger.info("worker %s stopped: %s", self.worker_id, self.summary)
         return self.summary
 
@@ -172,6 +183,19 @@ class Worker:
         """Ask `run` to stop claiming and shut down gracefully (thread-safe)."""
         self._stopping.set()
         self._wake.set()
+
+    def _halt(self, error: PermissionDeniedError) -> None:
+        """The database refused a statement for lack of a privilege (the claim loop, a periodic
+        service, the lease keeper or an outcome): stop as `stop` does; `run` then raises the
+        first such error. Thread-safe."""
+        with self._denied_lock:
+            first = self._denied is None
+            if first:
+                self._denied = error
+        if first:
+            logger.error("worker %s: stopping: the database role lacks a privilege: %s (the grants a "
+                         "worker needs: docs/how-to/database-roles.md)", self.worker_id, error)
+        self.stop()
 
     def _hurry(self) -> None:
         """A second stop request: skip what is left of the grace period."""
@@ -244,7 +268,7 @@ class Worker:
     @contextmanager
     def _threads(self) -> Iterator[None]:
         self.runs.forget_threads()
-        keeper = Looper([self._lease_keeper], report=self._act_on_leases)
+        keeper = Looper([self._lease_keeper], report=self._act_on_leases, halt=self._halt)
         threads = [
             threading.Thread(target=keeper.run, args=(self._done,),
                              kwargs={"longest_sleep": self._lease_keeper.config.tick},
@@ -257,7 +281,7 @@ class Worker:
             self._wake, self._done,
         ) if self.config.listen else None
         if self._listener is not None:
-            threads.append(threading.Thread(target=Looper([self._listener]).run, args=(self._done,),
+            threads.append(threading.Thread(target=Looper([self._listener], halt=self._halt).run, args=(self._done,),
                                             name="sqla-queue-listen", daemon=True))
         for thread in threads:
             thread.start()

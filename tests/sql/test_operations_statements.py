@@ -103,6 +103,8 @@ def test_list_jobs_adds_only_the_filters_asked_for():
 def test_catalog_reads_stay_in_this_database_where_the_check_is_about_it():
     assert "datname = current_database()" in rendered(catalog.long_transactions())
     assert "datname = current_database()" in rendered(catalog.lock_waits(JOBS))
+    hidden = rendered(catalog.hidden_sessions())  # other roles' sessions, seen without pg_monitor
+    assert "datname = current_database()" in hidden and "state IS NULL" in hidden
     horizon = rendered(catalog.horizon_backends())
     assert "AS in_scope" in horizon and "WHERE pg_catalog.pg_stat_activity.datname" not in horizon
 
