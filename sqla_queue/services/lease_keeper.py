@@ -133,7 +133,7 @@ class LeaseKeeper:
             return LeaseKeeperResult(timed_out=timed_out)
         started = time.monotonic()
         try:
-            renewed_ids = self.outcomes.renew(h.job for h in held)
+            renewed_ids = self.outcomes.renew((h.job for h in held), self.config.lease)
         except DatabaseError as exc:
             logger.warning("%s: lease renewal failed: %s", self.owner, exc)
             return LeaseKeeperResult(fenced=self._fence_expired(held), timed_out=timed_out)

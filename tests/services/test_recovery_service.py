@@ -23,8 +23,8 @@ def expired(queue, engine):
         queue.enqueue_many([{"task": task, "payload": {"n": i}} for i in range(n)])
         jobs = queue.claim(queue=queue.get_task(task).queue, worker_id="gone", limit=n)
         with engine.begin() as conn:
-            conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour' "
-                              "WHERE status = 'running'"))
+            conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour', "
+                              "lease_expires_at = clock_timestamp() - interval '59 minutes' WHERE status = 'running'"))
         return sorted(job.id for job in jobs)
 
     return make
