@@ -68,6 +68,12 @@ class JobMixin:
     max_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("5"))
     locked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     locked_by: Mapped[str | None] = mapped_column(Text)
+    # When the holder's lease runs out (revision sqlaq_0008): the claim sets it to the claiming
+    # worker's own lease from the database clock, every renewal moves it, and recovery takes a
+    # running job back only once it has passed, whatever lease the recovering process runs with.
+    # Cleared with locked_at. NULL on a running row claimed before the revision: recovery then
+    # falls back to ``locked_at`` and the lease it is given.
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The token of the latest claim. It stays on the row after complete/retry/fail so that a
     # replayed outcome (the reply was lost, the caller tries again) is recognised as ours;
     # recovery clears it, which turns every late outcome of the expired claim into a lost claim.
@@ -137,7 +143,14 @@ class JobMixin:
                 unique=True,
                 postgresql_where=active_predicate_sql(),
             ),
-            # Lease recovery scans running jobs by lease start.
+            # Lease recovery scans running jobs by the end of their holder's lease; rows claimed
+            # before revision sqlaq_0008 (no lease end) and doctor's stuck check by lease start.
+            Index(
+                f"{name}_running_expiry_idx",
+                "lease_expires_at",
+                "id",
+                postgresql_where="status = 'running'",
+            ),
             Index(
                 f"{name}_running_lease_idx",
                 "locked_at",

@@ -171,18 +171,19 @@ class Queue:
 
     # -- claim and outcomes --------------------------------------------------------------
 
-    def claim(self, queue: str = DEFAULT_QUEUE, *, worker_id: str, limit: int = 1) -> list[ClaimedJob]:
-        """Claim up to `limit` due jobs of `queue` under one fresh token, committed at once."""
-        return self.core.outcomes.claim(queue, worker_id, limit)
+    def claim(self, queue: str = DEFAULT_QUEUE, *, worker_id: str, limit: int = 1,
+              lease: timedelta | float = DEFAULT_LEASE) -> list[ClaimedJob]:
+        """Claim up to `limit` due jobs of `queue` under one fresh token and `lease`, committed at once."""
+        return self.core.outcomes.claim(queue, worker_id, limit, lease)
 
     def complete_and_claim(self, finished: Iterable[ClaimedJob], queue: str = DEFAULT_QUEUE, *, worker_id: str,
-                           limit: int, from_position: Any = None,
-                           results: Mapping[int, Any] | None = None) -> tuple[dict[int, bool], list[ClaimedJob]]:
+                           limit: int, from_position: Any = None, results: Mapping[int, Any] | None = None,
+                           lease: timedelta | float = DEFAULT_LEASE) -> tuple[dict[int, bool], list[ClaimedJob]]:
         """Complete `finished` jobs (storing `results`) and claim up to `limit` more in one
         statement, from `from_position` in claim order if given (`ClaimOrder.position`)."""
         finished = list(finished)
         texts = self.core.outcomes.result_texts(finished, results)
-        return self.core.outcomes.complete_and_claim(finished, queue, worker_id, limit, from_position, texts)
+        return self.core.outcomes.complete_and_claim(finished, queue, worker_id, limit, from_position, texts, lease)
 
     def complete(self, job_id: int, claim_token: str, *, result: Any = None) -> bool:
         """Complete a claimed job, storing `result`; False: the claim was lost (replays say True)."""
@@ -211,13 +212,13 @@ class Queue:
         """Retry or fail a job whose handler raised, as the strategy hooks decide."""
         return self.core.outcomes.handle_failure(job, error)
 
-    def heartbeat(self, jobs: Iterable[ClaimedJob]) -> set[int]:
-        """Restart the lease of each job still held under its token; the renewed ids."""
-        return self.core.outcomes.heartbeat(jobs)
+    def heartbeat(self, jobs: Iterable[ClaimedJob], *, lease: timedelta | float | None = None) -> set[int]:
+        """Restart the lease of each job still held under its token, for `lease` (None: the claim's own); the renewed ids."""
+        return self.core.outcomes.heartbeat(jobs, lease)
 
-    def renew(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
+    def renew(self, jobs: Iterable[ClaimedJob], *, lease: timedelta | float | None = None) -> dict[int, bool]:
         """`heartbeat`, saying per renewed job whether a cancel was requested."""
-        return self.core.outcomes.renew(jobs)
+        return self.core.outcomes.renew(jobs, lease)
 
     def release(self, jobs: Iterable[ClaimedJob]) -> list[int]:
         """Give unfinished jobs back (pending now, the interrupted attempt not counted)."""
@@ -238,8 +239,8 @@ class Queue:
 
     def recover_expired(self, *, lease: timedelta | float = DEFAULT_LEASE,
                         limit: int = DEFAULT_RECOVERY_LIMIT) -> list[int]:
-        """Take back running jobs whose lease expired (database time), at most `limit` of each
-        kind: pending again, or failed on their last attempt. Returns their ids."""
+        """Take back running jobs whose holder's lease expired (database time), at most `limit` of
+        each kind; `lease` judges only rows claimed before sqlaq_0008. Returns their ids."""
         return self.core.outcomes.recover_expired(lease, limit)
 
     def get_job(self, job_id: int) -> JobView | None:

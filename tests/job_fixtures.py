@@ -120,11 +120,13 @@ def run_sql(engine: Engine):
 
 @pytest.fixture
 def expire_lease(run_sql):
-    """Make a running job's lease an hour old, on the database's clock."""
+    """Make a running job's claim (or last renewal) an hour old, on the database's clock: its
+    lease start and its lease end move back together (a lease end stays NULL)."""
 
     def expire(job_id: int, by: str = "1 hour") -> None:
         run_sql(
-            "UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - CAST(:by AS interval) "
+            "UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - CAST(:by AS interval), "
+            "lease_expires_at = clock_timestamp() - CAST(:by AS interval) + (lease_expires_at - locked_at) "
             "WHERE id = :id AND status = 'running'",
             id=job_id, by=by,
         )

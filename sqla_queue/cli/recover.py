@@ -13,7 +13,9 @@ from .root import CliContext, main
 
 @main.command()
 @click.option("--lease", type=DURATION, default=format_seconds(DEFAULT_LEASE), show_default=True,
-              help=f"A running job whose lease started longer ago than this is expired. {DURATION_HELP}")
+              help="Only for jobs claimed before schema revision sqlaq_0008 (no stored lease end): such a "
+                   "running job whose lease started longer ago than this is expired. Every other job "
+                   f"is expired when its holder's own lease ends, whatever this says. {DURATION_HELP}")
 @click.option("--limit", type=int, default=100, show_default=True, help="At most this many jobs per kind.")
 @click.pass_obj
 def recover(obj: CliContext, lease: timedelta, limit: int) -> None:

@@ -19,6 +19,7 @@ from .._sanitize import error_text, traceback_text
 from ..db.executor import Executor
 from ..plugins.calls import emit, emit_each, failure_decision
 from ..types import (
+    DEFAULT_LEASE,
     ClaimedJob,
     EmptyClaim,
     JobCancelled,
@@ -64,13 +65,16 @@ class Outcomes:
 
     # -- claims ----------------------------------------------------------------------------
 
-    def claim(self, queue: str, worker_id: str, limit: int) -> list[ClaimedJob]:
+    def claim(self, queue: str, worker_id: str, limit: int,
+              lease: timedelta | float = DEFAULT_LEASE) -> list[ClaimedJob]:
+        """Claim up to `limit` jobs under one token and `lease`: their lease ends `lease` from
+        now on the database clock (``lease_expires_at``), and recovery waits for that."""
         queue = _validate.name(queue, "queue")
         worker_id = _validate.name(worker_id, "worker_id")
         limit = _validate.positive_int(limit, "limit")
         params = {
             "queue": queue, "worker_id": worker_id, "limit": limit,
-            "token": secrets.token_urlsafe(24),
+            "token": secrets.token_urlsafe(24), "lease": _lease(lease),
         }
         with self.executor.transaction() as conn:
             rows = conn.execute(self.statements.claim, params).all()
@@ -81,30 +85,33 @@ class Outcomes:
         return jobs
 
     def claim_by_id(self, job_id: int, worker_id: str, *, attempt: int | None = None,
-                    scheduled_at: datetime | None = None, due_only: bool = False) -> ClaimedJob | None:
+                    scheduled_at: datetime | None = None, due_only: bool = False,
+                    lease: timedelta | float = DEFAULT_LEASE) -> ClaimedJob | None:
         """Claim pending job `job_id` (due or not, unless `due_only`; paused queue or not) for a
         runner that runs exactly that job (the testing helpers, inline mode); None: not pending
         (any more), not due, or busy. `attempt` and `scheduled_at` replace what its context
         will say."""
         statement = self.statements.claim_due_by_id if due_only else self.statements.claim_by_id
         params = {"job_id": job_id, "worker_id": worker_id, "token": secrets.token_urlsafe(24),
-                  "attempt": attempt, "scheduled_at": scheduled_at}
+                  "attempt": attempt, "scheduled_at": scheduled_at, "lease": _lease(lease)}
         with self.executor.transaction() as conn:
             row = conn.execute(statement, params).first()
         return None if row is None else ClaimedJob.from_row(row)
 
     def complete_and_claim(
         self, finished: Iterable[ClaimedJob], queue: str, worker_id: str, limit: int,
-        from_position: Any, results: Mapping[int, str | None],
+        from_position: Any, results: Mapping[int, str | None], lease: timedelta | float = DEFAULT_LEASE,
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
-        """`results`: JSON text of the finished jobs' return values, by job id (absent: none)."""
+        """`results`: JSON text of the finished jobs' return values, by job id (absent: none);
+        the claimed jobs are held under `lease` (the worker's)."""
         finished = list(finished)
         queue = _validate.name(queue, "queue")
         worker_id = _validate.name(worker_id, "worker_id")
         limit = _validate.non_negative_int(limit, "limit")
         position = {} if from_position is None else self.executor.order.position_params(from_position)
         params = {"queue": queue, "worker_id": worker_id, "limit": limit,
-                  "token": secrets.token_urlsafe(24), **position, **_held_params(finished, results)}
+                  "token": secrets.token_urlsafe(24), "lease": _lease(lease), **position,
+                  **_held_params(finished, results)}
         with self.executor.single_statement() as conn:
             rows = self.executor.run_round(conn, params, from_position=bool(position))
             claimed_rows = [row for row in rows if row.claimed]
@@ -285,17 +292,19 @@ class Outcomes:
 
     # -- leases ----------------------------------------------------------------------------
 
-    def heartbeat(self, jobs: Iterable[ClaimedJob]) -> set[int]:
-        return set(self.renew(jobs))
+    def heartbeat(self, jobs: Iterable[ClaimedJob], lease: timedelta | float | None = None) -> set[int]:
+        return set(self.renew(jobs, lease))
 
-    def renew(self, jobs: Iterable[ClaimedJob]) -> dict[int, bool]:
-        """Renew leases: ``{renewed job id: cancel requested?}``; the lease keeper passes the
-        requests on to the handlers (`JobContext.cancel_requested`)."""
+    def renew(self, jobs: Iterable[ClaimedJob], lease: timedelta | float | None = None) -> dict[int, bool]:
+        """Renew leases for `lease` from now (None: each claim's own length again):
+        ``{renewed job id: cancel requested?}``; the lease keeper passes the requests on to the
+        handlers (`JobContext.cancel_requested`)."""
         jobs = list(jobs)
         if not jobs:
             return {}
+        params = {**_held_params(jobs), "lease": None if lease is None else _lease(lease)}
         with self.executor.single_statement() as conn:
-            rows = conn.execute(self.statements.renew, _held_params(jobs)).all()
+            rows = conn.execute(self.statements.renew, params).all()
         renewed = {row.id: row.cancel_requested for row in rows}
         for job in jobs:
             if job.id not in renewed:
@@ -311,7 +320,9 @@ class Outcomes:
         return sorted(row.id for row in rows)
 
     def recover_expired(self, lease: timedelta | float, limit: int) -> list[int]:
-        params = {"lease": _validate.duration(lease, "lease", positive=True),
+        """Take back running jobs whose holder's lease ended (``lease_expires_at``); `lease` only
+        judges rows claimed before revision sqlaq_0008, which have no lease end."""
+        params = {"lease": _lease(lease),
                   "limit": _validate.positive_int(limit, "limit")}
         with self.executor.transaction() as conn:
             requeued = conn.execute(self.statements.requeue_expired, params).all()
@@ -339,6 +350,10 @@ def _held_params(jobs: Sequence[ClaimedJob], results: Mapping[int, str | None] |
     if results is not None:
         params["results"] = [results.get(job.id) for job in ordered]
     return params
+
+
+def _lease(lease: timedelta | float) -> timedelta:
+    return _validate.duration(lease, "lease", positive=True)
 
 
 def _queue_wait(job: ClaimedJob, run_at: datetime | None) -> timedelta | None:

@@ -222,6 +222,7 @@ class DriverStatements:
         return self._compiled(self.statements.wake_queues, {"queues": []}, ("queues",))
 
 
-_ROUND_SAMPLE = {"queue": "", "worker_id": "", "limit": 0, "token": "", "job_ids": [], "tokens": [], "results": []}
+_ROUND_SAMPLE = {"queue": "", "worker_id": "", "limit": 0, "token": "", "lease": None, "job_ids": [], "tokens": [],
+                 "results": []}
 
 

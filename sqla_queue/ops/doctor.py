@@ -225,7 +225,7 @@ class Doctor:
 
     def _claim_plan(self, conn: Connection) -> dict[str, Any]:
         params = {"queue": self.config.claim_queue, "worker_id": "sqla-queue-doctor", "limit": 1,
-                  "token": "explain-only"}
+                  "token": "explain-only", "lease": self.config.lease}
         [[document]] = conn.execute(self.queue.core.statements.claim_plan, params).all()
         return (document if isinstance(document, list) else json.loads(document))[0]["Plan"]
 

@@ -133,7 +133,7 @@ class LeaseKeeper:
             return LeaseKeeperResult(timed_out=timed_out)
         started = time.monotonic()
         try:
-            renewed_ids = self.outcomes.renew(h.job for h in held)
+            renewed_ids = self.outcomes.renew((h.job for h in held), self.config.lease)
         except PermissionDeniedError:
             raise  # no later renewal can succeed: the worker stops (its looper's `halt`)
         except DatabaseError as exc:

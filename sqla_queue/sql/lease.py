@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Table, case, func, update
+from sqlalchemy import Interval, Table, bindparam, case, func, update
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
@@ -15,13 +15,18 @@ def renew_leases(table: Table) -> Executable:
     """Heartbeat: restart the lease of every job still held under its own token, and say
     whether someone asked to cancel it (``cancel_requested``): how a cancel reaches the handler.
 
-    Each row is checked against its own token; the ids missing from RETURNING are lost claims.
+    The lease ends ``:lease`` from now on the database clock (``lease_expires_at``, what
+    recovery reads); with ``:lease`` NULL, the claim's own length again (the time from
+    ``locked_at`` to ``lease_expires_at`` before this renewal), so a renewal never shortens or
+    stretches a lease it was not told about. Each row is checked against its own token; the ids
+    missing from RETURNING are lost claims.
     """
     held = held_pairs("held")
+    length = func.coalesce(bindparam("lease", type_=Interval), table.c.lease_expires_at - table.c.locked_at)
     return (
         update(table)
         .where(held_in(table, held))
-        .values(locked_at=func.clock_timestamp())
+        .values(locked_at=func.clock_timestamp(), lease_expires_at=func.clock_timestamp() + length)
         .returning(table.c.id, table.c.cancel_requested_at.is_not(None).label("cancel_requested"))
     )
 
@@ -42,6 +47,7 @@ def release_jobs(table: Table) -> Executable:
             attempts=case((cancelling, table.c.attempts), else_=func.greatest(table.c.attempts - 1, 0)),
             run_at=case((cancelling, table.c.run_at), else_=func.clock_timestamp()),
             locked_at=None,
+            lease_expires_at=None,
             locked_by=None,
             claim_token=None,
             last_error=RELEASED,

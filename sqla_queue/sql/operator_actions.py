@@ -140,6 +140,7 @@ def retry_failed(table: Table, target: Any) -> Executable:
             max_attempts=func.greatest(table.c.max_attempts, table.c.attempts + 1),
             failed_at=None,
             locked_at=None,
+            lease_expires_at=None,
             locked_by=None,
             claim_token=None,
         )

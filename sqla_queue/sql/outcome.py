@@ -100,6 +100,7 @@ def retry_job(table: Table) -> Executable:
                         else_=JobStatus.FAILED.value),
             run_at=case((retrying, next_run), else_=table.c.run_at),
             locked_at=case((retrying, None), else_=table.c.locked_at),
+            lease_expires_at=case((retrying, None), else_=table.c.lease_expires_at),
             locked_by=case((retrying, None), else_=table.c.locked_by),
             failed_at=case((cancelling | has_attempts_left, None), else_=func.clock_timestamp()),
             cancelled_at=case((cancelling, func.clock_timestamp()), else_=None),
@@ -151,6 +152,7 @@ def snooze_job(table: Table) -> Executable:
             attempts=case((cancelling, table.c.attempts), else_=func.greatest(table.c.attempts - 1, 0)),
             snoozes=case((cancelling, table.c.snoozes), else_=table.c.snoozes + 1),
             locked_at=case((cancelling, table.c.locked_at), else_=None),
+            lease_expires_at=case((cancelling, table.c.lease_expires_at), else_=None),
             locked_by=case((cancelling, table.c.locked_by), else_=None),
             cancelled_at=case((cancelling, func.clock_timestamp()), else_=None),
         )

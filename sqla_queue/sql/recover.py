@@ -4,14 +4,21 @@ Three statements, because the terminal transitions are kept explicit: jobs with 
 go back to pending; jobs that expired on their last attempt go to failed; jobs someone asked to
 cancel go to cancelled whatever their attempts. Both clear the claim
 token, so the expired worker's late outcome finds nothing and reports a lost claim.
-``clock_timestamp() - :lease`` keeps the cutoff on the database's clock. SKIP LOCKED lets a
+
+A job is expired when its holder's lease has run out: ``lease_expires_at``, which the claim and
+every renewal set from the claiming worker's own lease (revision sqlaq_0008), is in the past on
+the database's clock. The recovering process's lease does not enter into it, so a recoverer with
+a shorter lease than the holder's (a rolling deploy that changes ``--lease``, ``sqla-queue
+recover`` with its default) takes back nothing live. Only a running row claimed before that
+revision has no lease end; for it ``:lease`` is the fallback (``locked_at < clock_timestamp() -
+:lease``). SKIP LOCKED lets a
 sweep run beside claims, outcomes and other sweeps (several workers recover at once) without
 waiting on any of them.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, Table, bindparam, func, select, update
+from sqlalchemy import ColumnElement, Interval, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
@@ -26,6 +33,7 @@ def requeue_expired(table: Table) -> Executable:
     return _take_back(
         table, _expired(table, table.c.attempts < table.c.max_attempts, "expired_jobs"),
         status=JobStatus.PENDING.value, run_at=func.clock_timestamp(), locked_at=None, locked_by=None,
+        lease_expires_at=None,
         last_error=LEASE_EXPIRED,
     )
 
@@ -34,6 +42,7 @@ def fail_exhausted_expired(table: Table) -> Executable:
     return _take_back(
         table, _expired(table, table.c.attempts >= table.c.max_attempts, "exhausted_jobs"),
         status=JobStatus.FAILED.value, failed_at=func.clock_timestamp(), locked_at=None, locked_by=None,
+        lease_expires_at=None,
         last_error=LEASE_EXPIRED_LAST_ATTEMPT,
     )
 
@@ -58,6 +67,19 @@ def _take_back(table: Table, expired, **values) -> Executable:
     )
 
 
+def lease_expired(table: Table) -> ColumnElement[bool]:
+    """The holder's lease is over: ``lease_expires_at`` has passed, or, on a row claimed before
+    revision sqlaq_0008 (no lease end), ``locked_at`` is more than ``:lease`` ago. Each arm is a
+    range on a partial index of running jobs (``running_expiry_idx``, ``running_lease_idx``);
+    with few running rows the planner reads one of them whole and filters, never the table."""
+    now = func.clock_timestamp()
+    return or_(
+        table.c.lease_expires_at < now,
+        and_(table.c.lease_expires_at.is_(None),
+             table.c.locked_at < now - bindparam("lease", type_=Interval)),
+    )
+
+
 def _expired(table: Table, attempts_rule: ColumnElement[bool] | None, name: str):
     """Expired running jobs: without a cancel request and matching `attempts_rule`, or (None)
     with one."""
@@ -66,10 +88,10 @@ def _expired(table: Table, attempts_rule: ColumnElement[bool] | None, name: str)
         select(table.c.id)
         .where(
             status_is(table, JobStatus.RUNNING),
-            table.c.locked_at < func.clock_timestamp() - bindparam("lease"),
+            lease_expired(table),
             cancelled if attempts_rule is None else (~cancelled & attempts_rule),
         )
-        .order_by(table.c.locked_at, table.c.id)
+        .order_by(table.c.lease_expires_at, table.c.locked_at, table.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
         .cte(name)

@@ -371,8 +371,8 @@ def _lifecycle_run(queue: Queue) -> dict[str, JobStatus | None]:
         queue.cancel(job.id)
         queue.complete(job.id, job.claim_token)  # ends cancelled: a cancel was requested
         lost = queue.enqueue(task, {"job": "is recovered"})
-        (job,) = queue.claim(name, worker_id="conformance")
-        queue.recover_expired(lease=timedelta(microseconds=1))
+        (job,) = queue.claim(name, worker_id="conformance", lease=timedelta(microseconds=1))
+        queue.recover_expired()  # that claim's own lease has run out
         queue.complete(job.id, job.claim_token)  # lost claim: recovery took it
         return {label: _status(queue, job_id)
                 for label, job_id in (("completed", done), ("failed", failed), ("snoozed", snoozed),

@@ -112,7 +112,7 @@ class ClaimLoop:
         try:
             texts = outcomes.result_texts([h.job for h in finished], _results_of(finished))
             results, jobs = outcomes.complete_and_claim(
-                [h.job for h in finished], queue_name, self.worker_id, limit, position, texts)
+                [h.job for h in finished], queue_name, self.worker_id, limit, position, texts, self.config.lease)
         except DatabaseError:
             self.slots.give_back_finished(finished)
             raise

@@ -149,7 +149,7 @@ def test_recover_returns_expired_jobs(cli, queue, engine):
     queue.enqueue("send_email", {})
     [job] = queue.claim(worker_id="gone")
     with engine.begin() as conn:
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = now() - interval '1 hour'"))
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = now() - interval '1 hour'"))
     result = cli("recover", "--lease", "60")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"recovered 1 job(s): {job.id}"

@@ -109,7 +109,7 @@ def test_recover_and_prune_from_a_url(cli, queue, engine):
     [job] = queue.claim("default", worker_id="crashed-worker", limit=1)
     assert job.id == expired
     with engine.begin() as conn:
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = now() - interval '10 minutes' "
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = now() - interval '10 minutes' "
                           "WHERE id = :id"), {"id": expired})
         conn.execute(text("UPDATE sqla_queue_jobs SET status = 'completed', completed_at = now() - "
                           "interval '10 days' WHERE id = :id"), {"id": old})
@@ -176,7 +176,7 @@ def test_the_operations_doc_section_runs_as_written(tmp_path, database_url, queu
     expired = queue.enqueue("send_email", {})
     queue.claim("default", worker_id="crashed-worker")
     with engine.begin() as conn:
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = now() - interval '10 minutes' "
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = now() - interval '10 minutes' "
                           "WHERE id = :id"), {"id": expired})
     env = {k: v for k, v in os.environ.items() if not k.startswith("SQLA_QUEUE_")}
     env["DATABASE_URL"] = database_url

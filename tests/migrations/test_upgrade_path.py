@@ -3,6 +3,8 @@ revisions never end up inside (or waiting on) the caller's transaction."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from alembic.util import CommandError
 from migration_helpers import (
@@ -142,6 +144,8 @@ def test_revision_7_adds_meta_to_live_jobs_and_its_downgrade_keeps_them(empty_en
     before = all_rows(empty_engine, old_table)
 
     upgrade(empty_engine, "sqlaq_0007")
+    assert "meta" in reflected_jobs(empty_engine).c
+    upgrade(empty_engine)  # today's claim needs today's schema
     queue = sq.Queue(empty_engine, load_entrypoints=False)
     queue.task(lambda payload, ctx: None, name="send_email")
     traced = queue.enqueue("send_email", {"n": 2}, meta={"trace_id": "t"})
@@ -153,6 +157,39 @@ def test_revision_7_adds_meta_to_live_jobs_and_its_downgrade_keeps_them(empty_en
     assert "meta" not in rows[0] and [row["id"] for row in rows] == [before[0]["id"], traced]
     upgrade(empty_engine)  # and up again: the column comes back empty
     assert {row["meta"] for row in all_rows(empty_engine, reflected_jobs(empty_engine))} == {None}
+
+
+def test_revision_8_leaves_running_jobs_claimed_before_it_to_the_fallback_lease(empty_engine):
+    """A job running when sqlaq_0008 is applied has no lease end: recovery judges it by the
+    lease it is given, as before. Jobs claimed afterwards carry their holder's. Downgrade drops
+    the column and its index and keeps the jobs."""
+    upgrade(empty_engine, "sqlaq_0007")
+    old_table = reflected_jobs(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(insert(old_table).values(
+            queue_name="default", task="send_email", payload={"n": 1}, status="running", attempts=1,
+            locked_by="old-worker", claim_token="old", locked_at=text("clock_timestamp() - interval '10 minutes'")))
+    before = all_rows(empty_engine, old_table)
+
+    upgrade(empty_engine, "sqlaq_0008")
+    [row] = all_rows(empty_engine, reflected_jobs(empty_engine))
+    assert {k: row[k] for k in before[0]} == before[0] and row["lease_expires_at"] is None
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    fresh = queue.enqueue("send_email", {"n": 2})
+    [claimed] = queue.claim("default", worker_id="new-worker", lease=timedelta(seconds=30))
+    assert claimed.id == fresh
+    assert queue.recover_expired(lease=timedelta(minutes=11)) == []
+    assert queue.recover_expired(lease=timedelta(minutes=9)) == [row["id"]]  # only the old claim
+    assert queue.get_job(fresh).status is sq.JobStatus.RUNNING
+
+    downgrade(empty_engine, "sqlaq_0007")
+    rows = all_rows(empty_engine, reflected_jobs(empty_engine))
+    assert "lease_expires_at" not in rows[0] and [r["id"] for r in rows] == [row["id"], fresh]
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT to_regclass('sqla_queue_jobs_running_expiry_idx')")).scalar() is None
+    upgrade(empty_engine)  # and up again: the column comes back empty
+    assert {r["lease_expires_at"] for r in all_rows(empty_engine, reflected_jobs(empty_engine))} == {None}
 
 
 def test_revision_5_can_be_rerun_after_an_interrupted_claim_index_swap(make_engine):

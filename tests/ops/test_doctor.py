@@ -208,7 +208,7 @@ def test_jobs_stuck_past_their_lease_fail_until_recovered(db):
     queue.claim(worker_id="crashed")
     assert checks(queue)["stuck jobs"].verdict is Verdict.OK  # a fresh lease is fine
     with engine.begin() as conn:
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour'"))
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = clock_timestamp() - interval '1 hour'"))
     check = checks(queue)["stuck jobs"]
     assert check.verdict is Verdict.FAIL and check.details[0].startswith("queue default: 1 job(s)")
     queue.recover_expired(lease=60)

@@ -53,7 +53,8 @@ def keeper_for(queue, held: list[HeldJob]) -> LeaseKeeper:
 
 def age_leases(engine, by: str = "10 minutes") -> None:
     with engine.begin() as conn:
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = locked_at - CAST(:by AS interval)"), {"by": by})
+        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = locked_at - CAST(:by AS interval), "
+                          "lease_expires_at = lease_expires_at - CAST(:by AS interval)"), {"by": by})
 
 
 def lease_age(engine, job_id: int) -> timedelta:

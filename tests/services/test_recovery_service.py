@@ -23,8 +23,8 @@ def expired(queue, engine):
         queue.enqueue_many([{"task": task, "payload": {"n": i}} for i in range(n)])
         jobs = queue.claim(queue=queue.get_task(task).queue, worker_id="gone", limit=n)
         with engine.begin() as conn:
-            conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour' "
-                              "WHERE status = 'running'"))
+            conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour', "
+                              "lease_expires_at = clock_timestamp() - interval '59 minutes' WHERE status = 'running'"))
         return sorted(job.id for job in jobs)
 
     return make
@@ -134,3 +134,21 @@ def test_the_run_workers_example_runs(queue, expired, capsys):
     exec(compile(example, "run-workers.md (recovery example)", "exec"), {"queue": queue})
 
     assert capsys.readouterr().out == "3 jobs taken back in 1 batches\n"
+
+
+def test_a_recoverer_with_a_short_lease_leaves_a_job_its_holder_still_leases(queue, engine):
+    """A worker (or `sqla-queue recover`) configured with a shorter lease than the holder's
+    takes back nothing the holder still leases; once the holder's own lease ends, it does."""
+    job_id = queue.enqueue("send_email", {})
+    queue.claim(worker_id="long-lease", lease=timedelta(seconds=30))
+    with engine.begin() as conn:  # claimed 5 s ago: 25 s of its own lease left
+        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = locked_at - interval '5 seconds', "
+                          "lease_expires_at = lease_expires_at - interval '5 seconds'"))
+    recoverer = Recoverer(queue.core, RecoveryConfig(lease=1))
+
+    assert recoverer.run_once().recovered == ()
+    assert statuses(engine) == {job_id: "running"}
+
+    with engine.begin() as conn:  # the holder stopped renewing: its lease ran out
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = clock_timestamp() - interval '1 second'"))
+    assert recoverer.run_once().recovered == (job_id,)

@@ -15,7 +15,7 @@ from sqla_queue import sql
 
 JOBS = sq.Job.__table__
 INDEX = "sqla_queue_jobs_pending_claim_idx"
-CLAIM_PARAMS = {"queue": "default", "worker_id": "plan-test", "limit": 10, "token": "t"}
+CLAIM_PARAMS = {"queue": "default", "worker_id": "plan-test", "limit": 10, "token": "t", "lease": sq.DEFAULT_LEASE}
 
 
 @pytest.fixture(scope="module")

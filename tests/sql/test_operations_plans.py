@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 
 import sqla_queue as sq
 from sqla_queue.models import counters_table, samples_table
-from sqla_queue.sql import catalog, counters, operator_actions, prune, samples, stats
+from sqla_queue.sql import catalog, counters, operator_actions, prune, recover, samples, stats
 
 JOBS = sq.Job.__table__
 COUNTERS = counters_table(JOBS)
@@ -92,6 +92,16 @@ def test_counters_in_the_window_are_a_range_on_their_primary_key(big):
 def test_empty_claim_classification_probes_the_pending_claim_index(big):
     plan = plan_of(big, counters.count_empty_claim(JOBS, COUNTERS), {"queue": "default", "events": 1})
     assert_served_by(plan, "sqla_queue_jobs_pending_claim_idx")
+
+
+@pytest.mark.parametrize("statement", [recover.requeue_expired, recover.fail_exhausted_expired, recover.cancel_expired])
+def test_lease_recovery_reads_the_running_indexes_not_the_finished_jobs(big, statement):
+    """Both arms of the expiry test (the holder's lease end; ``locked_at`` for rows claimed
+    before sqlaq_0008) are served by the partial indexes of running jobs, never by a scan of
+    the finished ones."""
+    plan = plan_of(big, statement(JOBS), {"lease": timedelta(minutes=2), "limit": 100})
+    assert indexes_used(plan) & {"sqla_queue_jobs_running_expiry_idx", "sqla_queue_jobs_running_lease_idx"}, plan
+    assert not seq_scanned(plan) & {"sqla_queue_jobs"}, plan
 
 
 def test_doctor_reads_of_the_job_table_use_the_running_and_failed_indexes(big):

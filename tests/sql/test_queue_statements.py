@@ -92,7 +92,7 @@ def test_claim_limit_is_inlined_so_the_generic_plan_knows_the_batch_size():
     claimed rows through a sequential scan, so it re-plans the claim on every execution."""
     raw = sql.claim_jobs(TABLE).compile(dialect=PGDialect_psycopg())
     assert "LIMIT __[POSTCOMPILE_limit]" in str(raw)
-    expanded = raw.construct_expanded_state({"queue": "q", "worker_id": "w", "token": "t", "limit": 7})
+    expanded = raw.construct_expanded_state({"queue": "q", "worker_id": "w", "token": "t", "limit": 7, "lease": None})
     assert "LIMIT 7 FOR UPDATE SKIP LOCKED" in expanded.statement
     assert "limit" not in expanded.parameters
 
@@ -105,6 +105,7 @@ def test_claim_sets_the_running_state_from_the_database_clock():
         "status=%(status)s",
         "attempts=(sqla_queue_jobs.attempts + %(attempts_1)s",
         "locked_at=clock_timestamp()",
+        "lease_expires_at=(clock_timestamp() + %(lease)s)",  # the claiming worker's own lease
         "locked_by=%(worker_id)s",
         "claim_token=%(token)s",
         "last_error=%(last_error)s",
@@ -269,9 +270,11 @@ def test_recovery_is_a_bounded_skip_locked_sweep_of_expired_running_jobs(name):
     assert "FOR UPDATE SKIP LOCKED" in body
     assert "LIMIT %(limit)s" in body
     assert "sqla_queue_jobs.status = 'running'" in body
-    assert "sqla_queue_jobs.locked_at < clock_timestamp() - %(lease)s" in body
+    # The holder's lease end decides; the given lease only for rows without one (pre-sqlaq_0008).
+    assert ("(sqla_queue_jobs.lease_expires_at < clock_timestamp() OR sqla_queue_jobs.lease_expires_at IS NULL"
+            " AND sqla_queue_jobs.locked_at < clock_timestamp() - %(lease)s)") in body
     assert attempts_rule in body
-    assert "ORDER BY sqla_queue_jobs.locked_at, sqla_queue_jobs.id" in body
+    assert "ORDER BY sqla_queue_jobs.lease_expires_at, sqla_queue_jobs.locked_at, sqla_queue_jobs.id" in body
     assert f"FROM {cte} WHERE sqla_queue_jobs.id = {cte}.id RETURNING" in text
 
 
@@ -287,7 +290,7 @@ def test_recovery_clears_the_claim_and_says_why(builder, status, error):
     assert params["status"] == status
     assert params["last_error"] == error
     assert params["claim_token"] is None
-    assert (params["locked_at"], params["locked_by"]) == (None, None)
+    assert (params["locked_at"], params["locked_by"], params["lease_expires_at"]) == (None, None, None)
 
 
 # -- enqueue ----------------------------------------------------------------------------------

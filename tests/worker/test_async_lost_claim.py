@@ -18,7 +18,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
@@ -104,9 +104,16 @@ def start(queue, how: str) -> Runner:
 
 
 def recover_now(queue, job_id: int) -> None:
-    """What an operator's recovery with a tiny lease does: take the running job back."""
-    wait_until(lambda: queue.recover_expired(lease=timedelta(milliseconds=1)) == [job_id],
-             what=f"recovery to take job {job_id} back")
+    """The worker's lease of the job runs out now (as if it had stopped renewing), and recovery
+    takes the running job back."""
+
+    def expire_and_recover() -> bool:
+        with queue.engine.begin() as conn:
+            conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = clock_timestamp() "
+                              "WHERE id = :id AND status = 'running'"), {"id": job_id})
+        return queue.recover_expired() == [job_id]
+
+    wait_until(expire_and_recover, what=f"recovery to take job {job_id} back")
 
 
 def just_renewed(queue, job_id: int) -> None:

@@ -132,10 +132,10 @@ def test_a_held_job_whose_cancel_came_before_its_handler_started_is_never_run(re
 
 def test_lease_recovery_ends_a_cancel_requested_job_cancelled(recorded_queue, recorder):
     job_id = recorded_queue.enqueue("send_email", {})
-    (job,) = recorded_queue.claim(worker_id="vanished")
+    (job,) = recorded_queue.claim(worker_id="vanished", lease=timedelta(microseconds=1))
     recorded_queue.cancel(job_id)
 
-    assert recorded_queue.recover_expired(lease=timedelta(microseconds=1)) == [job_id]
+    assert recorded_queue.recover_expired() == [job_id]
 
     view = recorded_queue.get_job(job_id)
     assert (view.status, view.last_error) == (sq.JobStatus.CANCELLED, "claim lease expired after a cancel request")

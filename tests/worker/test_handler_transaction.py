@@ -116,7 +116,7 @@ def test_a_lost_claim_rolls_back_and_raises_lost_claim_error(engine, clean_jobs,
     job_id = queue.enqueue("write", {"note": "stale"})
     [stale] = queue.claim(worker_id="stale", limit=1)
     with engine.begin() as conn:  # its lease ran out long ago
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = now() - interval '1 hour'"))
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = now() - interval '1 hour'"))
     assert queue.recover_expired(lease=timedelta(seconds=60)) == [job_id]
     [fresh] = queue.claim(worker_id="fresh", limit=1)
     assert run_claimed_job(queue.core, fresh).outcome == "completed"

@@ -48,7 +48,7 @@ def test_heartbeat_after_recovery_is_a_lost_claim(setup):
     queue.enqueue("work", {})
     [job] = queue.claim(worker_id="w1")
     with engine.begin() as conn:
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = locked_at - interval '1 hour'"))
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = locked_at - interval '1 hour'"))
     assert queue.recover_expired(lease=timedelta(seconds=1)) == [job.id]
 
     assert queue.heartbeat([job]) == set()
@@ -61,7 +61,7 @@ def test_heartbeat_after_another_worker_reclaimed_is_a_lost_claim(setup):
     queue.enqueue("work", {})
     [job] = queue.claim(worker_id="w1")
     with engine.begin() as conn:
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = locked_at - interval '1 hour'"))
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = locked_at - interval '1 hour'"))
     queue.recover_expired(lease=timedelta(seconds=1))
     [again] = queue.claim(worker_id="w2")
     assert again.id == job.id and again.claim_token != job.claim_token

@@ -180,11 +180,12 @@ def test_claims_outcomes_leases_recovery_and_operations_through_pgbouncer(bounce
             assert queue.renew(more) == {more[0].id: False}
             assert queue.heartbeat(more) == {more[0].id}
             assert queue.complete(more[0].id, more[0].claim_token) is True
-        retried, failed, released, expired = queue.claim(name, worker_id="w", limit=4)
+        retried, failed, released, expired = queue.claim(name, worker_id="w", limit=4,
+                                                         lease=timedelta(microseconds=1))
         assert queue.retry(retried.id, retried.claim_token, error="flaky", delay=0) is not None
         assert queue.fail(failed.id, failed.claim_token, error="broken") is True
         assert queue.release([released]) == [released.id]
-        assert queue.recover_expired(lease=timedelta(microseconds=1)) == [expired.id]
+        assert queue.recover_expired() == [expired.id]
 
         assert queue.get_job(ids[0]).result == {"ok": True}
         health = queue.stats().queues[name]

@@ -44,8 +44,8 @@ def run_some_jobs(queue: sq.Queue, name: str) -> None:
         queue.handle_failure(job, RuntimeError("down"))
     queue.claim(name, worker_id="w")
     queue.enqueue("ok", {"n": 3})
-    (job,) = queue.claim(name, worker_id="w")
-    queue.recover_expired(lease=timedelta(microseconds=1))
+    (job,) = queue.claim(name, worker_id="w", lease=timedelta(microseconds=1))
+    queue.recover_expired()
     queue.complete(job.id, job.claim_token)
 
 

@@ -7,6 +7,7 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Integer,
+    Interval,
     Table,
     Text,
     bindparam,
@@ -33,8 +34,9 @@ __all__ = ["ClaimOrder", "DEFAULT_ORDER", "PriorityOrder", "claim_job_by_id", "c
 
 
 def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
-    """Claim up to ``:limit`` due jobs of ``:queue`` for ``:worker_id`` under ``:token``,
-    highest priority first, unless the queue is paused.
+    """Claim up to ``:limit`` due jobs of ``:queue`` for ``:worker_id`` under ``:token`` and a
+    lease of ``:lease`` (an interval: ``lease_expires_at``, which recovery reads), highest
+    priority first, unless the queue is paused.
 
     The row selection lives in a CTE with ``FOR UPDATE SKIP LOCKED``: the CTE is an optimization
     fence, so the LIMIT is applied exactly once to the locked set. A bare
@@ -85,7 +87,7 @@ def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder =
 
 def claim_job_by_id(table: Table, *, due_only: bool = False) -> Executable:
     """Claim pending job ``:job_id`` (paused queue or not; due or not, unless `due_only`) for
-    ``:worker_id`` under ``:token``, as `claim_jobs` marks a job: the testing helpers' way to
+    ``:worker_id`` under ``:token`` and ``:lease``, as `claim_jobs` marks a job: the testing helpers' way to
     run exactly one job (`sqla_queue.testing.run_job`, one pass of `drain`, inline mode).
 
     ``:attempt`` (NULL: the next one, as a claim counts it) and ``:scheduled_at`` (NULL: the
@@ -122,6 +124,8 @@ def _claimed(table: Table, which, **values) -> Executable:
         "status": JobStatus.RUNNING.value,
         "attempts": table.c.attempts + 1,
         "locked_at": func.clock_timestamp(),
+        # The claiming worker's own lease: recovery reads this, not its own lease.
+        "lease_expires_at": func.clock_timestamp() + bindparam("lease", type_=Interval),
         "locked_by": bindparam("worker_id"),
         "claim_token": bindparam("token"),
         "last_error": None,

@@ -63,7 +63,7 @@ def test_host_model_recovers_expired_leases(host_queue, host_engine):
     job_id = host_queue.enqueue("send_email", {})
     [stale] = host_queue.claim(worker_id="w")
     with host_engine.begin() as conn:
-        conn.execute(text("UPDATE host_jobs SET locked_at = clock_timestamp() - interval '1 hour'"))
+        conn.execute(text("UPDATE host_jobs SET lease_expires_at = NULL, locked_at = clock_timestamp() - interval '1 hour'"))
 
     assert host_queue.recover_expired(lease=60) == [job_id]
     assert host_queue.complete(stale.id, stale.claim_token) is False

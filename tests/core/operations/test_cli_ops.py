@@ -142,7 +142,7 @@ def test_doctor_exits_0_when_healthy_and_1_when_a_check_fails(cli, own_database)
     queue.enqueue("send_email", {})
     queue.claim(worker_id="crashed")
     with engine.begin() as conn:
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = now() - interval '1 hour'"))
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = now() - interval '1 hour'"))
     sick = cli("doctor", "--json", url=url)
     assert sick.returncode == 1
     report = json.loads(sick.stdout)

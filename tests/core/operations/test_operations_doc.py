@@ -70,11 +70,11 @@ def build_scenario(url: str) -> None:
     queue.enqueue("resize", {"image": "a.png"})  # job 8
     queue.enqueue("resize", {"image": "b.png"})  # job 9
     queue.claim("images", worker_id="crashed-worker", limit=2)
-    sql("UPDATE sqla_queue_jobs SET locked_at = now() - interval '10 minutes' WHERE status = 'running'")
+    sql("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = now() - interval '10 minutes' WHERE status = 'running'")
     queue.recover_expired(lease=60)
     sql("UPDATE sqla_queue_jobs SET run_at = now() - interval '3 minutes' WHERE id = 8")
     assert [job.id for job in queue.claim("images", worker_id="crashed-worker")] == [8]
-    sql("UPDATE sqla_queue_jobs SET locked_at = now() - interval '10 minutes' WHERE id = 8")
+    sql("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = now() - interval '10 minutes' WHERE id = 8")
     queue.enqueue("send_email", {"to": "later@example.com"}, delay=3600)  # job 10
     assert queue.claim("emails", worker_id="idle-worker") == []  # only scheduled emails
     assert queue.claim("reports", worker_id="idle-worker") == []  # no such jobs at all

@@ -104,7 +104,7 @@ def test_forced_lease_expiry_counts_as_a_recovery_whichever_way_the_job_goes(ops
     again = ops_queue.enqueue("send_email", {})
     last_try = ops_queue.enqueue("send_email", {}, max_attempts=1)
     ops_queue.claim(worker_id="crashed", limit=2)
-    run_sql("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour'")
+    run_sql("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = clock_timestamp() - interval '1 hour'")
 
     assert sorted(ops_queue.recover_expired(lease=60)) == [again, last_try]
 
@@ -219,7 +219,7 @@ def test_one_recovery_pass_over_several_queues_counts_each_queue(ops_queue, run_
     ops_queue.enqueue_many([{"task": "send_email", "payload": {}}] * 2 + [{"task": "resize", "payload": {}}])
     ops_queue.claim("default", worker_id="crashed", limit=2)
     ops_queue.claim("images", worker_id="crashed")
-    run_sql("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour'")
+    run_sql("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = clock_timestamp() - interval '1 hour'")
 
     assert len(ops_queue.recover_expired(lease=60)) == 3
     assert counters() == {("default", "lease_recovered"): 2, ("images", "lease_recovered"): 1}

@@ -200,8 +200,8 @@ def _record_claims(worker) -> list[tuple]:
     outcomes = worker.core.outcomes
     real = outcomes.complete_and_claim
 
-    def recorded(finished, queue_name, worker_id, limit, from_position, results):
-        results, jobs = real(finished, queue_name, worker_id, limit, from_position, results)
+    def recorded(finished, queue_name, worker_id, limit, from_position, results, lease):
+        results, jobs = real(finished, queue_name, worker_id, limit, from_position, results, lease)
         if limit:
             claims.append((from_position, {job.id for job in jobs}, time.monotonic()))
         return results, jobs

@@ -32,7 +32,8 @@ def test_concurrent_recovery_never_recovers_a_job_twice(make_engine, new_queue, 
     ids = queue.enqueue_many([{"task": "send_email", "payload": {}} for _ in range(JOBS)])
     assert len(queue.claim(worker_id="crashed", limit=JOBS)) == JOBS
     with engine.begin() as conn:
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour'"))
+        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = clock_timestamp() - interval '1 hour', "
+                          "lease_expires_at = clock_timestamp() - interval '59 minutes'"))
 
     def sweep(i: int) -> list[int]:
         mine = []
