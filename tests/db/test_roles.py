@@ -148,8 +148,8 @@ def test_the_worker_claims_records_renews_recovers_ticks_samples_and_prunes(role
     jobs = admin.enqueue_many([{"task": task, "payload": {}} for task in ("send", "flaky", "broken", "chain")])
     old = admin.enqueue("send", {"to": "old"})
     with roles.admin.begin() as conn:  # a claim that expired long ago, a job finished a month ago
-        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = now() - interval '1 hour' WHERE id = :id"),
-                     {"id": crashed})
+        conn.execute(text("UPDATE sqla_queue_jobs SET locked_at = now() - interval '1 hour', "
+                          "lease_expires_at = now() - interval '59 minutes' WHERE id = :id"), {"id": crashed})
         conn.execute(text("UPDATE sqla_queue_jobs SET status = 'completed', completed_at = now() - interval "
                           "'30 days' WHERE id = :id"), {"id": old})
 
