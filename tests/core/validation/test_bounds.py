@@ -60,7 +60,7 @@ def test_a_backoff_answering_eons_is_a_plugin_error_and_the_job_still_retries(ma
         raise RuntimeError("try again")
 
     job_id = queue.enqueue(flaky, {})
-    assert [r.outcome for r in drain(queue, max_jobs=1)] == ["retried"]
+    assert [r.outcome for r in drain(queue, until_empty=False)] == ["retried"]  # the retry may be due at once
     assert "EonBackoff" in caplog.text and "a timedelta from 0 to 100 years" in caplog.text
     assert queue.get_job(job_id).run_at is not None
 
