@@ -115,11 +115,18 @@ def test_a_bad_prepare_threshold_is_refused_naming_it(value):
         sq.Queue(f"postgresql://postgres@127.0.0.1:1/nowhere?prepare_threshold={value}", load_entrypoints=False)
 
 
-def test_without_the_setting_enqueues_collide_behind_pgbouncer(bouncer, direct_url):
+def test_without_the_setting_enqueues_collide_behind_pgbouncer(bouncer, own_server, direct_url):
     """Why the setting exists: two processes' Queues on a plain URL, taking turns. psycopg
     prepares the enqueue statement on its fifth run under the same name (``_pg3_0``) in both,
-    and PgBouncer 1.18 hands both to the same idle server connection, where the name is taken."""
-    first, second = queue_on(through(bouncer, direct_url)), queue_on(through(bouncer, direct_url))
+    and PgBouncer 1.18 hands both to the same idle server connection, where the name is taken.
+    A pool of one server connection makes "the same" certain; with more, which idle connection
+    each client gets (and what earlier tests prepared there) is PgBouncer's choice."""
+    with pgbouncer_in_front(own_server.url(), run_as=own_server.server.run_as, pool_size=1) as single:
+        first, second = queue_on(through(single, direct_url)), queue_on(through(single, direct_url))
+        _enqueue_until_they_collide(first, second)
+
+
+def _enqueue_until_they_collide(first: sq.Queue, second: sq.Queue) -> None:
     try:
         with pytest.raises(sq.DatabaseError, match="prepared statement"):
             for n in range(10):
