@@ -221,7 +221,7 @@ READS_COMMITTED = "sqla_queue_reads_committed"
 
 # The session statements of `sql.session`, rendered once (they carry no values).
 DEFAULT_ISOLATION = session_sql.constant_text(session_sql.default_isolation())
-READ_COMMITTED_BY_DEFAULT = session_sql.constant_text(session_sql.read_committed_by_default())
+WORKER_SESSION_DEFAULTS = session_sql.constant_text(session_sql.worker_session_defaults())
 PROBE = session_sql.constant_text(session_sql.probe())
 
 

@@ -19,8 +19,8 @@ from ..errors import ConfigurationError
 from .deadline import driver_deadline
 from .engine import (
     PROBE,
-    READ_COMMITTED_BY_DEFAULT,
     READS_COMMITTED,
+    WORKER_SESSION_DEFAULTS,
     Capabilities,
     has_pending_input,
     note_checkin,
@@ -77,7 +77,7 @@ def worker_engine(
         hide_parameters=True,
         isolation_level="AUTOCOMMIT",
     )
-    event.listen(ours, "connect", _read_committed_by_default if prepared_statements else note_default_isolation)
+    event.listen(ours, "connect", _worker_session_defaults if prepared_statements else note_default_isolation)
     event.listen(ours, "checkin", note_checkin)
     event.listen(ours, "checkout", _bounded_ping(call_timeout))
     record_capabilities(ours, Capabilities(driver_fast_path=True, autocommit_single_statements=True))
@@ -208,10 +208,11 @@ def keep_alive(dbapi_connection, call_timeout: float) -> None:
         logger.warning("worker connection: cannot set TCP keepalives: %s", error_text(exc))
 
 
-def _read_committed_by_default(dbapi_connection, connection_record) -> None:
+def _worker_session_defaults(dbapi_connection, connection_record) -> None:
     """Autocommit statements run at the session's default isolation, which a server may set
-    to REPEATABLE READ or SERIALIZABLE; claims there fail with serialization errors."""
-    run_constant(dbapi_connection, READ_COMMITTED_BY_DEFAULT, commit=True)
+    to REPEATABLE READ or SERIALIZABLE; claims there fail with serialization errors. Generic
+    plans: see `sql.session.worker_session_defaults`."""
+    run_constant(dbapi_connection, WORKER_SESSION_DEFAULTS, commit=True)
     connection_record.info[READS_COMMITTED] = True
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, ColumnElement, Table, Text, and_, any_, bindparam, column, func, literal
+from sqlalchemy import BigInteger, ColumnElement, Table, Text, and_, bindparam, column, func, literal, true
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from ..types import JobStatus
@@ -33,14 +33,16 @@ def held_pairs(name: str, *, with_results: bool = False):
 def held_in(table: Table, pairs) -> ColumnElement[bool]:
     """The batch form of `held_by`: the row is one of `pairs`, running, under its own token.
 
-    ``id = ANY(:job_ids)`` repeats what the join says so that the planner finds the rows by
-    primary key. Without it, it may read them through the running-jobs index, whose entries
-    for every job claimed since the last VACUUM are still there: each round then reads all of
-    them, and a long drain slows down as it goes."""
+    Each row is found by primary key from its pair. The running-jobs partial index keeps an
+    entry for every job claimed since the last VACUUM, so a plan that reads the held rows
+    through it (PostgreSQL 18 turns ``id = ANY(...)`` into a skip scan of it) walks all those
+    dead entries every round and a long drain slows down as it goes. ``(status = 'running') IS
+    TRUE`` says the same as ``status = 'running'`` for a NOT NULL column, but the planner cannot
+    prove the partial index's predicate from it, so the primary key is the only index left."""
+    running = status_is(table, JobStatus.RUNNING)
     return and_(
-        table.c.id == any_(bindparam("job_ids", type_=ARRAY(BigInteger))),
         table.c.id == pairs.c.job_id,
-        status_is(table, JobStatus.RUNNING),
+        running.is_(true()),
         table.c.claim_token == pairs.c.token,
     )
 

@@ -17,10 +17,17 @@ def default_isolation() -> Select:
     return select(func.current_setting("default_transaction_isolation").label("level"))
 
 
-def read_committed_by_default() -> Select:
-    """Make this session's transactions READ COMMITTED unless they ask otherwise (session scope:
-    ``set_config(..., false)``, kept once the surrounding transaction commits)."""
-    return select(func.set_config("default_transaction_isolation", "read committed", False).label("level"))
+def worker_session_defaults() -> Select:
+    """A worker session's defaults (session scope: ``set_config(..., false)``, kept once the
+    surrounding transaction commits). READ COMMITTED unless a transaction asks otherwise. Generic
+    plans for its prepared statements: the round finds the jobs it completes by primary key, a
+    plan that never wins PostgreSQL's custom-versus-generic comparison at small batches, so it
+    would be planned afresh on every round; the claim and the outcomes are written so that
+    their generic plans use the right index (tests/sql/test_claim_plan.py)."""
+    return select(
+        func.set_config("default_transaction_isolation", "read committed", False).label("level"),
+        func.set_config("plan_cache_mode", "force_generic_plan", False).label("plans"),
+    )
 
 
 def probe() -> Select:

@@ -12,6 +12,9 @@ from sqlalchemy import create_engine, event, text
 
 import sqla_queue as sq
 from sqla_queue import sql
+from sqla_queue.db.worker_engine import worker_engine
+from sqla_queue.sql import lease as lease_sql
+from sqla_queue.sql import outcome as outcome_sql
 
 JOBS = sq.Job.__table__
 INDEX = "sqla_queue_jobs_pending_claim_idx"
@@ -240,19 +243,30 @@ def _sent(engine, statement, params) -> tuple[str, dict]:
 
 @pytest.fixture(scope="module")
 def drained_engine(create_database):
-    """Its own database after a drain without VACUUM: 20,000 jobs claimed and completed (each
-    left a dead entry in the running-jobs index) and 10 running, analyzed while they were few."""
+    """Its own database in the middle of a drain: vacuumed and analyzed while 10 jobs ran and
+    20,000 waited, then those 20,000 claimed and completed in batches with no VACUUM or ANALYZE
+    since (autovacuum off for the table), as between two autovacuum runs. Every claim left a
+    dead entry in the running-jobs indexes, which the statistics still think are tiny."""
     engine = create_engine(create_database())
     with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE sqla_queue_jobs SET (autovacuum_enabled = false)"))
         conn.execute(text(
-            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, locked_at, claim_token)"
-            " SELECT 'default', 'send_email', '{}'::jsonb, 'running', 1, now(), 'held-' || g"
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, locked_at,"
+            " lease_expires_at, claim_token)"
+            " SELECT 'default', 'send_email', '{}'::jsonb,"
+            " CASE WHEN g > 20000 THEN 'running' ELSE 'pending' END, 1, clock_timestamp(),"
+            " clock_timestamp() + interval '5 minutes', 'held-' || g"
             " FROM generate_series(1, 20010) AS g"
         ))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE sqla_queue_jobs"))
-        conn.execute(text("UPDATE sqla_queue_jobs SET status = 'completed', completed_at = now() WHERE id <= 20000"))
-        conn.execute(text("ANALYZE sqla_queue_jobs"))
+        for first in range(1, 20001, 1000):
+            batch = {"first": first, "last": first + 999}
+            conn.execute(text("UPDATE sqla_queue_jobs SET status = 'running', locked_at = clock_timestamp(),"
+                              " lease_expires_at = clock_timestamp() + interval '5 minutes'"
+                              " WHERE id BETWEEN :first AND :last"), batch)
+            conn.execute(text("UPDATE sqla_queue_jobs SET status = 'completed', completed_at = now()"
+                              " WHERE id BETWEEN :first AND :last"), batch)
     yield engine
     engine.dispose()
 
@@ -261,21 +275,80 @@ HELD = {"job_ids": list(range(20001, 20011)), "tokens": [f"held-{n}" for n in ra
         "results": [None] * 10}
 
 
+RUNNING_INDEXES = ("sqla_queue_jobs_running_lease_idx", "sqla_queue_jobs_running_expiry_idx")
+PRIMARY_KEY = "pk_sqla_queue_jobs"
+
+# Every statement that finds held jobs from (id, token) pairs, the CTE (or none) where it updates
+# them, and its parameters beyond the pairs.
+BY_PAIRS = {
+    "the round": (lambda: sql.complete_and_claim_jobs(JOBS), "CTE completed_now", {**CLAIM_PARAMS, **HELD}),
+    "complete_many": (lambda: outcome_sql.complete_jobs_announced(JOBS), "CTE completed_now", HELD),
+    "renew": (lambda: lease_sql.renew_leases(JOBS), None, {**HELD, "lease": sq.DEFAULT_LEASE}),
+    "release": (lambda: lease_sql.release_jobs(JOBS), None, HELD),
+}
+
+
+def _finding_part(plan_text: str, cte: str | None) -> str:
+    return plan_text if cte is None else plan_text.split(cte, 1)[1].split("CTE ", 1)[0]
+
+
+@pytest.mark.parametrize("name", list(BY_PAIRS))
 @pytest.mark.parametrize("generic", [False, True], ids=["custom plan", "generic plan"])
-def test_the_round_finds_the_jobs_it_completes_by_id_not_by_reading_every_running_entry(drained_engine, generic):
-    """Without ``id = ANY(:job_ids)`` the planner read the held rows through the running-jobs
-    index, whose dead entries (every job claimed since the last VACUUM) it then read on every
-    round: a long drain slowed down as it went."""
-    statement = sql.complete_and_claim_jobs(JOBS)
-    params = {**CLAIM_PARAMS, **HELD}
+def test_held_jobs_are_found_by_primary_key_not_through_the_running_index(drained_engine, name, generic):
+    """The running-jobs indexes keep an entry for every job claimed since the last VACUUM: a plan
+    that finds the held rows through one of them (PostgreSQL 18 makes a skip scan of
+    ``id = ANY(...)`` there) walks every dead entry on every round, and a long drain slows down
+    as it goes. Each held row must be a primary-key lookup, in the custom and the generic plan."""
+    build, cte, params = BY_PAIRS[name]
+    text_sent, params_sent = _sent(drained_engine, build(), params)
     if generic:
-        text_sent, params_sent = _sent(drained_engine, statement, params)
         prepared, names = _positional(text_sent)
-        plan = _generic_plan(drained_engine, prepared, [params_sent[name] for name in names])
-        completion = plan.split("CTE completed_now", 1)[1].split("CTE ", 1)[0]
-        assert "$" in plan and "Index Cond: (id = ANY (" in completion, plan
+        plan = _generic_plan(drained_engine, prepared, [params_sent[n] for n in names])  # forced generic
     else:
-        plan = plan_of(drained_engine, statement, params)
-        [update] = [node for node in plan_nodes(plan) if node.get("Subplan Name") == "CTE completed_now"]
-        conditions = [node.get("Index Cond", "") for node in plan_nodes(update)]
-        assert any("id = ANY (" in condition for condition in conditions), update
+        plan = _custom_plan(drained_engine, text_sent, params_sent)
+    part = _finding_part(plan, cte)
+    assert PRIMARY_KEY in part, plan
+    assert not [index for index in RUNNING_INDEXES if index in part], plan
+
+
+def _custom_plan(engine, text_sent: str, params_sent: dict) -> str:
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        cursor.execute("EXPLAIN " + text_sent, params_sent)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        conn.rollback()
+    return plan
+
+
+def _plans_of_the_prepared_round(engine) -> tuple[int, int]:
+    """Run the round (finding nothing: no token matches, no claim) until psycopg has prepared
+    it and the server has run the prepared statement several times; its generic and custom
+    plan counts."""
+    params = {**CLAIM_PARAMS, "limit": 0, "job_ids": HELD["job_ids"], "tokens": ["nobody"] * 10,
+              "results": HELD["results"]}
+    with engine.connect() as conn:
+        for _ in range(12):
+            conn.execute(sql.complete_and_claim_jobs(JOBS), params).all()
+        rows = conn.execute(text(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE '%completed_now%'"
+        )).all()
+        conn.rollback()
+    assert len(rows) == 1, rows
+    return tuple(rows[0])
+
+
+def test_a_worker_session_runs_the_round_on_its_generic_plan(drained_engine):
+    """Finding each held row by primary key rarely wins PostgreSQL's custom-versus-generic plan
+    comparison at small batches: without ``plan_cache_mode = force_generic_plan`` (set on every
+    worker session) the round is planned afresh on every execution. The control, the same
+    statement on an ordinary session, shows the count would tell."""
+    ours = worker_engine(drained_engine, pool_size=1, call_timeout=30.0)
+    try:
+        generic, custom = _plans_of_the_prepared_round(ours)
+    finally:
+        ours.dispose()
+    assert generic >= 5 and custom == 0, (generic, custom)
+
+    control_generic, control_custom = _plans_of_the_prepared_round(drained_engine)
+    assert control_custom > 0, (control_generic, control_custom)

@@ -11,9 +11,10 @@ def test_default_isolation_reads_the_session_setting():
     assert text == "SELECT current_setting('default_transaction_isolation') AS level"
 
 
-def test_read_committed_by_default_sets_the_session_default_not_the_transaction():
-    text = session.constant_text(session.read_committed_by_default())
-    assert text == "SELECT set_config('default_transaction_isolation', 'read committed', false) AS level"
+def test_worker_session_defaults_set_the_session_not_the_transaction():
+    text = session.constant_text(session.worker_session_defaults())
+    assert text == ("SELECT set_config('default_transaction_isolation', 'read committed', false) AS level, "
+                    "set_config('plan_cache_mode', 'force_generic_plan', false) AS plans")
 
 
 def test_the_probe_is_a_constant_query():
