@@ -143,8 +143,9 @@ class JobMixin:
                 unique=True,
                 postgresql_where=active_predicate_sql(),
             ),
-            # Lease recovery scans running jobs by the end of their holder's lease; rows claimed
-            # before revision sqlaq_0008 (no lease end) and doctor's stuck check by lease start.
+            # Lease recovery scans running jobs by the end of their holder's lease, and rows
+            # claimed before revision sqlaq_0008 (no lease end) by its start: those alone, so a
+            # claim adds one entry to one running-jobs index.
             Index(
                 f"{name}_running_expiry_idx",
                 "lease_expires_at",
@@ -152,10 +153,10 @@ class JobMixin:
                 postgresql_where="status = 'running'",
             ),
             Index(
-                f"{name}_running_lease_idx",
+                f"{name}_running_unleased_idx",
                 "locked_at",
                 "id",
-                postgresql_where="status = 'running'",
+                postgresql_where="status = 'running' AND lease_expires_at IS NULL",
             ),
             # Retention (delete finished jobs older than N) and recent-window stats scan finished
             # jobs by the time they finished, one index per terminal state (`states.FINISHED`);

@@ -24,7 +24,8 @@ from .root import EXIT_PROBLEM, CliContext, main
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option("--queue", "queue_name", default="default", show_default=True, help="Queue whose claim is planned.")
 @click.option("--lease", type=DURATION, default=format_seconds(DEFAULT_LEASE), show_default=True,
-              help=f"The workers' lease: running jobs past two leases are stuck. {DURATION_HELP}")
+              help="The workers' lease: a running job whose holder's lease ended more than this ago is "
+                   f"stuck (one claimed before sqlaq_0008: claimed over two leases ago). {DURATION_HELP}")
 @click.option("--max-transaction-age", type=DURATION, default="5m", show_default=True,
               help=f"Transactions and snapshots older than this fail. {DURATION_HELP}")
 @click.option("--max-lock-wait", type=DURATION, default="5s", show_default=True,

@@ -342,7 +342,8 @@ class Doctor:
 
     def check_stuck_jobs(self, conn: Connection) -> Check:
         stuck_after = self.config.stuck_after
-        rows = conn.execute(catalog.stuck_running(self.table), {"lease": stuck_after}).all()
+        rows = conn.execute(catalog.stuck_running(self.table),
+                            {"grace": self.config.lease, "lease": stuck_after}).all()
         if not rows:
             return Check("stuck jobs", Verdict.OK, f"no running job's lease expired more than "
                                                    f"{format_duration(self.config.lease)} ago")

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Interval,
     Table,
     Text,
+    and_,
     bindparam,
     cast,
     column,
@@ -266,16 +267,22 @@ def horizon_prepared() -> Executable:
 
 
 def stuck_running(job_table: Table) -> Executable:
-    """Running jobs whose lease started more than ``:lease`` ago, per queue: lease recovery
-    should have taken them back. A range on the running-lease index."""
+    """Running jobs whose holder's lease ended more than ``:grace`` ago (or, claimed before
+    sqlaq_0008 with no lease end, that were claimed more than ``:lease`` ago), per queue:
+    recovery should have taken them back. Ranges on the running-jobs indexes."""
     t = job_table
+    now = func.clock_timestamp()
+    stuck = or_(
+        t.c.lease_expires_at < now - bindparam("grace", type_=Interval),
+        and_(t.c.lease_expires_at.is_(None), t.c.locked_at < now - bindparam("lease", type_=Interval)),
+    )
     return (
         select(
             t.c.queue_name,
             cast(func.count(), Integer).label("jobs"),
             (func.clock_timestamp() - func.min(t.c.locked_at)).label("oldest"),
         )
-        .where(status_is(t, JobStatus.RUNNING), t.c.locked_at < func.now() - bindparam("lease", type_=Interval))
+        .where(status_is(t, JobStatus.RUNNING), stuck)
         .group_by(t.c.queue_name)
         .order_by(t.c.queue_name)
     )

@@ -70,7 +70,8 @@ def _take_back(table: Table, expired, **values) -> Executable:
 def lease_expired(table: Table) -> ColumnElement[bool]:
     """The holder's lease is over: ``lease_expires_at`` has passed, or, on a row claimed before
     revision sqlaq_0008 (no lease end), ``locked_at`` is more than ``:lease`` ago. Each arm is a
-    range on a partial index of running jobs (``running_expiry_idx``, ``running_lease_idx``);
+    range on a partial index of running jobs (``running_expiry_idx``; ``running_unleased_idx``,
+    which holds only the rows without a lease end, since sqlaq_0009);
     with few running rows the planner reads one of them whole and filters, never the table."""
     now = func.clock_timestamp()
     return or_(

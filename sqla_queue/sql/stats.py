@@ -152,7 +152,7 @@ def workers_seen(table: Table) -> Select:
     A claim writes its worker id into ``locked_by`` and every lease renewal moves ``locked_at``
     on, so a running job says who holds it and when that worker was last heard of; a finished
     job keeps the ``locked_by`` of the claim that finished it. Running jobs are read through
-    the running-lease index (only running rows), finished ones as ranges on the completed-,
+    the running-expiry index (only running rows), finished ones as ranges on the completed-,
     failed- and cancelled-at indexes, so the cost follows the jobs finished in ``:within``,
     never the size of the table. Newest first.
     """

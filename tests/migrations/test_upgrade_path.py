@@ -192,6 +192,39 @@ def test_revision_8_leaves_running_jobs_claimed_before_it_to_the_fallback_lease(
     assert {r["lease_expires_at"] for r in all_rows(empty_engine, reflected_jobs(empty_engine))} == {None}
 
 
+def test_revision_9_indexes_only_the_running_jobs_without_a_lease_end(empty_engine):
+    """After sqlaq_0009 a claim enters one running-jobs index, not two: the index by lease start
+    keeps only the rows claimed before sqlaq_0008, which recovery still finds by the fallback
+    lease. Downgrade brings the old index back."""
+    upgrade(empty_engine, "sqlaq_0007")
+    with empty_engine.begin() as conn:
+        conn.execute(insert(reflected_jobs(empty_engine)).values(
+            queue_name="default", task="send_email", payload={}, status="running", attempts=1,
+            locked_by="old-worker", claim_token="old", locked_at=text("clock_timestamp() - interval '10 minutes'")))
+    upgrade(empty_engine, "sqlaq_0009")
+    unleased = "sqla_queue_jobs_running_unleased_idx"
+    indexes = _index_definitions(empty_engine)
+    assert "sqla_queue_jobs_running_lease_idx" not in indexes
+    assert indexes[unleased].endswith("WHERE ((status = 'running'::text) AND (lease_expires_at IS NULL))"), indexes
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    fresh = queue.enqueue("send_email", {})
+    [claimed] = queue.claim("default", worker_id="new-worker", lease=timedelta(seconds=30))
+    assert claimed.id == fresh
+    [old_id] = queue.recover_expired(lease=timedelta(minutes=9))
+    assert old_id != fresh and queue.get_job(fresh).status is sq.JobStatus.RUNNING
+
+    downgrade(empty_engine, "sqlaq_0008")
+    indexes = _index_definitions(empty_engine)
+    assert "sqla_queue_jobs_running_lease_idx" in indexes and unleased not in indexes
+
+
+def _index_definitions(engine: Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'sqla_queue_jobs'"))
+        return dict(rows.all())
+
+
 def test_revision_5_can_be_rerun_after_an_interrupted_claim_index_swap(make_engine):
     """Its autocommit block commits step by step: interrupted after building the new claim index
     (or after the rename), a re-run must still end in exactly the head schema."""

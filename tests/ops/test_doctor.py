@@ -215,6 +215,23 @@ def test_jobs_stuck_past_their_lease_fail_until_recovered(db):
     assert checks(queue)["stuck jobs"].verdict is Verdict.OK
 
 
+def test_a_job_is_stuck_when_its_holders_lease_ended_more_than_a_lease_ago(db):
+    """Judged by the holder's own lease end, with doctor's lease (60 s) as the grace that
+    recovery (each half lease) needs: not by when the claim started."""
+    queue, engine = db
+    queue.enqueue("send_email", {})
+    queue.claim(worker_id="slow", lease=timedelta(hours=2))
+
+    def stuck_after(update: str) -> Verdict:
+        with engine.begin() as conn:
+            conn.execute(text(f"UPDATE sqla_queue_jobs SET {update}"))
+        return checks(queue)["stuck jobs"].verdict
+
+    assert stuck_after("locked_at = clock_timestamp() - interval '1 hour'") is Verdict.OK  # leased for 2 h
+    assert stuck_after("lease_expires_at = clock_timestamp() - interval '30 seconds'") is Verdict.OK  # recovery due
+    assert stuck_after("lease_expires_at = clock_timestamp() - interval '10 minutes'") is Verdict.FAIL
+
+
 def test_recent_failures_warn_fail_past_a_limit_and_age_out(db):
     queue, engine = db
     queue.enqueue("send_email", {})

@@ -275,7 +275,7 @@ HELD = {"job_ids": list(range(20001, 20011)), "tokens": [f"held-{n}" for n in ra
         "results": [None] * 10}
 
 
-RUNNING_INDEXES = ("sqla_queue_jobs_running_lease_idx", "sqla_queue_jobs_running_expiry_idx")
+RUNNING_INDEXES = ("sqla_queue_jobs_running_unleased_idx", "sqla_queue_jobs_running_expiry_idx")
 PRIMARY_KEY = "pk_sqla_queue_jobs"
 
 # Every statement that finds held jobs from (id, token) pairs, the CTE (or none) where it updates

@@ -100,14 +100,15 @@ def test_lease_recovery_reads_the_running_indexes_not_the_finished_jobs(big, sta
     before sqlaq_0008) are served by the partial indexes of running jobs, never by a scan of
     the finished ones."""
     plan = plan_of(big, statement(JOBS), {"lease": timedelta(minutes=2), "limit": 100})
-    assert indexes_used(plan) & {"sqla_queue_jobs_running_expiry_idx", "sqla_queue_jobs_running_lease_idx"}, plan
+    assert indexes_used(plan) & {"sqla_queue_jobs_running_expiry_idx", "sqla_queue_jobs_running_unleased_idx"}, plan
     assert not seq_scanned(plan) & {"sqla_queue_jobs"}, plan
 
 
 def test_doctor_reads_of_the_job_table_use_the_running_and_failed_indexes(big):
-    stuck = plan_of(big, catalog.stuck_running(JOBS), {"lease": timedelta(minutes=2)})
+    stuck = plan_of(big, catalog.stuck_running(JOBS), {"grace": timedelta(minutes=1), "lease": timedelta(minutes=2)})
     failed = plan_of(big, catalog.recent_failures(JOBS), {"since": timedelta(hours=1)})
-    assert_served_by(stuck, "sqla_queue_jobs_running_lease_idx")
+    assert indexes_used(stuck) & {"sqla_queue_jobs_running_expiry_idx", "sqla_queue_jobs_running_unleased_idx"}, stuck
+    assert not seq_scanned(stuck) & {"sqla_queue_jobs"}, stuck
     assert_served_by(failed, "sqla_queue_jobs_failed_at_idx")
 
 
@@ -135,7 +136,7 @@ def test_history_is_a_range_on_the_samples_primary_key(big, by_queue):
 
 def test_workers_seen_reads_running_jobs_and_ranges_of_finished_ones(big):
     plan = plan_of(big, stats.workers_seen(JOBS), {"within": timedelta(minutes=15)})
-    for index in ("sqla_queue_jobs_running_lease_idx", "sqla_queue_jobs_completed_at_idx",
+    for index in ("sqla_queue_jobs_running_expiry_idx", "sqla_queue_jobs_completed_at_idx",
                   "sqla_queue_jobs_failed_at_idx"):
         assert_served_by(plan, index)
 

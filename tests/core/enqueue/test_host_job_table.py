@@ -39,7 +39,7 @@ def test_index_names_derive_from_the_host_table_name(host_engine):
     assert {
         "host_jobs_pending_claim_idx",
         "host_jobs_active_key_idx",
-        "host_jobs_running_lease_idx",
+        "host_jobs_running_unleased_idx",
     } <= names
     assert not any(name.startswith("sqla_queue_jobs") for name in names)
 
