@@ -1,15 +1,19 @@
 """sqla_queue: a PostgreSQL job queue inside your SQLAlchemy application.
 
 The public surface is what ``__all__`` lists; everything in underscored modules may move.
+
+Each public name is imported from its module on first use (PEP 562): ``import sqla_queue``
+costs almost nothing, and a process loads only what it touches. A worker or a script on a URL
+never imports the ORM (``sq.Job``, ``sq.JobMixin``: `sqla_queue.models`) or the test helpers
+(``sq.testing``); ``sq.__version__`` reads the installed distribution's metadata when asked.
 """
 
+from __future__ import annotations
+
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import errors
-from ._tasks import Task
-from .core.schedules import Schedule
 from .errors import (
     ConfigurationError,
     DatabaseError,
@@ -27,37 +31,75 @@ from .errors import (
     UnknownTaskError,
     WaitTimeoutError,
 )
-from .hookspecs import hookimpl
-from .models import Job, JobMixin, metadata
-from .queue import Queue
-from .types import (
-    DEFAULT_LEASE,
-    BulkResult,
-    ClaimedJob,
-    HistoryPoint,
-    JobContext,
-    JobStatus,
-    JobView,
-    Outcome,
-    QueueHealth,
-    QueueState,
-    QueueStats,
-    WorkerSeen,
-)
 
-try:
-    __version__ = version("sqla-queue")
-    """The installed distribution's version: pyproject.toml's, the one source of truth."""
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
+if TYPE_CHECKING:
+    from . import testing
+    from ._tasks import Task
+    from .core.schedules import Schedule
+    from .hookspecs import hookimpl
+    from .models import Job, JobMixin
+    from .queue import Queue
+    from .tables import metadata
+    from .types import (
+        DEFAULT_LEASE,
+        BulkResult,
+        ClaimedJob,
+        HistoryPoint,
+        JobContext,
+        JobStatus,
+        JobView,
+        Outcome,
+        QueueHealth,
+        QueueState,
+        QueueStats,
+        WorkerSeen,
+    )
+
+    __version__: str
+
+_TYPES = ("DEFAULT_LEASE", "BulkResult", "ClaimedJob", "HistoryPoint", "JobContext", "JobStatus", "JobView",
+          "Outcome", "QueueHealth", "QueueState", "QueueStats", "WorkerSeen")
+
+# Where each name that is imported on first use lives (relative to this package).
+_LAZY = {
+    "Queue": ".queue",
+    "Task": "._tasks",
+    "Schedule": ".core.schedules",
+    "hookimpl": ".hookspecs",
+    "Job": ".models",
+    "JobMixin": ".models",
+    "metadata": ".tables",
+    **dict.fromkeys(_TYPES, ".types"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    """``sq.testing`` (the helpers for tests: `sqla_queue.testing`) is imported on first use,
-    never by ``import sqla_queue``: an application's import does not load its test helpers."""
+    """Import a public name's module on first use and keep the name here (see the module's
+    docs). ``sq.testing`` (`sqla_queue.testing`) is the helpers module itself."""
     if name == "testing":
         return import_module(f"{__name__}.testing")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "__version__":
+        value: Any = _installed_version()
+    elif name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, "__version__", "testing"})
+
+
+def _installed_version() -> str:
+    """The installed distribution's version: pyproject.toml's, the one source of truth."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sqla-queue")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
 
 
 __all__ = [

@@ -1,8 +1,11 @@
 """The queue table as SQLAlchemy declarative models.
 
 `JobMixin` carries every column, CHECK constraint and index, so a host application can declare
-its own job table on its own ``DeclarativeBase``; `Job` is the default table on our `metadata`.
-The packaged Alembic revisions create exactly this schema (a test compares them).
+its own job table on its own ``DeclarativeBase``; `Job` is the default table mapped. Both are
+built from the Core definitions in `sqla_queue.tables`, and `Job.__table__` is that module's
+`tables.jobs` itself: the queue, its worker and the command line use the Core table and never
+import this module (nor ``sqlalchemy.orm``), which ``sq.Job`` and ``sq.JobMixin`` load on
+first use. The packaged Alembic revisions create exactly this schema (a test compares them).
 """
 
 from __future__ import annotations
@@ -10,106 +13,64 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    CheckConstraint,
-    Column,
-    DateTime,
-    Identity,
-    Index,
-    Integer,
-    Interval,
-    MetaData,
-    PrimaryKeyConstraint,
-    SmallInteger,
-    Table,
-    Text,
-    false,
-    func,
-    text,
-)
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Table
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
-from .errors import ConfigurationError
-from .states import FINISHED, active_predicate_sql, check_constraint_sql
+from . import tables
+from .tables import (
+    NAMING_CONVENTION,
+    SAMPLE_COUNTS,
+    companion_tables,
+    counters_table,
+    job_table_of,
+    metadata,
+    queues_table,
+    samples_table,
+    schedules_table,
+)
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-metadata = MetaData(naming_convention=NAMING_CONVENTION)
-"""The library's MetaData: add it to a host's Alembic ``target_metadata`` list."""
-
+__all__ = [
+    "NAMING_CONVENTION", "SAMPLE_COUNTS", "Base", "Job", "JobMixin", "companion_tables", "counters_table",
+    "job_table_of", "metadata", "queues_table", "samples_table", "schedules_table",
+]
 
 
 class JobMixin:
     """Every queue column, constraint and index; mix into a class on any DeclarativeBase.
 
     Index and constraint names derive from ``__tablename__``, so two job tables in one database
-    do not collide. Mapping a class declares its companion counters table too (see
-    `counters_table`), so ``create_all`` and autogenerate see both.
+    do not collide. Mapping a class declares its companion tables too (counters, queues,
+    schedules, samples: `tables.companion_tables`), so ``create_all`` and autogenerate see them.
+    The columns are `tables.job_columns`' (what each holds is said there); the annotations
+    below are their Python types.
     """
 
-    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
-    queue_name: Mapped[str] = mapped_column(Text, nullable=False)
-    task: Mapped[str] = mapped_column(Text, nullable=False)
-    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
-    status: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'pending'"))
-    run_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), nullable=False, server_default=func.now()
-    )
-    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    max_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("5"))
-    locked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    locked_by: Mapped[str | None] = mapped_column(Text)
-    # When the holder's lease runs out (revision sqlaq_0008): the claim sets it to the claiming
-    # worker's own lease from the database clock, every renewal moves it, and recovery takes a
-    # running job back only once it has passed, whatever lease the recovering process runs with.
-    # Cleared with locked_at. NULL on a running row claimed before the revision: recovery then
-    # falls back to ``locked_at`` and the lease it is given.
-    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # The token of the latest claim. It stays on the row after complete/retry/fail so that a
-    # replayed outcome (the reply was lost, the caller tries again) is recognised as ours;
-    # recovery clears it, which turns every late outcome of the expired claim into a lost claim.
-    claim_token: Mapped[str | None] = mapped_column(Text)
-    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # When the job became terminally failed (revision sqlaq_0002): retention and the
-    # recent-failures window read it; retries that leave the job pending do not set it.
-    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    last_error: Mapped[str | None] = mapped_column(Text)
-    # Where the attempt that set last_error raised (revision sqlaq_0004): frames and the
-    # one-line error, bounded and sanitized (sqla_queue._sanitize.traceback_text). It lives and
-    # is cleared with last_error; NULL when the error was recorded as a string.
-    last_traceback: Mapped[str | None] = mapped_column(Text)
-    idempotency_key: Mapped[str | None] = mapped_column(Text)
-    # Revision sqlaq_0005 (scheduling and job control). Higher priority is claimed first.
-    priority: Mapped[int] = mapped_column(SmallInteger, nullable=False, server_default=text("0"))
-    # How often the job snoozed: a snooze gives its attempt back, so this bounds it instead.
-    snoozes: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    # The schedule tick a periodic job was enqueued for (the schedule's row enforces one job
-    # per tick); NULL for every other job.
-    scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # Someone asked to cancel this running job: its worker sees it at lease renewal, and any
-    # outcome recorded after it ends the job cancelled.
-    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # The handler's return value, stored with the completion in the same statement.
-    result: Mapped[Any | None] = mapped_column(JSONB)
-    # A `Queue.wait` call watches this job: the statement that finishes it sends a notification.
-    # Only watched jobs do, because every NOTIFY wakes every listening session of the database.
-    watched: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
-    # What enqueue stored with the job for its handler (revision sqlaq_0007): ``meta=`` and the
-    # `sqla_queue_job_meta` hooks' keys (a trace context), read as ``ctx.meta``. NULL: none.
-    meta: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), nullable=False, server_default=func.now()
-    )
+    id: Mapped[int]
+    queue_name: Mapped[str]
+    task: Mapped[str]
+    payload: Mapped[dict[str, Any]]
+    status: Mapped[str]
+    run_at: Mapped[datetime]
+    attempts: Mapped[int]
+    max_attempts: Mapped[int]
+    locked_at: Mapped[datetime | None]
+    locked_by: Mapped[str | None]
+    lease_expires_at: Mapped[datetime | None]
+    claim_token: Mapped[str | None]
+    completed_at: Mapped[datetime | None]
+    failed_at: Mapped[datetime | None]
+    last_error: Mapped[str | None]
+    last_traceback: Mapped[str | None]
+    idempotency_key: Mapped[str | None]
+    priority: Mapped[int]
+    snoozes: Mapped[int]
+    scheduled_at: Mapped[datetime | None]
+    cancel_requested_at: Mapped[datetime | None]
+    cancelled_at: Mapped[datetime | None]
+    result: Mapped[Any | None]
+    watched: Mapped[bool]
+    meta: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)  # DeclarativeBase maps the class here
@@ -119,146 +80,14 @@ class JobMixin:
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:
-        name = cls.__tablename__  # type: ignore[attr-defined]
-        return (
-            CheckConstraint(check_constraint_sql(), name="status"),
-            CheckConstraint("attempts >= 0", name="attempts"),
-            CheckConstraint("max_attempts > 0", name="max_attempts"),
-            CheckConstraint("snoozes >= 0", name="snoozes"),
-            # The claim's predicate repeats this literal (never a parameter) so the planner can
-            # prove the partial index applies; key order = the claim's ORDER BY (equality,
-            # priority high to low, due time, tie-breaker), so LIMIT stops after n entries.
-            Index(
-                f"{name}_pending_claim_idx",
-                "queue_name",
-                text("priority DESC"),
-                "run_at",
-                "id",
-                postgresql_where="status = 'pending'",
-            ),
-            # The dedupe window: one active job per key. Completed and failed jobs release it.
-            Index(
-                f"{name}_active_key_idx",
-                "idempotency_key",
-                unique=True,
-                postgresql_where=active_predicate_sql(),
-            ),
-            # Lease recovery scans running jobs by the end of their holder's lease, and rows
-            # claimed before revision sqlaq_0008 (no lease end) by its start: those alone, so a
-            # claim adds one entry to one running-jobs index.
-            Index(
-                f"{name}_running_expiry_idx",
-                "lease_expires_at",
-                "id",
-                postgresql_where="status = 'running'",
-            ),
-            Index(
-                f"{name}_running_unleased_idx",
-                "locked_at",
-                "id",
-                postgresql_where="status = 'running' AND lease_expires_at IS NULL",
-            ),
-            # Retention (delete finished jobs older than N) and recent-window stats scan finished
-            # jobs by the time they finished, one index per terminal state (`states.FINISHED`);
-            # the pending/running rows never enter these indexes.
-            *(Index(f"{name}_{state.finished_at}_idx", state.finished_at,
-                    postgresql_where=f"status = '{state.value}'") for state in FINISHED),
-        )
+        return tables.job_table_args(cls.__tablename__)  # type: ignore[attr-defined]
 
 
-def job_table_of(model: type) -> Table:
-    """The job table of `model`, a mapped class built on `JobMixin` (a `ConfigurationError` if not)."""
-    table = getattr(model, "__table__", None)
-    if not isinstance(table, Table) or "claim_token" not in table.c:
-        raise ConfigurationError(f"model must be a mapped class built on sqla_queue.JobMixin, got {model!r}")
-    return table
-
-
-def companion_tables(job_table: Table) -> tuple[Table, Table, Table, Table]:
-    """The tables that live beside a job table: counters, queues, schedules and samples."""
-    return (counters_table(job_table), queues_table(job_table), schedules_table(job_table),
-            samples_table(job_table))
-
-
-def counters_table(job_table: Table) -> Table:
-    """The companion of `job_table` that counts events no job row remembers (revision sqlaq_0003).
-
-    An expired lease that was recovered, a retry, a claim that came back empty while jobs were
-    pending: a job row keeps none of these (the next claim clears ``last_error``; an empty claim
-    has no row at all), yet the health signals need them across processes. One row per
-    (minute, queue, kind) holds how many happened, upserted in the transaction of the event
-    itself. The table is named ``<job table>_counters`` on the job table's MetaData and schema;
-    it is declared on first use, so a job table mapped by other means still finds it.
-    """
-    return _companion(
-        job_table, "counters",
-        # Minute start on the database clock. Leading the key: window reads and pruning are
-        # range scans on it.
-        Column("bucket", DateTime(timezone=True), nullable=False),
-        Column("queue_name", Text, nullable=False),
-        Column("kind", Text, nullable=False),
-        Column("events", BigInteger, nullable=False),
-        PrimaryKeyConstraint("bucket", "queue_name", "kind"),
-    )
-
-
-SAMPLE_COUNTS = ("pending", "eligible", "scheduled", "running", "completed", "failed", "retried", "empty_claims")
-"""The samples' count columns, named as `HistoryPoint`'s fields."""
-
-
-def samples_table(job_table: Table) -> Table:
-    """``<job table>_samples``: one row per (minute, queue), the history the dashboard plots
-    (revision sqlaq_0006, `Queue.history`).
-
-    A row describes the minute that began at ``bucket``: the events counted in it (completions,
-    terminal failures, retries, empty claims, completion durations) and the queue's backlog as
-    measured just after it ended. Workers write it about once a minute
-    (`sqla_queue.sql.samples.record_sample`), the first to get there for the minute, and delete
-    rows older than the retention in the same statement, so the table stays a week of minutes.
-    """
-    return _companion(
-        job_table, "samples",
-        Column("bucket", DateTime(timezone=True), nullable=False),
-        Column("queue_name", Text, nullable=False),
-        *(Column(name, Integer, nullable=False, server_default=text("0")) for name in SAMPLE_COUNTS),
-        Column("oldest_eligible_age", Interval),
-        Column("duration_p50", Interval),
-        Column("duration_p95", Interval),
-        PrimaryKeyConstraint("bucket", "queue_name"),
-    )
-
-
-def queues_table(job_table: Table) -> Table:
-    """``<job table>_queues``: per-queue state every worker reads in its claim (revision
-    sqlaq_0005). A row whose ``paused_at`` is set pauses the queue cluster-wide; a queue without
-    a row is running, so nothing has to be declared before enqueueing."""
-    return _companion(
-        job_table, "queues",
-        Column("queue_name", Text, primary_key=True),
-        Column("paused_at", DateTime(timezone=True)),
-    )
-
-
-def schedules_table(job_table: Table) -> Table:
-    """``<job table>_schedules``: the last tick enqueued per periodic schedule (revision
-    sqlaq_0005). Advancing ``last_tick`` and inserting the tick's job share one transaction, and
-    the advance only happens when the stored tick is older: so each tick is enqueued once, by
-    whichever worker gets there first, whatever the number of workers or restarts."""
-    return _companion(
-        job_table, "schedules",
-        Column("name", Text, primary_key=True),
-        Column("last_tick", DateTime(timezone=True), nullable=False),
-        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    )
-
-
-def _companion(job_table: Table, suffix: str, *columns: Any) -> Table:
-    name = f"{job_table.name}_{suffix}"
-    key = f"{job_table.schema}.{name}" if job_table.schema else name
-    existing = job_table.metadata.tables.get(key)
-    if existing is not None:
-        return existing
-    return Table(name, job_table.metadata, *columns, schema=job_table.schema)
+# One definition for the Core table and the mixin: the mapped columns are made from the same
+# arguments, in the same order (a test checks that a class on the mixin gets the Core table).
+for _name, (_args, _options) in tables.job_columns().items():
+    setattr(JobMixin, _name, mapped_column(*_args, **_options))
+del _name, _args, _options
 
 
 class Base(DeclarativeBase):
@@ -266,6 +95,8 @@ class Base(DeclarativeBase):
 
 
 class Job(JobMixin, Base):
-    """The default job table, ``sqla_queue_jobs``."""
+    """The default job table, ``sqla_queue_jobs``: mapped onto `tables.jobs`, the very Table
+    object the queue uses."""
 
-    __tablename__ = "sqla_queue_jobs"
+    __tablename__ = tables.DEFAULT_JOB_TABLE
+    __table__ = tables.jobs

@@ -11,8 +11,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
-from sqlalchemy.orm import Session
 
 from . import _validate, sql
 from ._tasks import Handler, Task, TaskOptions, TaskRegistry, task_options
@@ -22,7 +20,7 @@ from .core.operations import DEFAULT_BULK_LIMIT, DEFAULT_HISTORY, DEFAULT_SAMPLE
 from .core.schedules import PeriodicOptions, Schedule, Schedules
 from .db.executor import Executor
 from .errors import ConfigurationError
-from .models import Job, job_table_of
+from .tables import job_table_of
 from .plugins.calls import configure
 from .plugins.manager import build_plugin_manager
 from .services import pruning
@@ -42,7 +40,10 @@ from .types import (
     WorkerSeen,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # never imported at run time: a worker has no use for the ORM (`db.kinds`)
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+    from sqlalchemy.orm import Session
+
     from .worker import Worker
 
 DEFAULT_QUEUE = "default"
@@ -57,7 +58,7 @@ class Queue:
     an `AsyncEngine` or a ``postgresql://`` URL). The other options, plugins, payload and result
     limits, the claim order and inline testing, are in docs/reference/api.md#queue."""
 
-    def __init__(self, engine: Engine | AsyncEngine | str, *, model: type = Job, plugins: Iterable[object | str] = (),
+    def __init__(self, engine: Engine | AsyncEngine | str, *, model: type | None = None, plugins: Iterable[object | str] = (),
                  load_entrypoints: bool = True, blocked_plugins: Iterable[str] = (),
                  max_payload_bytes: int = _validate.DEFAULT_MAX_PAYLOAD_BYTES,
                  max_result_bytes: int = _validate.DEFAULT_MAX_RESULT_BYTES,

@@ -1,7 +1,7 @@
 """The job states, as one table.
 
 Every list of states the package uses is read from `STATES`: the CHECK constraint and the
-finished-at indexes of the job table (`models`), the statuses that hold an idempotency key
+finished-at indexes of the job table (`tables`), the statuses that hold an idempotency key
 (`ACTIVE`), the terminal ones that retention prunes and stats count by their finish time
 (`FINISHED`, each with its ``finished_at`` column), and the statements built from those. Adding
 a state is a member of `JobStatus`, its row here, a migration for the constraint (and the
@@ -82,5 +82,5 @@ def check_constraint_sql(states: tuple[State, ...] = STATES) -> str:
 
 
 def active_predicate_sql(states: tuple[State, ...] = STATES) -> str:
-    """The partial index predicate of the active (dedupe) states, as the models declare it."""
+    """The partial index predicate of the active (dedupe) states, as the job table declares it."""
     return "status IN ({})".format(", ".join(f"'{state.value}'" for state in states if state.active))

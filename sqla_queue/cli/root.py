@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import click
 
-from .. import __version__
 from .._sanitize import error_text
 from ..db.engine import DATABASE_URL_ENV, is_url_of, make_engine
 from ..errors import DatabaseError, PermissionDeniedError, SqlaQueueError
@@ -158,7 +157,8 @@ class CommandsOnDemand(click.Group):
 
 
 @click.group(cls=CommandsOnDemand, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", message="sqla-queue %(version)s")
+# The version is read from the installed distribution's metadata only when --version is given.
+@click.version_option(None, "--version", package_name="sqla-queue", message="sqla-queue %(version)s")
 @click.option("--app", envvar=APP_ENV, metavar="MODULE:OBJECT",
               help=f"Where your Queue lives, e.g. myapp.jobs:queue (default: ${APP_ENV}). Needed by "
                    "worker and enqueue, and for custom job models; other commands can use "

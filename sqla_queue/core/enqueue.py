@@ -15,11 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from sqlalchemy import Connection
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
 from .. import _validate
@@ -32,6 +30,10 @@ from ..plugins.calls import emit_each, idempotency_key_asker, job_meta_asker
 from ..sql import channel_name
 from ..sql.enqueue import INPUT_COLUMNS
 from ..types import JobEnqueued
+
+if TYPE_CHECKING:  # annotations only: the ORM is the caller's to import (`db.kinds`)
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.orm import Session
 
 _ENQUEUE_ROUNDS = 5
 _ENQUEUE_OPTIONS = frozenset(

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, event
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
-from sqlalchemy.orm import Session
 
 from .. import _validate
+from ..db import kinds
 from ..errors import ConfigurationError, JobCancelledError, LostClaimError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the ORM is imported by the first ctx.transaction(), not by every worker
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+    from sqlalchemy.orm import Session
+
     from .._tasks import Task
     from ..db.executor import Executor
     from ..types import ClaimedJob
@@ -87,6 +89,8 @@ class HandlerTransaction:
         self.result = value
 
     def __enter__(self) -> Session:
+        from sqlalchemy.orm import Session
+
         session = self._open(self._new_session(), Session, "with", "a Session (a sessionmaker)")
         return session
 
@@ -111,6 +115,8 @@ class HandlerTransaction:
         return False
 
     async def __aenter__(self) -> AsyncSession:
+        from sqlalchemy.ext.asyncio import AsyncSession
+
         return self._open(self._new_async_session(), AsyncSession, "async with",
                           "an AsyncSession (an async_sessionmaker)")
 
@@ -158,7 +164,7 @@ class HandlerTransaction:
             raise JobCancelledError(f"job {job.id} was cancelled on request before its transaction began")
         self._session = session
         self._ending = self._ended_inside = False
-        sync_session = session.sync_session if isinstance(session, AsyncSession) else session
+        sync_session = session.sync_session if kinds.is_async_session(session) else session
         event.listen(sync_session, "before_commit", self._refuse_early_commit)
         event.listen(sync_session, "after_transaction_end", self._note_ended_inside)
         return session
@@ -189,6 +195,8 @@ class HandlerTransaction:
 
     def _new_session(self) -> Any:
         factory = self._task.session_factory if self._task is not None else None
+        from sqlalchemy.orm import Session
+
         # Objects read in the block stay readable after it (not expired by the commit).
         return factory() if factory is not None else Session(self._sessions.engine, expire_on_commit=False)
 
@@ -204,6 +212,8 @@ class HandlerTransaction:
                 "build the Queue from a URL or an AsyncEngine, or give the task "
                 "session_factory=async_sessionmaker(...)"
             )
+        from sqlalchemy.ext.asyncio import AsyncSession
+
         return AsyncSession(engine, expire_on_commit=False)
 
     def _complete(self, conn: Any) -> Any:
@@ -239,5 +249,7 @@ class HandlerTransaction:
 
 
 def _close_quietly(session: Any) -> None:
+    from sqlalchemy.orm import Session
+
     if isinstance(session, Session):
         session.close()

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import threading
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Table
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..sql.claim import DEFAULT_ORDER, ClaimOrder
 from .driver import DriverStatement
 from .engine import async_library_engine, make_async_engine
 from .statements import DriverStatements, Statements
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 class AsyncSide:

@@ -9,17 +9,20 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from .. import _validate
 from .._sanitize import error_text
 from ..errors import ConfigurationError, DatabaseError, PermissionDeniedError
 from ..sql import session as session_sql
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 DATABASE_URL_ENV = "SQLA_QUEUE_DATABASE_URL"
 
@@ -110,7 +113,10 @@ def engine_of(engine_or_url: Engine | str) -> Engine:
 def make_async_engine(url: str | URL) -> AsyncEngine:
     """An asyncio engine for a PostgreSQL URL: a synchronous driver's URL (``postgresql://``,
     ``postgresql+psycopg://``) gets psycopg 3's asyncio twin, so one URL serves both. The URL
-    may carry psycopg's ``prepare_threshold`` (`driver_options`)."""
+    may carry psycopg's ``prepare_threshold`` (`driver_options`). SQLAlchemy's asyncio extension
+    (and with it the ORM) is imported here, by the first asyncio use, not by every worker."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     parsed = async_url(url)
     try:
         engine = create_async_engine(parsed, hide_parameters=True, connect_args=driver_options(parsed))

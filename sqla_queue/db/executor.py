@@ -46,18 +46,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_scoped_session
-from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.expression import Executable
 
 from ..errors import ConfigurationError, InvalidInputError
 from ..sql.claim import DEFAULT_ORDER, ClaimOrder
+from . import kinds
 from .asyncio import AsyncSide
 from .deadline import deadline, driver_deadline
 from .engine import (
@@ -70,6 +69,10 @@ from .engine import (
     make_engine,
 )
 from .statements import ARRAY_PARAMS, DriverStatements, Statements
+
+if TYPE_CHECKING:  # the ORM and asyncio extension are imported by whoever uses them (`kinds`)
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+    from sqlalchemy.orm import Session
 
 __all__ = ["ARRAY_PARAMS", "Capabilities", "DriverStatements", "Executor", "Statements"]
 
@@ -116,7 +119,7 @@ class Executor:
             engine = make_engine(engine_or_url)
             return cls(engine, table, capabilities_of(engine),
                        async_side=AsyncSide(table, url=engine.url, order=order), order=order)
-        if isinstance(engine_or_url, AsyncEngine):
+        if kinds.is_async_engine(engine_or_url):
             # The synchronous engine on its URL is for the worker and the command line, which
             # connect themselves (`on_engine`); this queue's own synchronous calls are refused.
             side = AsyncSide(table, engine=engine_or_url, order=order)
@@ -173,7 +176,7 @@ class Executor:
         operation, whichever face calls it. `fast` (the compiled hot statements) is given only
         on our own connection, as in the synchronous face."""
         _check_async_callers(session, connection)
-        if isinstance(session, async_scoped_session):
+        if kinds.is_async_scoped_session(session):
             session = session()  # the AsyncSession of the current scope
         if session is not None:
             return await session.run_sync(lambda sync_session: work(sync_session.connection(), None))
@@ -326,20 +329,16 @@ class Executor:
             driver_connection.execute(PROBE)
 
 
-# Sessions as applications hold them: Flask-SQLAlchemy's ``db.session`` is a scoped_session.
-_ASYNC_SESSIONS = (AsyncSession, async_scoped_session)
-
-
 def _check_sync_callers(session: Any, connection: Any) -> None:
     if session is not None and connection is not None:
         raise InvalidInputError("pass session or connection, not both")
-    if isinstance(session, _ASYNC_SESSIONS) or isinstance(connection, AsyncConnection):
-        given = "session=AsyncSession" if isinstance(session, _ASYNC_SESSIONS) else "connection=AsyncConnection"
+    if kinds.is_async_session(session) or kinds.is_async_connection(connection):
+        given = "session=AsyncSession" if kinds.is_async_session(session) else "connection=AsyncConnection"
         raise InvalidInputError(
             f"{given} needs the asyncio method: await queue.enqueue_async(...) or "
             "enqueue_many_async(...)"
         )
-    if session is not None and not isinstance(session, (Session, scoped_session)):
+    if session is not None and not kinds.is_session(session):
         raise InvalidInputError(f"session= must be a sqlalchemy Session, got {type(session).__name__}")
     if connection is not None and not isinstance(connection, Connection):
         raise InvalidInputError(f"connection= must be a sqlalchemy Connection, got {type(connection).__name__}")
@@ -348,13 +347,13 @@ def _check_sync_callers(session: Any, connection: Any) -> None:
 def _check_async_callers(session: Any, connection: Any) -> None:
     if session is not None and connection is not None:
         raise InvalidInputError("pass session or connection, not both")
-    if session is not None and not isinstance(session, _ASYNC_SESSIONS):
+    if session is not None and not kinds.is_async_session(session):
         raise InvalidInputError(
             f"session= of an asyncio call must be an AsyncSession, got {type(session).__name__}"
             + ("; with a Session, call the synchronous method (enqueue, enqueue_many)"
-               if isinstance(session, (Session, scoped_session)) else "")
+               if kinds.is_session(session) else "")
         )
-    if connection is not None and not isinstance(connection, AsyncConnection):
+    if connection is not None and not kinds.is_async_connection(connection):
         raise InvalidInputError(
             f"connection= of an asyncio call must be an AsyncConnection, got {type(connection).__name__}"
             + ("; with a Connection, call the synchronous method (enqueue, enqueue_many)"

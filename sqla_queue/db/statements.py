@@ -17,7 +17,7 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 
 from .. import sql
-from ..models import counters_table, queues_table, samples_table
+from ..tables import counters_table, queues_table, samples_table
 from ..sql import catalog, time_travel
 from ..sql import counters as counter_sql
 from ..sql import jobs as job_sql

@@ -6,7 +6,7 @@ from sqlalchemy import ColumnElement, Integer, Table, Text, any_, bindparam, exi
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql import Executable
 
-from ..models import queues_table
+from ..tables import queues_table
 from ..types import ACTIVE_STATUSES, JobStatus
 from ._predicates import status_is
 from .claim.order import DEFAULT_ORDER, ClaimOrder

@@ -2,7 +2,7 @@
 
 One statement records a minute: what the queue's health reads (`stats`) say about it, written
 once whichever worker gets there first, and the rows older than the retention deleted by the
-worker that wrote it. Another reads the history back. See `models.samples_table` for what a row
+worker that wrote it. Another reads the history back. See `tables.samples_table` for what a row
 means.
 """
 
@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql import Executable, Select
 
-from ..models import SAMPLE_COUNTS
+from ..tables import SAMPLE_COUNTS
 from . import counters as counter_sql
 from . import stats
 

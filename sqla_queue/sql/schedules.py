@@ -13,7 +13,7 @@ from sqlalchemy import DateTime, Table, Text, any_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.sql import Executable
 
-from ..models import schedules_table
+from ..tables import schedules_table
 
 
 def advance_schedule(table: Table) -> Executable:

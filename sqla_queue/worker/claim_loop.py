@@ -58,14 +58,23 @@ class ClaimLoop:
     def run(self, until_empty: bool) -> None:
         """Rounds until stopped, or with `until_empty` until nothing is due and nothing held."""
         failures = 0
+        # Start-up: the first claim and its completions come before the first periodic passes
+        # (recovery, pruning, sampling); a claim of nothing runs them at once, before any rest
+        # and before `until_empty` may end the run.
+        warming = 2
         while not self.stopping.is_set():
             try:
-                self.periodic.run_due()
+                if not warming:
+                    self.periodic.run_due()
                 # Sampled before the claim: a job that finishes during it may retry at once, so
                 # "empty" only counts when nothing was held while the queue was looked at.
                 idle_before = self.slots.held_count() == 0
                 claimed, from_start = self.round()
                 failures = 0
+                if warming:
+                    warming = 0 if claimed == 0 else warming - 1
+                    if not warming:
+                        continue  # the passes now, before any rest
             except PermissionDeniedError:  # no retry grants it: the worker stops, saying which
                 raise
             except DatabaseError as exc:

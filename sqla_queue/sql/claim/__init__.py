@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.sql import Executable
 
-from ...models import queues_table
+from ...tables import queues_table
 from ...types import JobStatus
 from .._predicates import status_is
 from ..notify import announce_finished, announced

@@ -1,0 +1,270 @@
+"""The queue's tables in SQLAlchemy Core: the default job table, ``sqla_queue_jobs`` on our
+`metadata`, and the companions every job table has.
+
+Core, not the ORM: a worker, a script enqueueing on a URL and the command line never map a
+class, and importing ``sqlalchemy.orm`` alone took a sixth of a worker's start-up. The ORM side
+(`sqla_queue.models`: `JobMixin` for a host's own job table, `Job` mapped onto `jobs`) is built
+from the same definitions below and imported only by whoever uses it. The packaged Alembic
+revisions create exactly this schema (a test compares them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    Interval,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    false,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+from .errors import ConfigurationError
+from .states import FINISHED, active_predicate_sql, check_constraint_sql
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+"""The library's MetaData: add it to a host's Alembic ``target_metadata`` list."""
+
+DEFAULT_JOB_TABLE = "sqla_queue_jobs"
+
+_TIMESTAMP = DateTime(timezone=True)
+
+
+def job_columns() -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Each job column's ``Column`` arguments after its name (type and the like, then keyword
+    options), in table order; new identity and default objects on every call, since a column
+    owns them. `job_table` and `models.JobMixin` are both built from this."""
+    return {
+        "id": ((BigInteger, Identity(always=True)), {"primary_key": True}),
+        "queue_name": ((Text,), {"nullable": False}),
+        "task": ((Text,), {"nullable": False}),
+        "payload": ((JSONB,), {"nullable": False}),
+        "status": ((Text,), {"nullable": False, "server_default": text("'pending'")}),
+        "run_at": ((_TIMESTAMP,), {"nullable": False, "server_default": func.now()}),
+        "attempts": ((Integer,), {"nullable": False, "server_default": text("0")}),
+        "max_attempts": ((Integer,), {"nullable": False, "server_default": text("5")}),
+        "locked_at": ((_TIMESTAMP,), {}),
+        "locked_by": ((Text,), {}),
+        # When the holder's lease runs out (revision sqlaq_0008): the claim sets it to the
+        # claiming worker's own lease from the database clock, every renewal moves it, and
+        # recovery takes a running job back only once it has passed, whatever lease the
+        # recovering process runs with. Cleared with locked_at. NULL on a running row claimed
+        # before the revision: recovery then falls back to ``locked_at`` and the lease it is given.
+        "lease_expires_at": ((_TIMESTAMP,), {}),
+        # The token of the latest claim. It stays on the row after complete/retry/fail so that a
+        # replayed outcome (the reply was lost, the caller tries again) is recognised as ours;
+        # recovery clears it, which turns every late outcome of the expired claim into a lost claim.
+        "claim_token": ((Text,), {}),
+        "completed_at": ((_TIMESTAMP,), {}),
+        # When the job became terminally failed (revision sqlaq_0002): retention and the
+        # recent-failures window read it; retries that leave the job pending do not set it.
+        "failed_at": ((_TIMESTAMP,), {}),
+        "last_error": ((Text,), {}),
+        # Where the attempt that set last_error raised (revision sqlaq_0004): frames and the
+        # one-line error, bounded and sanitized (sqla_queue._sanitize.traceback_text). It lives
+        # and is cleared with last_error; NULL when the error was recorded as a string.
+        "last_traceback": ((Text,), {}),
+        "idempotency_key": ((Text,), {}),
+        # Revision sqlaq_0005 (scheduling and job control). Higher priority is claimed first.
+        "priority": ((SmallInteger,), {"nullable": False, "server_default": text("0")}),
+        # How often the job snoozed: a snooze gives its attempt back, so this bounds it instead.
+        "snoozes": ((Integer,), {"nullable": False, "server_default": text("0")}),
+        # The schedule tick a periodic job was enqueued for (the schedule's row enforces one job
+        # per tick); NULL for every other job.
+        "scheduled_at": ((_TIMESTAMP,), {}),
+        # Someone asked to cancel this running job: its worker sees it at lease renewal, and any
+        # outcome recorded after it ends the job cancelled.
+        "cancel_requested_at": ((_TIMESTAMP,), {}),
+        "cancelled_at": ((_TIMESTAMP,), {}),
+        # The handler's return value, stored with the completion in the same statement.
+        "result": ((JSONB,), {}),
+        # A `Queue.wait` call watches this job: the statement that finishes it sends a
+        # notification. Only watched jobs do, because every NOTIFY wakes every listening session
+        # of the database.
+        "watched": ((Boolean,), {"nullable": False, "server_default": false()}),
+        # What enqueue stored with the job for its handler (revision sqlaq_0007): ``meta=`` and
+        # the `sqla_queue_job_meta` hooks' keys (a trace context), read as ``ctx.meta``. NULL: none.
+        "meta": ((JSONB,), {}),
+        "created_at": ((_TIMESTAMP,), {"nullable": False, "server_default": func.now()}),
+    }
+
+
+def job_table_args(name: str) -> tuple[Any, ...]:
+    """The CHECK constraints and indexes of the job table called `name`: index and constraint
+    names derive from it, so two job tables in one database do not collide."""
+    return (
+        CheckConstraint(check_constraint_sql(), name="status"),
+        CheckConstraint("attempts >= 0", name="attempts"),
+        CheckConstraint("max_attempts > 0", name="max_attempts"),
+        CheckConstraint("snoozes >= 0", name="snoozes"),
+        # The claim's predicate repeats this literal (never a parameter) so the planner can
+        # prove the partial index applies; key order = the claim's ORDER BY (equality,
+        # priority high to low, due time, tie-breaker), so LIMIT stops after n entries.
+        Index(
+            f"{name}_pending_claim_idx",
+            "queue_name",
+            text("priority DESC"),
+            "run_at",
+            "id",
+            postgresql_where="status = 'pending'",
+        ),
+        # The dedupe window: one active job per key. Completed and failed jobs release it.
+        Index(
+            f"{name}_active_key_idx",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=active_predicate_sql(),
+        ),
+        # Lease recovery scans running jobs by the end of their holder's lease, and rows
+        # claimed before revision sqlaq_0008 (no lease end) by its start: those alone, so a
+        # claim adds one entry to one running-jobs index.
+        Index(
+            f"{name}_running_expiry_idx",
+            "lease_expires_at",
+            "id",
+            postgresql_where="status = 'running'",
+        ),
+        Index(
+            f"{name}_running_unleased_idx",
+            "locked_at",
+            "id",
+            postgresql_where="status = 'running' AND lease_expires_at IS NULL",
+        ),
+        # Retention (delete finished jobs older than N) and recent-window stats scan finished
+        # jobs by the time they finished, one index per terminal state (`states.FINISHED`);
+        # the pending/running rows never enter these indexes.
+        *(Index(f"{name}_{state.finished_at}_idx", state.finished_at,
+                postgresql_where=f"status = '{state.value}'") for state in FINISHED),
+    )
+
+
+def job_table(name: str, on: MetaData, *, schema: str | None = None) -> Table:
+    """A job table called `name` on `on`, with its companions (`companion_tables`)."""
+    table = Table(name, on, *(Column(column, *args, **options) for column, (args, options) in job_columns().items()),
+                  *job_table_args(name), schema=schema)
+    companion_tables(table)
+    return table
+
+
+def job_table_of(model: Any) -> Table:
+    """The job table of `model`, a mapped class built on `JobMixin` (a `ConfigurationError` if
+    not); None means the default table, `jobs`."""
+    if model is None:
+        return jobs
+    table = getattr(model, "__table__", None)
+    if not isinstance(table, Table) or "claim_token" not in table.c:
+        raise ConfigurationError(f"model must be a mapped class built on sqla_queue.JobMixin, got {model!r}")
+    return table
+
+
+def companion_tables(job_table: Table) -> tuple[Table, Table, Table, Table]:
+    """The tables that live beside a job table: counters, queues, schedules and samples."""
+    return (counters_table(job_table), queues_table(job_table), schedules_table(job_table),
+            samples_table(job_table))
+
+
+def counters_table(job_table: Table) -> Table:
+    """The companion of `job_table` that counts events no job row remembers (revision sqlaq_0003).
+
+    An expired lease that was recovered, a retry, a claim that came back empty while jobs were
+    pending: a job row keeps none of these (the next claim clears ``last_error``; an empty claim
+    has no row at all), yet the health signals need them across processes. One row per
+    (minute, queue, kind) holds how many happened, upserted in the transaction of the event
+    itself. The table is named ``<job table>_counters`` on the job table's MetaData and schema;
+    it is declared on first use, so a job table mapped by other means still finds it.
+    """
+    return _companion(
+        job_table, "counters",
+        # Minute start on the database clock. Leading the key: window reads and pruning are
+        # range scans on it.
+        Column("bucket", DateTime(timezone=True), nullable=False),
+        Column("queue_name", Text, nullable=False),
+        Column("kind", Text, nullable=False),
+        Column("events", BigInteger, nullable=False),
+        PrimaryKeyConstraint("bucket", "queue_name", "kind"),
+    )
+
+
+SAMPLE_COUNTS = ("pending", "eligible", "scheduled", "running", "completed", "failed", "retried", "empty_claims")
+"""The samples' count columns, named as `HistoryPoint`'s fields."""
+
+
+def samples_table(job_table: Table) -> Table:
+    """``<job table>_samples``: one row per (minute, queue), the history the dashboard plots
+    (revision sqlaq_0006, `Queue.history`).
+
+    A row describes the minute that began at ``bucket``: the events counted in it (completions,
+    terminal failures, retries, empty claims, completion durations) and the queue's backlog as
+    measured just after it ended. Workers write it about once a minute
+    (`sqla_queue.sql.samples.record_sample`), the first to get there for the minute, and delete
+    rows older than the retention in the same statement, so the table stays a week of minutes.
+    """
+    return _companion(
+        job_table, "samples",
+        Column("bucket", DateTime(timezone=True), nullable=False),
+        Column("queue_name", Text, nullable=False),
+        *(Column(name, Integer, nullable=False, server_default=text("0")) for name in SAMPLE_COUNTS),
+        Column("oldest_eligible_age", Interval),
+        Column("duration_p50", Interval),
+        Column("duration_p95", Interval),
+        PrimaryKeyConstraint("bucket", "queue_name"),
+    )
+
+
+def queues_table(job_table: Table) -> Table:
+    """``<job table>_queues``: per-queue state every worker reads in its claim (revision
+    sqlaq_0005). A row whose ``paused_at`` is set pauses the queue cluster-wide; a queue without
+    a row is running, so nothing has to be declared before enqueueing."""
+    return _companion(
+        job_table, "queues",
+        Column("queue_name", Text, primary_key=True),
+        Column("paused_at", DateTime(timezone=True)),
+    )
+
+
+def schedules_table(job_table: Table) -> Table:
+    """``<job table>_schedules``: the last tick enqueued per periodic schedule (revision
+    sqlaq_0005). Advancing ``last_tick`` and inserting the tick's job share one transaction, and
+    the advance only happens when the stored tick is older: so each tick is enqueued once, by
+    whichever worker gets there first, whatever the number of workers or restarts."""
+    return _companion(
+        job_table, "schedules",
+        Column("name", Text, primary_key=True),
+        Column("last_tick", DateTime(timezone=True), nullable=False),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    )
+
+
+def _companion(job_table: Table, suffix: str, *columns: Any) -> Table:
+    name = f"{job_table.name}_{suffix}"
+    key = f"{job_table.schema}.{name}" if job_table.schema else name
+    existing = job_table.metadata.tables.get(key)
+    if existing is not None:
+        return existing
+    return Table(name, job_table.metadata, *columns, schema=job_table.schema)
+
+
+jobs = job_table(DEFAULT_JOB_TABLE, metadata)
+"""The default job table, ``sqla_queue_jobs`` (`models.Job` is mapped onto this very object)."""
