@@ -2,10 +2,10 @@
 
 The public surface is what ``__all__`` lists; everything in underscored modules may move.
 
-Each public name is imported from its module on first use (PEP 562): ``import sqla_queue``
-costs almost nothing, and a process loads only what it touches. A worker or a script on a URL
-never imports the ORM (``sq.Job``, ``sq.JobMixin``: `sqla_queue.models`) or the test helpers
-(``sq.testing``); ``sq.__version__`` reads the installed distribution's metadata when asked.
+``sq.Job`` and ``sq.JobMixin`` (`sqla_queue.models`, SQLAlchemy's ORM with them), the test
+helpers (``sq.testing``) and ``sq.__version__`` (the installed distribution's metadata) are
+imported on first use (PEP 562): a worker, the command line and an application that enqueues on
+a URL use the Core job table (`sqla_queue.tables`) and never load the ORM.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from ._tasks import Task
+from .core.schedules import Schedule
 from .errors import (
     ConfigurationError,
     DatabaseError,
@@ -31,46 +33,32 @@ from .errors import (
     UnknownTaskError,
     WaitTimeoutError,
 )
+from .hookspecs import hookimpl
+from .queue import Queue
+from .tables import metadata
+from .types import (
+    DEFAULT_LEASE,
+    BulkResult,
+    ClaimedJob,
+    HistoryPoint,
+    JobContext,
+    JobStatus,
+    JobView,
+    Outcome,
+    QueueHealth,
+    QueueState,
+    QueueStats,
+    WorkerSeen,
+)
 
 if TYPE_CHECKING:
     from . import testing
-    from ._tasks import Task
-    from .core.schedules import Schedule
-    from .hookspecs import hookimpl
     from .models import Job, JobMixin
-    from .queue import Queue
-    from .tables import metadata
-    from .types import (
-        DEFAULT_LEASE,
-        BulkResult,
-        ClaimedJob,
-        HistoryPoint,
-        JobContext,
-        JobStatus,
-        JobView,
-        Outcome,
-        QueueHealth,
-        QueueState,
-        QueueStats,
-        WorkerSeen,
-    )
 
     __version__: str
 
-_TYPES = ("DEFAULT_LEASE", "BulkResult", "ClaimedJob", "HistoryPoint", "JobContext", "JobStatus", "JobView",
-          "Outcome", "QueueHealth", "QueueState", "QueueStats", "WorkerSeen")
-
 # Where each name that is imported on first use lives (relative to this package).
-_LAZY = {
-    "Queue": ".queue",
-    "Task": "._tasks",
-    "Schedule": ".core.schedules",
-    "hookimpl": ".hookspecs",
-    "Job": ".models",
-    "JobMixin": ".models",
-    "metadata": ".tables",
-    **dict.fromkeys(_TYPES, ".types"),
-}
+_LAZY = {"Job": ".models", "JobMixin": ".models"}
 
 
 def __getattr__(name: str) -> Any:

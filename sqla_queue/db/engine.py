@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import select
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -232,13 +233,21 @@ PROBE = session_sql.constant_text(session_sql.probe())
 
 
 def note_default_isolation(dbapi_connection, connection_record) -> None:
-    (level,) = run_constant(dbapi_connection, DEFAULT_ISOLATION)
+    (level,) = run_constant(dbapi_connection, DEFAULT_ISOLATION, alone=True)
     connection_record.info[READS_COMMITTED] = level == "read committed"
 
 
-def run_constant(dbapi_connection, statement: str, *, commit: bool = False) -> tuple | None:
+def run_constant(dbapi_connection, statement: str, *, commit: bool = False, alone: bool = False) -> tuple | None:
     """One of the constant statements above on a raw DBAPI connection, outside SQLAlchemy
-    (connect and checkout events), ended by a commit or a rollback."""
+    (connect and checkout events), ended by a commit or a rollback; `alone` (a read): in
+    autocommit where the driver has it, one round trip instead of BEGIN, the statement and
+    ROLLBACK, the connection left in the mode it was in."""
+    if alone and getattr(dbapi_connection, "autocommit", None) is False:
+        dbapi_connection.autocommit = True
+        try:
+            return run_constant(dbapi_connection, statement)
+        finally:
+            dbapi_connection.autocommit = False
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(statement)
@@ -247,6 +256,45 @@ def run_constant(dbapi_connection, statement: str, *, commit: bool = False) -> t
         cursor.close()
     (dbapi_connection.commit if commit else dbapi_connection.rollback)()
     return row
+
+
+# A `make_engine` connection that a self-contained statement of ours used stays in autocommit
+# while it sits in the pool, so one enqueue after another switches nothing; whoever checks it
+# out next for anything else gets it back out of autocommit (`_ping_if_idle_or_signalled`), as
+# code sharing the engine (migrations on it, ``Session(queue.engine)``) expects.
+AUTOCOMMIT_KEPT = "sqla_queue_autocommit_kept"
+_AUTOCOMMIT_CHECKOUT = threading.local()
+
+
+def autocommit_checkout(engine: Engine) -> PoolProxiedConnection:
+    """A pooled connection of `engine` (a `make_engine` one) for a self-contained statement,
+    in autocommit: switched on once, and left on when it goes back to the pool. The driver's
+    error if it cannot be switched on."""
+    _AUTOCOMMIT_CHECKOUT.active = True
+    try:
+        pooled = engine.raw_connection()
+    finally:
+        _AUTOCOMMIT_CHECKOUT.active = False
+    if not pooled.info.get(AUTOCOMMIT_KEPT):
+        try:
+            pooled.driver_connection.autocommit = True
+        except BaseException:
+            pooled.close()
+            raise
+        pooled.info[AUTOCOMMIT_KEPT] = True
+    return pooled
+
+
+def _leave_kept_autocommit(dbapi_connection, info: dict) -> None:
+    """At a checkout that is not `autocommit_checkout`'s: transactions as usual again. A
+    connection that cannot leave autocommit is replaced (the pool tries another)."""
+    if not info.get(AUTOCOMMIT_KEPT) or getattr(_AUTOCOMMIT_CHECKOUT, "active", False):
+        return
+    try:
+        dbapi_connection.autocommit = False
+    except Exception as exc:
+        raise sa_exc.DisconnectionError(error_text(exc)) from None
+    info[AUTOCOMMIT_KEPT] = False
 
 
 def autocommit_reads_committed(conn: Connection | PoolProxiedConnection) -> bool:
@@ -264,31 +312,41 @@ def _ping_if_idle_or_signalled(dbapi_connection, connection_record, connection_p
     instead of failing the call. Left out: a connection used within the last second that broke
     without a word reaching us (a cable pulled just now) fails its statement; the call raises
     `DatabaseError` and the pool reconnects for the next one. Like ``pool_pre_ping`` before it,
-    this ping has no deadline (the worker's engine has its own, bounded one)."""
-    checked_in = connection_record.info.get("checked_in")
+    this ping has no deadline (the worker's engine has its own, bounded one). A connection kept
+    in autocommit (`autocommit_checkout`) leaves it here unless that is who checks it out."""
+    info = connection_record.info
+    checked_in = info.get("checked_in")
     if checked_in is None:
         return  # brand new
     idle = time.monotonic() - checked_in >= PING_IF_IDLE_FOR
-    if not idle and not has_pending_input(connection_proxy.driver_connection):
-        return
-    try:
-        run_constant(dbapi_connection, PROBE)
-    except Exception as exc:
-        raise sa_exc.DisconnectionError(error_text(exc)) from None
+    if idle or has_pending_input(connection_proxy.driver_connection, info):
+        try:
+            run_constant(dbapi_connection, PROBE, alone=True)
+        except Exception as exc:
+            raise sa_exc.DisconnectionError(error_text(exc)) from None
+    _leave_kept_autocommit(dbapi_connection, info)
 
 
-def has_pending_input(dbapi_connection) -> bool:
+def has_pending_input(dbapi_connection, info: dict | None = None) -> bool:
     """True if the server sent something to this idle connection (or its socket is unusable).
-    A non-blocking poll of the socket: a couple of microseconds, no round trip."""
+    A non-blocking poll of the socket: a couple of microseconds, no round trip. With `info`
+    (the connection's), the poll object is made once per connection and kept there."""
     try:
         fd = dbapi_connection.fileno()
         if hasattr(select, "poll"):  # no FD_SETSIZE limit, unlike select()
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            return bool(poller.poll(0))
+            kept = info.get(_POLLER) if info is not None else None
+            if kept is None or kept[0] != fd:
+                kept = (fd, select.poll())
+                kept[1].register(fd, select.POLLIN)
+                if info is not None:
+                    info[_POLLER] = kept
+            return bool(kept[1].poll(0))
         return bool(select.select([fd], [], [], 0)[0])
     except Exception:
         return True
+
+
+_POLLER = "sqla_queue_poller"
 
 
 # A connection back in use within this many seconds is not pinged: one that broke meanwhile

@@ -62,6 +62,7 @@ from .deadline import deadline, driver_deadline
 from .engine import (
     PROBE,
     Capabilities,
+    autocommit_checkout,
     autocommit_reads_committed,
     capabilities_of,
     database_errors,
@@ -252,8 +253,9 @@ class Executor:
     def autocommit_enqueue(self) -> Iterator[tuple[PoolProxiedConnection, DriverStatements] | None]:
         """A pooled connection in autocommit and the compiled enqueue statements, inside the
         call deadline; None (nothing held) where the engine is not ours or this connection's
-        session does not default to READ COMMITTED. Errors come out as `DatabaseError`; the
-        connection goes back to the pool out of autocommit, as it came."""
+        session does not default to READ COMMITTED. Errors come out as `DatabaseError`. The
+        connection stays in autocommit in the pool (`engine.autocommit_checkout`): the next
+        enqueue switches nothing, and any other checkout leaves autocommit first."""
         fast = self._driver_statements if self.capabilities.autocommit_enqueue and self._sync_refused is None else None
         if fast is None:
             yield None
@@ -264,25 +266,18 @@ class Executor:
                 if not autocommit_reads_committed(pooled):
                     yield None
                     return
-                driver = pooled.driver_connection
-                try:
-                    driver.autocommit = True
-                except self.dialect.loaded_dbapi.Error as exc:
-                    raise fast.insert_one.error(pooled, exc) from None
-                try:
-                    with driver_deadline(driver, self.call_timeout):
-                        yield pooled, fast
-                finally:
-                    _leave_autocommit(pooled)
+                with driver_deadline(pooled.driver_connection, self.call_timeout):
+                    yield pooled, fast
             finally:
                 pooled.close()
 
     def _raw_connection(self) -> PoolProxiedConnection:
-        """A pooled connection; failing to connect raises what a `Connection` would raise (the
-        pool hands back the driver's own error), so `database_errors` reports it."""
+        """A pooled connection in autocommit; failing to connect raises what a `Connection`
+        would raise (the pool hands back the driver's own error), so `database_errors` reports
+        it, and so does failing to switch to autocommit."""
         dbapi_error = self.dialect.loaded_dbapi.Error
         try:
-            return self.engine.raw_connection()
+            return autocommit_checkout(self.engine)
         except dbapi_error as exc:
             raise sa_exc.DBAPIError.instance(
                 None, None, exc, dbapi_error, hide_parameters=True, dialect=self.dialect
@@ -365,14 +360,3 @@ def _in_transaction(conn: Connection, work: Callable[[Connection, Any], T], fast
     with conn.begin():
         return work(conn, fast)
 
-
-def _leave_autocommit(pooled: PoolProxiedConnection) -> None:
-    """Back out of autocommit before the pool gets the connection (code sharing the engine,
-    e.g. migrations on `make_engine`'s engine, expects transactions); one that cannot is
-    discarded."""
-    if pooled.dbapi_connection is None:
-        return  # invalidated on a disconnect
-    try:
-        pooled.driver_connection.autocommit = False
-    except Exception as exc:
-        pooled.invalidate(exc)

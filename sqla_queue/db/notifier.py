@@ -69,7 +69,8 @@ class Notifier:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="sqla-queue-notifier", daemon=True)
                 self._thread.start()
-        self._wake.set()
+        if not self._wake.is_set():  # already set: the thread has yet to take what is pending
+            self._wake.set()
 
     def flush(self) -> None:
         """Send what is pending now, after any send in progress."""
