@@ -69,7 +69,7 @@ class Notifier:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="sqla-queue-notifier", daemon=True)
                 self._thread.start()
-        if not self._wake.is_set():  # already set: the thread has yet to take what is pending
+        if not self._wake.is_set():  # set already: the thread has yet to take what is pending
             self._wake.set()
 
     def flush(self) -> None:

@@ -100,12 +100,18 @@ def prepare(queue):
 
 def start(queue, how: str) -> Runner:
     worker = queue.worker(concurrency=1, poll_interval=0.05, lease=LEASE, shutdown_grace=1)
+    # The worker's periodic passes first run after its first claim (start-up): `recover_now`
+    # waits for them, so the worker's own recovery never takes the job back before the test's.
+    worker.first_passes = threading.Event()
+    run_due = worker.claim_loop.periodic.run_due
+    worker.claim_loop.periodic.run_due = lambda: (run_due(), worker.first_passes.set())
     return Runner(worker, how)
 
 
-def recover_now(queue, job_id: int) -> None:
+def recover_now(queue, job_id: int, runner: Runner) -> None:
     """The worker's lease of the job runs out now (as if it had stopped renewing), and recovery
     takes the running job back."""
+    assert runner.worker.first_passes.wait(WAIT), "the worker's periodic passes did not run"
 
     def expire_and_recover() -> bool:
         with queue.engine.begin() as conn:
@@ -139,7 +145,7 @@ def test_a_recovered_async_job_is_cancelled_reported_lost_and_run_again(setup, h
     assert first_started.wait(WAIT), "the handler did not start"
     [(_, first_token, _)] = runs["started"]
 
-    recover_now(queue, job_id)
+    recover_now(queue, job_id, runner)
     wait_until(lambda: runs["cancelled"], what="the handler's coroutine to be cancelled")
     summary = runner.join()
 
@@ -167,7 +173,7 @@ def test_an_async_job_claimed_by_another_worker_is_cancelled_and_left_to_it(setu
     # Right after a renewal, the worker's only slot stays held by the lost job until its next
     # heartbeat (0.5 s): nobody but this claim can take the job back in between.
     just_renewed(queue, job_id)
-    recover_now(queue, job_id)
+    recover_now(queue, job_id, runner)
     [taken] = queue.claim(worker_id="another-worker")
     assert taken.id == job_id
     wait_until(lambda: runs["cancelled"], what="the handler's coroutine to be cancelled")

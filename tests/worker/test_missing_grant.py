@@ -115,9 +115,15 @@ def test_a_worker_whose_lease_renewal_is_refused_stops(roles, caplog):
     # samples; renewing the lease (every second) is the only thing left to refuse.
     worker = queue.worker(queues=["leased"], concurrency=1, lease=timedelta(seconds=3), recovery_interval=3600,
                           sample_interval=None, shutdown_grace=0.1, poll_interval=0.05)
+    # The periodic passes first run after the first claim (start-up): wait for that one pass
+    # of recovery before taking the grant away, so only the renewal is left to be refused.
+    first_passes = threading.Event()
+    run_due = worker.claim_loop.periodic.run_due
+    worker.claim_loop.periodic.run_due = lambda: (run_due(), first_passes.set())
 
     def take_update_away() -> None:
         assert handler.started.wait(STOPS_WITHIN)
+        assert first_passes.wait(STOPS_WITHIN)
         roles.sql("REVOKE UPDATE ON sqla_queue_jobs FROM queue_worker")
 
     try:
