@@ -121,3 +121,28 @@ def test_one_job_id_rule_for_every_call(queue, job_id):
                  lambda j: queue.complete(j, "token"), lambda j: queue.list_jobs(before_id=j)):
         with pytest.raises(sq.InvalidInputError, match="must be"):
             call(job_id)
+
+
+def test_a_connection_our_enqueues_left_in_autocommit_is_transactional_for_anyone_else(database_url, clean_jobs,
+                                                                                       count_jobs):
+    """One enqueue after another runs in autocommit on the same pooled connection, switched on
+    once; whoever checks that connection out next for anything else (here the URL engine
+    itself, as migrations on it would) gets transactions: its rolled-back write is gone."""
+    queue = sq.Queue(database_url, load_entrypoints=False)
+    queue.task(name="noop")(lambda payload, ctx: None)
+    raw_engine = queue.core.executor.engine.engine  # the pool behind the READ COMMITTED view
+    try:
+        for _ in range(3):
+            queue.enqueue("noop", {})
+            queue.core.enqueuer.notifier.flush()  # the wake-ups' checkouts are done too
+        assert raw_engine.pool.checkedin() >= 1
+        with raw_engine.connect() as conn:
+            assert conn.connection.driver_connection.autocommit is False
+            with conn.begin() as transaction:
+                conn.execute(sq.metadata.tables["sqla_queue_jobs"].delete())
+                transaction.rollback()
+        assert count_jobs() == 3
+        queue.enqueue("noop", {})  # and the next enqueue is back in autocommit: committed alone
+        assert count_jobs() == 4
+    finally:
+        queue.engine.dispose()
