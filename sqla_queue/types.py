@@ -38,6 +38,13 @@ class HandlerTransaction(Protocol):
     def set_result(self, value: Any) -> None: ...
 
 
+class CancelSignal(Protocol):
+    """What tells a run that someone asked to cancel its job (`JobContext.cancel_requested`
+    reads it): a `threading.Event`, or the worker's per-job flag, which costs no lock."""
+
+    def is_set(self) -> bool: ...
+
+
 # Short is safe: a live worker renews its jobs' leases (every lease/3), and every outcome is
 # fenced by the claim token. The lease bounds how long a crashed worker's jobs wait.
 DEFAULT_LEASE = timedelta(seconds=60)
@@ -80,11 +87,12 @@ class ClaimedJob:
     def is_last_attempt(self) -> bool:
         return self.attempts >= self.max_attempts
 
-    def context(self, cancel_requested: threading.Event | None = None,
+    def context(self, cancel_requested: CancelSignal | None = None,
                 transaction: Callable[[], HandlerTransaction] | None = None, *, is_async: bool = False) -> JobContext:
         """The handler's view of this run. Without an explicit key, the idempotency key is
         derived from the job id, which every attempt shares. `cancel_requested` is the event
-        its worker sets when someone asks to cancel the job (`JobContext.cancel_requested`);
+        its worker sets when someone asks to cancel the job (`JobContext.cancel_requested`: a
+        `threading.Event` or anything else with ``is_set()``);
         `transaction` gives what ``ctx.transaction()`` returns (made by whoever runs the
         handler, on first use: most handlers never ask); `is_async`, whether the handler is an
         ``async def`` one."""
@@ -94,7 +102,8 @@ class ClaimedJob:
             idempotency_key=self.idempotency_key or f"sqla_queue-job-{self.id}",
             claim_token=self.claim_token, priority=self.priority, scheduled_at=self.scheduled_at,
             meta=MappingProxyType(self.meta or {}), is_async=is_async,
-            _cancel_requested=cancel_requested or threading.Event(), _transaction=transaction,
+            _cancel_requested=threading.Event() if cancel_requested is None else cancel_requested,
+            _transaction=transaction,
         )
 
 
@@ -121,7 +130,7 @@ class JobContext:
     `sqla_queue_job_meta` hooks: a trace context, a tenant), read-only, the same on every attempt."""
     is_async: bool = False
     """The handler is an ``async def`` one (what run middleware needs to know)."""
-    _cancel_requested: threading.Event = field(
+    _cancel_requested: CancelSignal = field(
         default_factory=threading.Event, repr=False, compare=False
     )
     _transaction: Callable[[], HandlerTransaction] | None = field(default=None, repr=False, compare=False)

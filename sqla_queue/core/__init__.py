@@ -16,7 +16,6 @@ reach back up through it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -25,7 +24,7 @@ from sqlalchemy import Connection, Engine, Table
 
 from .._tasks import TaskRegistry
 from ..db.executor import Executor, Statements
-from ..types import ClaimedJob
+from ..types import CancelSignal, ClaimedJob
 from .counters import Counters, EmptyClaimThrottle
 from .enqueue import Enqueuer
 from .handler_transaction import HandlerSessions, HandlerTransaction
@@ -76,7 +75,7 @@ class Core:
         for a Queue's own core) and its asyncio engine."""
         return HandlerSessions(self.executor.engine, self.executor)
 
-    def handler_transaction(self, job: ClaimedJob, cancel_requested: threading.Event, sessions: HandlerSessions,
+    def handler_transaction(self, job: ClaimedJob, cancel_requested: CancelSignal, sessions: HandlerSessions,
                             *, on_settled: Callable[[str], bool] | None = None) -> HandlerTransaction:
         """What ``ctx.transaction()`` returns for one run of `job`; `on_settled` hears
         ``"completed"`` or ``"lost"`` the moment a block settles the job, and answers False if

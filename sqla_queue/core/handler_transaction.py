@@ -15,7 +15,6 @@ transaction committed is completed already, one whose claim was found lost is se
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,7 @@ if TYPE_CHECKING:  # the ORM is imported by the first ctx.transaction(), not by 
 
     from .._tasks import Task
     from ..db.executor import Executor
-    from ..types import ClaimedJob
+    from ..types import CancelSignal, ClaimedJob
     from .outcomes import Outcomes
 
 
@@ -58,7 +57,7 @@ class HandlerTransaction:
     COMMITTED, LOST, ROLLED_BACK = "committed", "lost", "rolled_back"
 
     def __init__(self, outcomes: Outcomes, job: ClaimedJob, task: Task | None, sessions: HandlerSessions,
-                 cancel_requested: threading.Event, *, max_result_bytes: int,
+                 cancel_requested: CancelSignal, *, max_result_bytes: int,
                  on_settled: Callable[[str], bool] | None = None) -> None:
         self._outcomes = outcomes
         self._on_settled = on_settled

@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 from .. import _validate
 from .._sanitize import error_text, traceback_text
 from ..db.executor import Executor
-from ..plugins.calls import emit, emit_each, failure_decision
+from ..plugins.calls import emit, emit_each, failure_decision, heard
 from ..types import (
     DEFAULT_LEASE,
     ClaimedJob,
@@ -112,7 +112,7 @@ class Outcomes:
         params = {"queue": queue, "worker_id": worker_id, "limit": limit,
                   "token": secrets.token_urlsafe(24), "lease": _lease(lease), **position,
                   **_held_params(finished, results)}
-        with self.executor.single_statement() as conn:
+        with self.executor.round_connection() as conn:
             rows = self.executor.run_round(conn, params, from_position=bool(position))
             claimed_rows = [row for row in rows if row.claimed]
             # Idle path only: an empty claim is classified and counted.
@@ -131,8 +131,11 @@ class Outcomes:
     def _emit_claimed(self, jobs, rows, queue: str, worker_id: str, limit: int,
                       empty_reason: str | None = None) -> None:
         if not jobs:
-            emit(self.plugin_manager, "sqla_queue_empty_claim",
-                 event=EmptyClaim(queue=queue, worker_id=worker_id, limit=limit, reason=empty_reason))
+            if heard(self.plugin_manager, "sqla_queue_empty_claim"):
+                emit(self.plugin_manager, "sqla_queue_empty_claim",
+                     event=EmptyClaim(queue=queue, worker_id=worker_id, limit=limit, reason=empty_reason))
+            return
+        if not heard(self.plugin_manager, "sqla_queue_job_claimed"):
             return
         run_at = {row.id: row.run_at for row in rows}
         emit_each(self.plugin_manager, "sqla_queue_job_claimed", (
@@ -215,11 +218,12 @@ class Outcomes:
         if outcome.status is JobStatus.CANCELLED:
             self._emit_cancelled([row])
         elif outcome.status is JobStatus.PENDING:
-            emit(self.plugin_manager, "sqla_queue_job_retried",
-                 event=JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,
-                                  attempt=row.attempts, run_at=row.run_at, error=row.last_error or "",
-                                  exception=exception, traceback=trace))
-        else:
+            if heard(self.plugin_manager, "sqla_queue_job_retried"):
+                emit(self.plugin_manager, "sqla_queue_job_retried",
+                     event=JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,
+                                      attempt=row.attempts, run_at=row.run_at, error=row.last_error or "",
+                                      exception=exception, traceback=trace))
+        elif heard(self.plugin_manager, "sqla_queue_job_failed"):
             emit(self.plugin_manager, "sqla_queue_job_failed",
                  event=JobFailed(job_id=row.id, queue=row.queue_name, task=row.task,
                                  attempt=row.attempts, error=row.last_error or "",
@@ -239,7 +243,7 @@ class Outcomes:
             return outcome
         if outcome.status is JobStatus.CANCELLED:
             self._emit_cancelled([row])
-        else:
+        elif heard(self.plugin_manager, "sqla_queue_job_snoozed"):
             emit(self.plugin_manager, "sqla_queue_job_snoozed",
                  event=JobSnoozed(job_id=row.id, queue=row.queue_name, task=row.task, attempt=row.attempts,
                                   run_at=row.run_at, snoozes=row.snoozes))

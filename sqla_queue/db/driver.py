@@ -30,7 +30,11 @@ class DriverStatement:
     Only for statements whose values need no SQLAlchemy type processing (plain numbers, text,
     dates, arrays of those; results the driver already decodes): the constructor refuses
     others. Parameters SQLAlchemy renders inline (``literal_execute``) give one SQL text per
-    value, rendered by SQLAlchemy the first time that value is used. Parameters named in
+    value, rendered by SQLAlchemy the first time that value is used. The statement's own
+    constants (the values its builder wrote in, not the caller's parameters: statuses, the
+    notification channel, bounds) are written into the SQL text as literals, so they are not
+    sent again with every execution, and a generic plan sees them as a custom plan would. A
+    constant of a type with no literal form stays a parameter. Parameters named in
     `binary` go in psycopg's binary format: its text form of an array quotes every element
     through a regular expression, which for a batch of JSON payloads costs more than the rest
     of the call.
@@ -47,7 +51,9 @@ class DriverStatement:
         state = self._compiled.construct_expanded_state(sample)
         if state.processors:
             raise ValueError(f"parameters need SQLAlchemy processing: {sorted(state.processors)}")
-        self._constants = {k: v for k, v in state.parameters.items() if k not in sample}
+        constants = {k: v for k, v in state.parameters.items() if k not in sample}
+        self._literals = _literals(self._compiled, constants, dialect)
+        self._constants = {k: v for k, v in constants.items() if k not in self._literals}
         self._texts: dict[tuple, str] = {}
         self._row = namedtuple("Row", [column.key for column in statement.selected_columns])  # type: ignore[misc]
         self._dialect = dialect
@@ -64,6 +70,8 @@ class DriverStatement:
         text = self._texts.get(key)
         if text is None:
             text = self._compiled.construct_expanded_state({**self._sample, **params}).statement
+            for name, literal in self._literals.items():
+                text = text.replace(f"%({name})s", literal)
             for name in self._binary:
                 if text.count(f"%({name})s") != 1:
                     raise ValueError(f"expected one %({name})s in the statement")
@@ -97,6 +105,23 @@ class DriverStatement:
             sql or self.sql(self._sample), None, error, self._dbapi_error, hide_parameters=True,
             connection_invalidated=invalidated, dialect=self._dialect,
         )
+
+
+def _literals(compiled: Any, constants: dict[str, Any], dialect: Dialect) -> dict[str, str]:
+    """The SQL literal of each constant whose type has one (``NULL`` for None), as SQLAlchemy
+    renders it for `dialect` (quotes escaped, ``%`` doubled for the ``%(name)s`` style)."""
+    literals = {}
+    for name, value in constants.items():
+        bind = compiled.binds.get(name)
+        if bind is None:
+            continue
+        if value is None:
+            literals[name] = "NULL"
+            continue
+        render = bind.type.literal_processor(dialect)
+        if render is not None and isinstance(value, (str, int)):
+            literals[name] = render(value)
+    return literals
 
 
 def _dbapi_of(target: Connection | PoolProxiedConnection) -> Any:

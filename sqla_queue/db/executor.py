@@ -21,7 +21,8 @@ listener) and how a statement reaches PostgreSQL. Its clients use only this inte
   ``callers(session, connection)`` (the caller's transaction, never committed by us; our own
   if neither is given).
 - ``run_round(conn, params)``: the worker's complete-and-claim statement, on the driver fast
-  path where the engine allows.
+  path where the engine allows; ``round_connection()``, the connection its rounds run on (kept
+  from round to round on a worker engine) and ``close_round_connection()``, its end.
 - ``autocommit_enqueue()``: a context manager yielding ``(pooled connection, DriverStatements)``
   in autocommit for an enqueue that is all its call writes, or None where that is not safe.
 - ``listening(call_timeout, listen=None)`` and ``probe(driver, call_timeout)``: the listener's
@@ -43,6 +44,8 @@ parameters) is free of I/O style, which is what lets both faces share it.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cached_property
@@ -66,10 +69,12 @@ from .engine import (
     autocommit_reads_committed,
     capabilities_of,
     database_errors,
+    has_pending_input,
     library_engine,
     make_engine,
 )
 from .statements import ARRAY_PARAMS, DriverStatements, Statements
+from .worker_engine import WORKER_PING_IF_IDLE_FOR
 
 if TYPE_CHECKING:  # the ORM and asyncio extension are imported by whoever uses them (`kinds`)
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -109,6 +114,10 @@ class Executor:
         self._autocommit_engine = engine if capabilities.autocommit_single_statements else None
         self._asyncio = async_side
         self._sync_refused = sync_refused
+        # The worker's round connection (`round_connection`): kept while rounds succeed.
+        self._round_lock = threading.Lock()
+        self._round_conn: Connection | None = None
+        self._round_used_at = 0.0
 
     @classmethod
     def adopt(cls, engine_or_url: Engine | AsyncEngine | str, table: Table,
@@ -237,6 +246,83 @@ class Executor:
     def _connected(self, engine: Engine) -> Iterator[Connection]:
         with database_errors(), engine.connect() as conn, deadline(conn, self.call_timeout):
             yield conn
+
+    # -- the worker's round connection ------------------------------------------------------
+
+    @contextmanager
+    def round_connection(self) -> Iterator[Connection]:
+        """`single_statement` for the claim loop's rounds, on one connection kept from round to
+        round on a worker engine: a checkout and check-in per round cost as much client CPU as
+        a job. Any error in a round discards it (invalidated: its state is unknown) and the next
+        round connects afresh; before reuse, one the server spoke to, or that rested long, is
+        pinged as the pool would at checkout. On any other engine, or while another thread
+        uses it, this is `single_statement`. `close_round_connection` gives it back."""
+        if self._autocommit_engine is None or not self._round_lock.acquire(blocking=False):
+            with self.single_statement() as conn:
+                yield conn
+            return
+        try:
+            conn = self._kept_round_connection()
+            try:
+                with database_errors(), deadline(conn, self.call_timeout):
+                    if autocommit_reads_committed(conn):
+                        yield conn
+                        if conn.in_transaction():
+                            conn.commit()  # SQLAlchemy's own bookkeeping: in autocommit, nothing is sent
+                    else:
+                        with conn.begin():
+                            yield conn
+            except BaseException:
+                self._discard_round_connection()
+                raise
+            self._round_used_at = time.monotonic()
+        finally:
+            self._round_lock.release()
+
+    def close_round_connection(self) -> None:
+        """Give the kept round connection back to the pool (the worker, when it stops)."""
+        with self._round_lock:
+            conn, self._round_conn = self._round_conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # a broken connection is the pool's to discard
+                pass
+
+    def _kept_round_connection(self) -> Connection:
+        conn = self._round_conn
+        if conn is not None and (conn.invalidated or conn.closed or not self._still_answers(conn)):
+            self._discard_round_connection()
+            conn = None
+        if conn is None:
+            with database_errors():
+                conn = self._round_conn = self._autocommit_engine.connect()  # type: ignore[union-attr]
+            self._round_used_at = time.monotonic()
+        return conn
+
+    def _still_answers(self, conn: Connection) -> bool:
+        """The worker engine's checkout ping for a connection that never went back to the pool:
+        only when the server sent it something (a restart, a terminated backend) or it rested."""
+        driver = conn.connection.driver_connection
+        rested = time.monotonic() - self._round_used_at >= WORKER_PING_IF_IDLE_FOR
+        if not rested and not has_pending_input(driver):
+            return True
+        try:
+            self.probe(driver, self.call_timeout)
+        except Exception:
+            return False
+        return True
+
+    def _discard_round_connection(self) -> None:
+        conn, self._round_conn = self._round_conn, None
+        if conn is None:
+            return
+        try:
+            if not conn.invalidated:
+                conn.invalidate()
+            conn.close()
+        except Exception:  # discarding what is broken already
+            pass
 
     # -- the driver fast path --------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from .._sanitize import calls_handlers
 from .._tasks import Task
 from ..errors import InvalidInputError, PluginError
 from ..types import ClaimedJob, JobContext
+from .builtins import logging as builtin_logging
 from .entry_points import loaded_on_install, refuse_strategies_registered_by
 from .manager import QueuePluginManager
 
@@ -36,11 +37,24 @@ KeyAsker = Callable[[Task, Mapping[str, Any], str, int, Any, Any], "str | None"]
 without an explicit one, or None."""
 
 
+def heard(pm: pluggy.PluginManager, hook_name: str) -> bool:
+    """Whether an event for lifecycle hook `hook_name` would reach anyone who acts on it: some
+    implementation other than the built-in logging plugin, or that plugin with its logger
+    enabled for the level it logs this event at (`builtins.logging.ignores`). Otherwise the
+    event is neither built nor dispatched: the only listener would drop it unread. Any other
+    plugin, a third-party observer or a built-in, always hears every event."""
+    for impl in getattr(pm.hook, hook_name).get_hookimpls():
+        if impl.plugin is not builtin_logging or not builtin_logging.ignores(hook_name):
+            return True
+    return False
+
+
 def emit(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> None:
-    """Call a lifecycle hook; a plugin that raises is logged by name and the others are still
-    called. The job's outcome is already committed: nothing a plugin does here changes it."""
+    """Call a lifecycle hook if it is `heard`; a plugin that raises is logged by name and the
+    others are still called. The job's outcome is already committed: nothing a plugin does
+    here changes it. A caller on a hot path asks `heard` before building the event."""
     hook = getattr(pm.hook, hook_name)
-    if hook.get_hookimpls():
+    if heard(pm, hook_name):
         try:
             hook(**kwargs)
         except Exception as exc:
@@ -50,12 +64,12 @@ def emit(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> None:
 def emit_each(pm: pluggy.PluginManager, hook_name: str, events: Iterable[Any]) -> None:
     """`emit` for a batch of ``event=`` payloads (a claim's jobs, a round's completions).
 
-    Whether anything implements the hook is looked up once per batch, and `events` (a
-    generator) is not even built when nothing does: no per-job work on the worker's hot path.
-    Otherwise each event is one pluggy call, with nothing of ours around it but a ``try``.
+    Whether the hook is `heard` is looked up once per batch, and `events` (a generator) is not
+    even built when it is not: no per-job work on the worker's hot path. Otherwise each event
+    is one pluggy call, with nothing of ours around it but a ``try``.
     """
     hook = getattr(pm.hook, hook_name)
-    if hook.get_hookimpls():
+    if heard(pm, hook_name):
         for event in events:
             try:
                 hook(event=event)

@@ -9,11 +9,25 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..types import ClaimedJob
+from ..types import ClaimedJob, JobContext
 
 if TYPE_CHECKING:
     from .._tasks import Task
     from ..core.handler_transaction import HandlerTransaction
+
+
+class CancelFlag:
+    """A job's cancel request as its context and handler transaction read it (``is_set``):
+    a plain attribute, written once under the held job's lock. A `threading.Event` per job
+    would cost a lock and a condition for something nobody waits on."""
+
+    __slots__ = ("requested",)
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def is_set(self) -> bool:
+        return self.requested
 
 
 class HeldJob:
@@ -40,16 +54,25 @@ class HeldJob:
         self.started = False
         self.state = self.RUNNING
         self.cancel: Callable[[], None] | None = None  # an async handler's: cancels its coroutine
-        self._cancel_requested = threading.Event()
+        self._cancel_requested = CancelFlag()
         self._lock = threading.Lock()
         # What ``ctx.transaction()`` returns, made when the handler first asks: a block that
         # commits (or finds the claim lost) settles the job then, while the handler may run on.
         self.transaction: HandlerTransaction | None = None
         self._transaction_for = transaction_for
-        self.context = job.context(self._cancel_requested,
-                                   None if transaction_for is None else self._handler_transaction,
-                                   is_async=self.is_async)
+        self._context: JobContext | None = None
         self.result: Any = None  # the handler's return value, stored with the completion
+
+    @property
+    def context(self) -> JobContext:
+        """The handler's `JobContext`, built when a handler takes the job (a job given back
+        before its handler started never needs one). Only that handler's thread or task asks."""
+        context = self._context
+        if context is None:
+            context = self._context = self.job.context(
+                self._cancel_requested, None if self._transaction_for is None else self._handler_transaction,
+                is_async=self.is_async)
+        return context
 
     def _handler_transaction(self) -> HandlerTransaction:
         if self.transaction is None:
@@ -76,22 +99,22 @@ class HeldJob:
         """Someone asked to cancel the job: tell the handler (`JobContext.cancel_requested`)
         and cancel an async handler's coroutine. True the first time only."""
         with self._lock:
-            if self._cancel_requested.is_set():
+            if self._cancel_requested.requested:
                 return False
-            self._cancel_requested.set()
+            self._cancel_requested.requested = True
             cancel = self.cancel if self.state == self.RUNNING else None
         if cancel is not None:
             cancel()
         return True
 
     @property
-    def cancel_event(self) -> threading.Event:
+    def cancel_flag(self) -> CancelFlag:
         """Set when someone asked to cancel the job: what `JobContext.cancel_requested` reads."""
         return self._cancel_requested
 
     @property
     def cancel_requested(self) -> bool:
-        return self._cancel_requested.is_set()
+        return self._cancel_requested.requested
 
     @property
     def settled(self) -> bool:

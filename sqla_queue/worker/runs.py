@@ -15,7 +15,6 @@ import logging
 import queue as queue_module
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +43,7 @@ class WorkerRuns(JobRuns):
     failures the outcome thread records so the loop never waits on the database."""
 
     def __init__(self, core: Core, slots: Slots, sessions: HandlerSessions, *, concurrency: int,
-                 lease_seconds: float, worker_id: str, stopping: threading.Event, done: threading.Event,
+                 lease_seconds: float, worker_id: str, stopping: threading.Event,
                  halt: Callable[[PermissionDeniedError], None]) -> None:
         super().__init__(core)
         self.slots = slots
@@ -52,12 +51,12 @@ class WorkerRuns(JobRuns):
         self.lease_seconds = lease_seconds
         self.worker_id = worker_id
         self.stopping = stopping
-        self.done = done
         self.halt = halt
         self.handler_loop: Any = None  # set by the worker for each run
         self.sessions = sessions
-        self._work: deque[HeldJob] = deque()
-        self._work_ready = threading.Condition()
+        # Jobs for the handler threads of this run: a C-level queue, so handing a job over and
+        # waking a thread costs no Python-level lock juggling. ``None`` tells one thread to end.
+        self._work: queue_module.SimpleQueue[HeldJob | None] = queue_module.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._outcomes: queue_module.SimpleQueue[Callable[[], None] | None] = queue_module.SimpleQueue()
         self._coroutines: set[asyncio.Task] = set()
@@ -76,12 +75,12 @@ class WorkerRuns(JobRuns):
             self.handler_loop.call_soon(self._start_coroutines, coroutines)
         if threaded:
             self._start_threads()
-            with self._work_ready:
-                self._work.extend(threaded)
-                self._work_ready.notify(len(threaded))
+            put = self._work.put
+            for h in threaded:
+                put(h)
 
     def _transaction_for(self, held: HeldJob) -> HandlerTransaction:
-        return self.core.handler_transaction(held.job, held.cancel_event, self.sessions,
+        return self.core.handler_transaction(held.job, held.cancel_flag, self.sessions,
                                              on_settled=functools.partial(self._settled_in_transaction, held))
 
     def _settled_in_transaction(self, held: HeldJob, outcome: str) -> bool:
@@ -101,19 +100,21 @@ class WorkerRuns(JobRuns):
         worker whose jobs are all ``async def`` has none."""
         if self._threads:
             return
-        self._threads = [threading.Thread(target=self._handler_thread, name=f"sqla-queue-handler-{i}", daemon=True)
+        # A queue of their own: a thread abandoned by an earlier run (stuck in a handler) that
+        # comes back later finds its own run's end, never this run's jobs or stop signals.
+        self._work = work = queue_module.SimpleQueue()
+        self._threads = [threading.Thread(target=self._handler_thread, args=(work,),
+                                          name=f"sqla-queue-handler-{i}", daemon=True)
                          for i in range(self.concurrency)]
         for thread in self._threads:
             thread.start()
 
-    def _handler_thread(self) -> None:
+    def _handler_thread(self, work: queue_module.SimpleQueue[HeldJob | None]) -> None:
+        get = work.get
         while True:
-            with self._work_ready:
-                while not self._work and not self.done.is_set():
-                    self._work_ready.wait()
-                if not self._work:
-                    return
-                held = self._work.popleft()
+            held = get()
+            if held is None:  # the run ended (`wake_threads`)
+                return
             if self.stopping.is_set() or not held.running:
                 continue  # shutting down: not started, so it is released, not run
             held.started = True
@@ -287,10 +288,11 @@ class WorkerRuns(JobRuns):
     # -- shutdown ---------------------------------------------------------------------------
 
     def wake_threads(self) -> None:
-        """Let idle handler threads see `done` and end; stop the outcome thread."""
+        """End the handler threads (each after the jobs handed over before: a stop signal
+        apiece, behind them in the queue) and the outcome thread."""
         self._outcomes.put(None)
-        with self._work_ready:
-            self._work_ready.notify_all()
+        for _ in self._threads:
+            self._work.put(None)
 
     @property
     def threads(self) -> list[threading.Thread]:

@@ -92,7 +92,7 @@ class Worker:
         # not the worker's autocommit connections) and its asyncio engine.
         self.runs = WorkerRuns(self.core, self.slots, core.handler_sessions(), concurrency=self.config.concurrency,
                                lease_seconds=self.config.lease_seconds, worker_id=self.worker_id,
-                               stopping=self._stopping, done=self._done, halt=self._halt)
+                               stopping=self._stopping, halt=self._halt)
         self._scheduler = Scheduler(self.core)
         self.claim_loop = ClaimLoop(self.core, self.config, self.worker_id, self.slots, self.runs,
                                     self._periodic_services(), self._scheduler,
@@ -171,6 +171,7 @@ class Worker:
             self._drain()
         # A stopped worker holds no connection (the engine reconnects if it runs again); one a
         # thread left behind still uses is closed when that thread gives it back.
+        self.core.executor.close_round_connection()
         self.engine.dispose()
         if self._listen_engine is not self.engine:
             self._listen_engine.dispose()

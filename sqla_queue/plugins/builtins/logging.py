@@ -28,6 +28,27 @@ from ...types import (
 
 logger = logging.getLogger("sqla_queue")
 
+LEVELS = {
+    "sqla_queue_job_enqueued": logging.DEBUG,
+    "sqla_queue_job_claimed": logging.DEBUG,
+    "sqla_queue_job_completed": logging.INFO,
+    "sqla_queue_job_retried": logging.WARNING,
+    "sqla_queue_job_failed": logging.ERROR,
+    "sqla_queue_job_snoozed": logging.INFO,
+    "sqla_queue_job_cancelled": logging.INFO,
+    "sqla_queue_job_recovered": logging.WARNING,
+    "sqla_queue_lost_claim": logging.WARNING,
+    "sqla_queue_empty_claim": logging.DEBUG,
+}
+"""The level each hook below logs its event at."""
+
+
+def ignores(hook_name: str) -> bool:
+    """True when this plugin would drop `hook_name`'s event unread now: its level is not
+    enabled on the ``sqla_queue`` logger (`plugins.calls.heard` then builds no event)."""
+    level = LEVELS.get(hook_name)
+    return level is not None and not logger.isEnabledFor(level)
+
 
 def _seconds(value) -> float | None:
     return None if value is None else round(value.total_seconds(), 6)

@@ -172,7 +172,7 @@ def test_the_prepared_round_settles_on_a_generic_plan(recorded_queue, run_sql):
         finished: list = []
         for _ in range(25):
             _, finished = bound.complete_and_claim(finished, worker_id="w", limit=2)
-        with bound.core.executor.single_statement() as conn:  # the same pooled session, used one at a time
+        with bound.core.executor.round_connection() as conn:  # the session the rounds ran on (kept between rounds)
             [(generic, custom)] = conn.execute(text(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
                 "WHERE statement LIKE 'WITH completed_now AS%'"
