@@ -210,7 +210,14 @@ class ClaimLoop:
     def hold(self, jobs: list) -> None:
         if not jobs:
             return
-        self.slots.hold([self.runs.held(job) for job in jobs])  # the buffer, and on to free handlers
+        held = [self.runs.held(job) for job in jobs]
+        for old in self.slots.superseded_by(held):
+            if old.give_up():
+                self.runs.cancel(old)
+                self.runs.report_fenced(old, "its lease expired and this worker claimed the job again")
+            if not old.started:
+                self.slots.forget(old)
+        self.slots.hold(held)  # the buffer, and on to free handlers
 
     def _queue_order(self) -> list[str]:
         """Rotate the starting queue each round so one busy queue cannot starve the others."""

@@ -57,6 +57,10 @@ class PrefetchSize:
         return min(PREFETCH_PER_HANDLER * self.concurrency, int(self.concurrency * TARGET_WAIT / duration))
 
 
+def _key(held: HeldJob) -> tuple[int, str]:
+    return held.job.id, held.job.claim_token
+
+
 class Nudger:
     """What the listener sets on a notification (it takes an Event's ``set``): a claim hint."""
 
@@ -81,9 +85,11 @@ class Slots:
         self._wake = wake
         self._stopping = stopping or threading.Event()
         self._lock = threading.Lock()
-        self._held: dict[int, HeldJob] = {}
+        # By claim, not by job: a job recovered from this worker may be claimed by it again while
+        # its old claim's handler still runs (and the lease keeper must see both).
+        self._held: dict[tuple[int, str], HeldJob] = {}
         self._buffer: deque[tuple[float, HeldJob]] = deque()  # (when buffered, job), claim order
-        self._in_handler: dict[int, float] = {}  # job id -> when a handler took it
+        self._in_handler: dict[tuple[int, str], float] = {}  # claim -> when a handler took it
         self._finished: list[HeldJob] = []
         self._first_finished_at = 0.0
 
@@ -94,10 +100,19 @@ class Slots:
         now = time.monotonic()
         with self._lock:
             for h in held:
-                self._held[h.job.id] = h
+                self._held[_key(h)] = h
                 self._buffer.append((now, h))
             starting, dropped = self._take_buffered(now)
         self._started(starting, dropped)
+
+    def superseded_by(self, held: Iterable[HeldJob]) -> list[HeldJob]:
+        """Jobs this worker holds under an older claim than one in `held`: recovered from it
+        (its lease ran out) and claimed by it again. The old claim is lost; the caller gives it
+        up (the lease keeper could not tell the two claims of one job apart)."""
+        ids = {h.job.id: h.job.claim_token for h in held}
+        with self._lock:
+            return [old for (job_id, token), old in self._held.items()
+                    if job_id in ids and ids[job_id] != token]
 
     def _take_buffered(self, now: float) -> tuple[list[HeldJob], bool]:
         """Under the lock: buffered jobs for the free handlers, their deadlines started. A job
@@ -109,10 +124,10 @@ class Slots:
         while self._buffer and len(self._in_handler) < self.concurrency:
             _, h = self._buffer.popleft()
             if not h.running:
-                dropped = self._held.pop(h.job.id, None) is not None or dropped
+                dropped = self._held.pop(_key(h), None) is not None or dropped
                 continue
             h.start_deadline()
-            self._in_handler[h.job.id] = now
+            self._in_handler[_key(h)] = now
             starting.append(h)
         return starting, dropped
 
@@ -124,7 +139,7 @@ class Slots:
 
     def _handler_ended(self, held: HeldJob, now: float) -> None:
         """Under the lock: `held`'s handler returned (or its run was given up)."""
-        took = self._in_handler.pop(held.job.id, None)
+        took = self._in_handler.pop(_key(held), None)
         if took is not None:
             self.prefetch.observe(now - took)
 
@@ -141,7 +156,7 @@ class Slots:
             freed = False
             for h in held:
                 self._handler_ended(h, now)
-                freed = self._held.pop(h.job.id, None) is not None or freed
+                freed = self._held.pop(_key(h), None) is not None or freed
             starting, dropped = self._take_buffered(now)
         return starting, dropped or freed
 
@@ -165,7 +180,7 @@ class Slots:
         with self._lock:
             while self._buffer and self._buffer[0][0] <= cutoff:
                 _, h = self._buffer.popleft()
-                self._held.pop(h.job.id, None)
+                self._held.pop(_key(h), None)
                 if h.give_up():
                     stale.append(h)
         return stale

@@ -6,6 +6,7 @@ with buffered jobs loses none, and re-runs no more than it held."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import time
@@ -244,3 +245,45 @@ def test_sigkill_with_a_full_buffer_loses_nothing_and_reruns_at_most_what_it_hel
     survivor.signal(signal.SIGTERM)
     assert survivor.process.wait(timeout=30) == 0, app.logs()
     print(f"\nprefetch crash: held at kill {held_at_kill}, completed at kill {completed_at_kill}, {figures}")
+
+
+def test_a_job_claimed_back_while_its_old_claim_runs_gives_the_old_claim_up(queue, engine, running_worker):
+    """Recovery takes a running job from the worker (its lease ran out) and the worker, with
+    room in its buffer, claims it again: it now holds two claims of one job. The old one is
+    lost: reported, its coroutine cancelled, and the new claim runs and completes."""
+    lost = []
+
+    class Spy:
+        @sq.hookimpl
+        def sqla_queue_lost_claim(self, event):
+            lost.append(event)
+
+    queue.plugin_manager.register(Spy())
+    attempts, cancelled, tokens = [], [], []
+
+    @queue.task(name="sleepy")
+    async def sleepy(payload, ctx):
+        attempts.append(ctx.attempt)
+        tokens.append(ctx.claim_token)
+        if ctx.attempt == 1:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.append(ctx.claim_token)
+                raise
+
+    job_id = queue.enqueue("sleepy", {})
+    worker = queue.worker(concurrency=1, prefetch=2, poll_interval=0.05, lease=timedelta(seconds=30))
+    running_worker(worker)
+    wait_until(lambda: attempts == [1], "the first attempt to start")
+    [first_token] = tokens
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = clock_timestamp() WHERE id = :id"),
+                     {"id": job_id})
+    assert queue.recover_expired() == [job_id]
+
+    wait_until(lambda: queue.get_job(job_id).status is sq.JobStatus.COMPLETED, "the second claim to complete it")
+    assert cancelled == [first_token] and attempts == [1, 2]
+    assert [(e.job_id, e.claim_token, e.operation) for e in lost] == [(job_id, first_token, "fence")]
+    assert "claimed the job again" in lost[0].reason
+    assert queue.get_job(job_id).attempts == 2
