@@ -15,6 +15,7 @@ from .root import CliContext, main, report_error
 
 LISTEN_URL_ENV = "SQLA_QUEUE_LISTEN_URL"
 PROCESSES_ENV = "SQLA_QUEUE_PROCESSES"
+PREFETCH_ENV = "SQLA_QUEUE_PREFETCH"
 MAX_PROCESSES = 1024
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -28,7 +29,14 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
                    f"process (default: ${PROCESSES_ENV}, else one per usable core).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Handler threads (most jobs held at once).")
-@click.option("--batch-size", type=click.IntRange(min=1), help="Most jobs per claim (default: concurrency).")
+@click.option("--batch-size", type=click.IntRange(min=1),
+              help="Most jobs per claim (default: concurrency plus the prefetch).")
+@click.option("--prefetch", type=click.IntRange(min=0), envvar=PREFETCH_ENV, show_default="adaptive",
+              help="Claimed jobs held beyond --concurrency, waiting for a free handler (leased, their timeout "
+                   "not started), so claims overlap handlers; 0: none (default: "
+                   f"${PREFETCH_ENV}, else adapted so a job waits about a second at most).")
+@click.option("--prefetch-ttl", type=DURATION, default="5s", show_default=True,
+              help=f"A prefetched job no handler took within this goes back to the queue. {DURATION_HELP}")
 @click.option("--lease", type=DURATION, default=format_seconds(DEFAULT_LEASE), show_default=True,
               help=f"Claim lease, renewed while a handler runs. {DURATION_HELP}")
 @click.option("--poll-interval", type=DURATION, default="1s", show_default=True,
@@ -48,7 +56,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
               help="text: time, level, logger, message; json: one object per line with the job's fields.")
 @click.pass_obj
-def worker(obj: CliContext, queues, processes, concurrency, batch_size, lease, poll_interval, grace, no_listen,
+def worker(obj: CliContext, queues, processes, concurrency, batch_size, prefetch, prefetch_ttl, lease, poll_interval, grace, no_listen,
            pgbouncer, listen_url, until_empty, log_level, log_format) -> None:
     """Claim and run jobs. First SIGTERM/SIGINT: finish running jobs, release the rest; second: exit now."""
     if listen_url and no_listen:
@@ -62,6 +70,8 @@ def worker(obj: CliContext, queues, processes, concurrency, batch_size, lease, p
         queues=tuple(q.strip() for q in queues.split(",")),
         concurrency=concurrency,
         batch_size=batch_size,
+        prefetch=prefetch,
+        prefetch_ttl=prefetch_ttl.total_seconds(),
         lease=lease,
         poll_interval=poll_interval.total_seconds(),
         shutdown_grace=grace.total_seconds(),

@@ -1,6 +1,10 @@
 """The lease keeper: keeps the leases of a worker's running jobs alive, gives up the ones it
 cannot keep, and notices handlers that outlive their task's timeout.
 
+Every held job is renewed, the prefetched ones waiting in the worker's buffer included: they are
+``running`` in the database like the others. Only a job a handler took has a deadline
+(``handler_deadline`` is None until then), so a task's timeout never counts time spent buffered.
+
 A `Service` (`sqla_queue.services`): a `LeaseKeeperConfig` validated when it is built;
 `LeaseKeeper.run_once()`, one pass that returns a `LeaseKeeperResult`; `run_if_due()`, the
 pass its thread's `Looper` makes every tick (timeouts every tick, renewal every ``lease /

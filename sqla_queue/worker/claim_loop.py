@@ -1,13 +1,17 @@
 """The worker's claim loop: rounds that complete what finished and claim into the free slots,
-the periodic services between rounds, and the rest until a notification, a freed slot or the
-poll interval.
+the periodic services between rounds, and the rest until a notification, a freed slot, a
+completion to send or the poll interval.
 
 A round is one statement per queue (`Outcomes.complete_and_claim`): sharing the commit halves
 the commits per job (a commit waits for a WAL flush, the dominant cost of a no-op job). The
 finished jobs still count as held until then, so a claim never reserves more jobs than there
-are slots. While a backlog drains, each queue's claim resumes from where the last one got to in
-the queue's claim order (`ClaimOrder.position`), skipping the dead index entries its
-predecessors left, and starts over from the head every `RESTART_CLAIM_ORDER_EVERY` seconds.
+are slots. Slots include the prefetch (`slots.Slots`): jobs claimed ahead of the handlers, so
+rounds run while handlers do. A round is due when the buffer runs low, when half the slots have
+finished, or when the oldest completion has waited `FLUSH_DELAY`; completions with no round
+due (the buffer full, the queue empty) go in a statement of their own (`flush`). While a
+backlog drains, each queue's claim resumes from where the last one got to in the queue's claim
+order (`ClaimOrder.position`), skipping the dead index entries its predecessors left, and
+starts over from the head every `RESTART_CLAIM_ORDER_EVERY` seconds.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from .slots import Slots
 logger = logging.getLogger("sqla_queue.worker")
 
 ERROR_BACKOFF_MAX = 5.0
+FLUSH_DELAY = 0.005
+"""Seconds a finished job's completion may wait for others to share its statement, at most."""
 RESTART_CLAIM_ORDER_EVERY = 1.0
 """Seconds between claims from the start of the claim order, per queue: the longest a job that
 became due behind a position (enqueued with a past ``run_at``, or skipped while another claim
@@ -54,6 +60,9 @@ class ClaimLoop:
         # Per queue: where the last claim got to in claim order, and when to start over.
         self.positions: dict[str, Any] = {}
         self.restart_at: dict[str, float] = {}
+        # The last claim found nothing more due: claim again at `claim_at`, or when nudged.
+        self.empty = False
+        self.claim_at = 0.0
 
     def run(self, until_empty: bool) -> None:
         """Rounds until stopped, or with `until_empty` until nothing is due and nothing held."""
@@ -62,19 +71,29 @@ class ClaimLoop:
         # (recovery, pruning, sampling); a claim of nothing runs them at once, before any rest
         # and before `until_empty` may end the run.
         warming = 2
+        self.slots.nudge()  # the first round claims
         while not self.stopping.is_set():
+            self.wake.clear()  # before looking, so that a change after the look cuts the rest short
             try:
                 if not warming:
                     self.periodic.run_due()
-                # Sampled before the claim: a job that finishes during it may retry at once, so
-                # "empty" only counts when nothing was held while the queue was looked at.
-                idle_before = self.slots.held_count() == 0
-                claimed, from_start = self.round()
-                failures = 0
-                if warming:
-                    warming = 0 if claimed == 0 else warming - 1
-                    if not warming:
-                        continue  # the passes now, before any rest
+                self._return_stale()
+                if self._claim_due(until_empty):
+                    # Sampled before the claim: a job that finishes during it may retry at once, so
+                    # "empty" only counts when nothing was held while the queue was looked at.
+                    idle_before = self.slots.held_count() == 0
+                    asked, claimed, from_start = self.round()
+                    failures = 0
+                    self._after_claim(asked, claimed, from_start)
+                    if warming:
+                        warming = 0 if claimed == 0 else warming - 1
+                        if not warming:
+                            continue  # the passes now, before any rest or the end of the run
+                    if until_empty and asked and claimed == 0 and idle_before and from_start:
+                        return
+                elif self._flush_due():
+                    self.flush()
+                    failures = 0
             except PermissionDeniedError:  # no retry grants it: the worker stops, saying which
                 raise
             except DatabaseError as exc:
@@ -83,38 +102,107 @@ class ClaimLoop:
                 logger.warning("worker %s: database error, retrying in %.1fs: %s", self.worker_id, delay, exc)
                 self.stopping.wait(delay)
                 continue
-            if until_empty and claimed == 0 and idle_before and from_start:
-                return
-            if claimed == 0 and not from_start:
-                continue  # ran out from a position: look again from the start at once
-            if (claimed == 0 or self.slots.free() == 0) and not self.slots.finished_waiting():
-                self.wake.wait(self._idle_wait())
-                self.wake.clear()
+            rest = self._rest()
+            if rest > 0:
+                self.wake.wait(rest)
+
+    # -- when to run a round ----------------------------------------------------------------
+
+    def _after_claim(self, asked: int, claimed: int, from_start: bool) -> None:
+        """Ran out of due jobs: from the start of the claim order, the queue is empty until a
+        notification, a freed slot or the poll interval; from a position, look again from the
+        start at once."""
+        if not asked or claimed >= asked:
+            self.empty = False
+        elif from_start:
+            self.empty = True
+            self.claim_at = time.monotonic() + self._idle_wait()
+        else:
+            self.empty = False
+            self.slots.nudge()
+
+    def _claim_due(self, until_empty: bool) -> bool:
+        """A round (completions and a claim) is due: while jobs are there to claim, when enough
+        finished (half the slots), the oldest completion has waited `FLUSH_DELAY`, or the buffer
+        runs low with room to claim; on an empty queue, when something may have been enqueued
+        (a notification, a recorded retry, the poll interval), or to find it still empty with
+        nothing held (`until_empty`: the last look before returning)."""
+        hint = self.slots.take_claim_hint()
+        if self.empty:
+            return (hint or time.monotonic() >= self.claim_at
+                    or (until_empty and self.slots.held_count() == 0))
+        if self._flush_due():
+            return True
+        room = self.slots.free() + self.slots.finished_count()
+        return room > 0 and self.slots.buffered_count() < self.slots.concurrency
+
+    def _flush_due(self) -> bool:
+        first = self.slots.first_finished_at()
+        if first is None:
+            return False
+        return (self.slots.finished_count() >= self.slots.flush_size()
+                or time.monotonic() >= first + FLUSH_DELAY)
+
+    def _rest(self) -> float:
+        """Seconds until something is due without a wake-up: the oldest completion's flush,
+        the oldest buffered job's TTL, the next claim on an empty queue, the periodic services."""
+        now = time.monotonic()
+        due = [now + self._idle_wait()]
+        first = self.slots.first_finished_at()
+        if first is not None:
+            due.append(first + FLUSH_DELAY)
+        buffered = self.slots.oldest_buffered_at()
+        if buffered is not None:
+            due.append(buffered + self.config.prefetch_ttl)
+        if self.empty:
+            due.append(self.claim_at)
+        return max(0.0, min(due) - now)
 
     def _idle_wait(self) -> float:
         """The poll interval, or less when a schedule's next tick comes sooner."""
         due_in = self.scheduler.seconds_until_due()
         return self.config.poll_interval if due_in is None else max(0.0, min(self.config.poll_interval, due_in))
 
-    def round(self) -> tuple[int, bool]:
+    def _return_stale(self) -> None:
+        """Buffered jobs no handler took within the prefetch TTL go back to the queue, their
+        attempt handed back, for a worker with a free handler to take."""
+        stale = self.slots.take_stale(self.config.prefetch_ttl)
+        if not stale:
+            return
+        try:
+            returned = self.core.outcomes.release(h.job for h in stale)
+        except DatabaseError as exc:
+            logger.error("worker %s: could not return %d buffered job(s); they return when their "
+                         "lease expires: %s", self.worker_id, len(stale), exc)
+            raise
+        self.slots.count("released", len(returned))
+        logger.info("worker %s returned %d buffered job(s) no handler took within %gs", self.worker_id,
+                    len(returned), self.config.prefetch_ttl)
+
+    # -- rounds -----------------------------------------------------------------------------
+
+    def round(self) -> tuple[int, int, bool]:
         """One statement per queue: complete what finished, claim into the free slots. Returns
-        the jobs claimed and whether every claim started from the beginning of the claim order
-        (only those can tell that nothing is due)."""
-        claimed, from_start = 0, True
+        the jobs asked for, the jobs claimed and whether every claim started from the beginning
+        of the claim order (only those can tell that nothing is due)."""
+        asked, claimed, from_start = 0, 0, True
+        batch = self.config.effective_batch_size
+        self.slots.resize()
         for queue_name in self._queue_order():
             finished = self.slots.take_finished()
             free = self.slots.free() + len(finished)
-            limit = 0 if self.stopping.is_set() else min(free, self.config.effective_batch_size)
+            limit = 0 if self.stopping.is_set() else max(0, free if batch is None else min(free, batch))
             if not finished and limit <= 0:
                 continue
             position = self._claim_from(queue_name) if limit else None
             jobs = self._complete_and_claim(finished, queue_name, limit, position)
             if limit:
                 self._note_position(queue_name, jobs, limit)
+            asked += limit
             claimed += len(jobs)
             from_start = from_start and position is None
         self.slots.count("claimed", claimed)
-        return claimed, from_start
+        return asked, claimed, from_start
 
     def _complete_and_claim(self, finished: list[HeldJob], queue_name: str, limit: int, position: Any) -> list:
         outcomes = self.core.outcomes
@@ -133,8 +221,13 @@ class ClaimLoop:
         if not jobs:
             return
         held = [self.runs.held(job) for job in jobs]
-        self.slots.hold(held)
-        self.runs.dispatch(held)
+        for old in self.slots.superseded_by(held):
+            if old.give_up():
+                self.runs.cancel(old)
+                self.runs.report_fenced(old, "its lease expired and this worker claimed the job again")
+            if not old.started:
+                self.slots.forget(old)
+        self.slots.hold(held)  # the buffer, and on to free handlers
 
     def _queue_order(self) -> list[str]:
         """Rotate the starting queue each round so one busy queue cannot starve the others."""
@@ -159,6 +252,21 @@ class ClaimLoop:
             position = self.order.position(jobs)
             if position is not None:
                 self.positions[queue_name] = position
+
+    def flush(self) -> None:
+        """Complete the jobs that finished, without claiming: no round is due (the queue is
+        empty, or the buffer full). A failed statement gives them back for the next try."""
+        finished = self.slots.take_finished()
+        if not finished:
+            return
+        outcomes = self.core.outcomes
+        try:
+            texts = outcomes.result_texts([h.job for h in finished], _results_of(finished))
+            results = outcomes.complete_many([h.job for h in finished], texts)
+        except DatabaseError:
+            self.slots.give_back_finished(finished)
+            raise
+        self.slots.settle_completed(finished, results)
 
     def complete_finished(self) -> None:
         """Complete the jobs that finished, without claiming (the drain at shutdown)."""

@@ -24,8 +24,15 @@ class WorkerConfig:
 
     :param queues: queue names to serve, claimed in turn.
     :param concurrency: handler threads, and the most jobs held at once.
-    :param batch_size: most jobs per claim statement (default: ``concurrency``); a claim never
-        asks for more than the free slots.
+    :param batch_size: most jobs per claim statement (default: ``concurrency`` plus the
+        prefetch); a claim never asks for more than the free slots.
+    :param prefetch: claimed jobs held beyond ``concurrency``, waiting in the worker for a free
+        handler, so claims stay large while handlers run (docs/explanation/prefetch.md). They
+        are ``running`` and leased like the others; a task's timeout starts when a handler
+        takes the job. Default None: adapts to the handlers' observed durations, so that a
+        buffered job waits about a second at most (slow handlers, small buffer). 0: none.
+    :param prefetch_ttl: seconds a prefetched job may wait for a handler before it goes back to
+        ``pending`` (its attempt handed back), for another worker to take. Default 5.
     :param lease: how long a claim stays valid without renewal; the same duration
         `Queue.recover_expired` uses. Default 60 s.
     :param poll_interval: seconds between claims when no notification arrives. Default 1.
@@ -62,6 +69,8 @@ class WorkerConfig:
     queues: tuple[str, ...] = ("default",)
     concurrency: int = 4
     batch_size: int | None = None
+    prefetch: int | None = None
+    prefetch_ttl: float = 5.0
     lease: timedelta = DEFAULT_LEASE
     poll_interval: float = 1.0
     shutdown_grace: float = 30.0
@@ -110,7 +119,10 @@ class WorkerConfig:
             raise ConfigurationError(f"pruning must be a PruneConfig, got {type(self.pruning).__name__}")
         if self.batch_size is not None:
             _validate.config_positive_int(self.batch_size, "batch_size")
-        for name in ("poll_interval", "shutdown_grace", "call_timeout", "recovery_interval", "sample_interval"):
+        if self.prefetch is not None and (isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int)
+                                          or self.prefetch < 0):
+            raise ConfigurationError(f"prefetch must be a whole number of jobs, 0 or more, got {self.prefetch!r}")
+        for name in ("poll_interval", "shutdown_grace", "prefetch_ttl", "call_timeout", "recovery_interval", "sample_interval"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                 raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
@@ -126,8 +138,9 @@ class WorkerConfig:
         return self.call_timeout or min(self.lease_seconds / 4, 10.0)
 
     @property
-    def effective_batch_size(self) -> int:
-        return self.batch_size or self.concurrency
+    def effective_batch_size(self) -> int | None:
+        """Most jobs per claim; None: as many as there are free slots (prefetch included)."""
+        return self.batch_size
 
 
 @dataclass

@@ -50,7 +50,7 @@ class HeldJob:
         self.timeout: timedelta | None = timeout
         self.is_async = task is not None and task.is_async
         self.lease_confirmed = now  # monotonic time at which the lease was last known renewed
-        self.handler_deadline = None if timeout is None else now + timeout.total_seconds()
+        self.handler_deadline: float | None = None  # set when a handler takes the job (`start_deadline`)
         self.started = False
         self.state = self.RUNNING
         self.cancel: Callable[[], None] | None = None  # an async handler's: cancels its coroutine
@@ -78,6 +78,12 @@ class HeldJob:
         if self.transaction is None:
             self.transaction = self._transaction_for(self)  # type: ignore[misc]
         return self.transaction
+
+    def start_deadline(self) -> None:
+        """A handler takes the job: its task's timeout counts from now, not from the claim (a
+        prefetched job may wait in the worker's buffer first)."""
+        if self.timeout is not None:
+            self.handler_deadline = time.monotonic() + self.timeout.total_seconds()
 
     def move(self, to: str, *, allowed: tuple[str, ...] = (RUNNING,)) -> bool:
         with self._lock:

@@ -8,6 +8,8 @@ handles signals and drains at the end. The parts, each with one job:
   `run_async` a thread of its own): rounds that complete finished jobs and claim into free
   slots, the periodic services between them (`services.recovery`, `services.pruning`,
   `services.scheduler`, `services.sampling`, run by a `services.Looper`);
+* the **slots** (`slots.Slots`): the held jobs, the prefetch buffer that hands them to handlers
+  as handlers free up, and the finished ones waiting for the next round;
 * the **job runs** (`runs.WorkerRuns`, over `job_run.JobRuns`): ``concurrency`` handler threads
   for synchronous handlers, asyncio tasks on the event loop (`handler_loop.HandlerLoop`: the
   worker's own, or the application's with `run_async`) for ``async def`` ones, and the outcome
@@ -56,7 +58,7 @@ from .config import WorkerConfig, WorkerSummary
 from .handler_loop import HandlerLoop
 from .held_job import HeldJob
 from .runs import WorkerRuns, timed_out
-from .slots import Slots
+from .slots import Nudger, Slots
 
 logger = logging.getLogger("sqla_queue.worker")
 
@@ -87,12 +89,14 @@ class Worker:
         self._signals = 0
         self._denied: PermissionDeniedError | None = None
         self._denied_lock = threading.Lock()
-        self.slots = Slots(self.config.concurrency, self._wake)
+        self.slots = Slots(self.config.concurrency, self._wake, prefetch=self.config.prefetch,
+                           stopping=self._stopping)
         # Handler transactions open their sessions on the application's engine (the one given,
         # not the worker's autocommit connections) and its asyncio engine.
         self.runs = WorkerRuns(self.core, self.slots, core.handler_sessions(), concurrency=self.config.concurrency,
                                lease_seconds=self.config.lease_seconds, worker_id=self.worker_id,
                                stopping=self._stopping, halt=self._halt)
+        self.slots.dispatch = self.runs.dispatch
         self._scheduler = Scheduler(self.core)
         self.claim_loop = ClaimLoop(self.core, self.config, self.worker_id, self.slots, self.runs,
                                     self._periodic_services(), self._scheduler,
@@ -217,6 +221,9 @@ class Worker:
         for held in result.lost:
             self.runs.cancel(held)
             self.slots.count("lost")
+        for held in (*result.fenced, *result.lost):
+            if not held.started:  # no handler will return it: its slot is free now
+                self.slots.forget(held)
         for held in result.cancel_requested:
             logger.info("job %s: cancel requested; its handler was told", held.job.id)
 
@@ -279,7 +286,7 @@ class Worker:
         self._listener = Listener(
             self._listen_core,
             ListenerConfig(queues=tuple(self.config.queues), call_timeout=self.config.effective_call_timeout),
-            self._wake, self._done,
+            Nudger(self.slots), self._done,  # type: ignore[arg-type]  # an Event's ``set`` is all it uses
         ) if self.config.listen else None
         if self._listener is not None:
             threads.append(threading.Thread(target=Looper([self._listener], halt=self._halt).run, args=(self._done,),

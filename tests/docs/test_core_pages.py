@@ -23,6 +23,7 @@ PAGES = [
     "explanation/delivery-semantics.md",
     "explanation/priorities.md",
     "explanation/scaling.md",
+    "explanation/prefetch.md",
     "reference/api.md",
 ]
 API = DOCS / "reference" / "api.md"

@@ -42,7 +42,10 @@ def leased(engine, clean_jobs, lost):
     def hold(n: int = 1, timeout: timedelta | None = None) -> list[HeldJob]:
         queue.enqueue_many([{"task": "work", "payload": {}} for _ in range(n)])
         task = dataclasses.replace(queue.get_task("work"), timeout=timeout)
-        return [HeldJob(job, task) for job in queue.claim(worker_id="keeper-test", limit=n)]
+        held = [HeldJob(job, task) for job in queue.claim(worker_id="keeper-test", limit=n)]
+        for h in held:
+            h.start_deadline()  # a handler took it: its timeout counts from now
+        return held
 
     return queue, hold
 

@@ -98,8 +98,8 @@ def prepare(queue):
     return queue, lost, runs, first_started
 
 
-def start(queue, how: str) -> Runner:
-    worker = queue.worker(concurrency=1, poll_interval=0.05, lease=LEASE, shutdown_grace=1)
+def start(queue, how: str, **options) -> Runner:
+    worker = queue.worker(concurrency=1, poll_interval=0.05, lease=LEASE, shutdown_grace=1, **options)
     # The worker's periodic passes first run after its first claim (start-up): `recover_now`
     # waits for them, so the worker's own recovery never takes the job back before the test's.
     worker.first_passes = threading.Event()
@@ -141,7 +141,10 @@ def check_ran_where_it_should(runs, how: str) -> None:
 def test_a_recovered_async_job_is_cancelled_reported_lost_and_run_again(setup, how):
     queue, lost, runs, first_started = setup
     job_id = queue.enqueue("sleepy", {})
-    runner = start(queue, how)
+    # No prefetch: the one slot stays held by the lost claim, so the heartbeat notices before the
+    # worker could claim the job back (a worker with room does, and gives the old claim up then:
+    # tests/worker/test_prefetch.py).
+    runner = start(queue, how, prefetch=0)
     assert first_started.wait(WAIT), "the handler did not start"
     [(_, first_token, _)] = runs["started"]
 

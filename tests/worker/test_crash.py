@@ -3,7 +3,7 @@
 At-least-once delivery means a killed worker's jobs come back through lease recovery and run
 again; what must never happen is a job lost, left running or failed, or completed twice. Re-runs
 are bounded by what the kills explain: each kill can re-run at most the jobs it held
-(``concurrency``).
+(``concurrency`` and its prefetch buffer: `storm.most_held`).
 
 Both kinds of handler: the same storm with ``work`` (``time.sleep``, on handler threads) and with
 its twin ``work_async`` (``await asyncio.sleep``, asyncio tasks on the worker's event loop), same

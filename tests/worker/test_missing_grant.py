@@ -112,8 +112,9 @@ def test_a_worker_whose_lease_renewal_is_refused_stops(roles, caplog):
     queue.task(queue="leased", name="hold")(handler)
     queue.enqueue("hold", {})
     # One slot, held by the job: the claim loop runs no statement, recovery not for an hour, no
-    # samples; renewing the lease (every second) is the only thing left to refuse.
-    worker = queue.worker(queues=["leased"], concurrency=1, lease=timedelta(seconds=3), recovery_interval=3600,
+    # samples; renewing the lease (every second) is the only thing left to refuse. No prefetch:
+    # a buffer with room would keep the claim loop claiming.
+    worker = queue.worker(queues=["leased"], concurrency=1, prefetch=0, lease=timedelta(seconds=3), recovery_interval=3600,
                           sample_interval=None, shutdown_grace=0.1, poll_interval=0.05)
     # The periodic passes first run after the first claim (start-up): wait for that one pass
     # of recovery before taking the grant away, so only the renewal is left to be refused.
