@@ -33,6 +33,8 @@ from .slots import Slots
 logger = logging.getLogger("sqla_queue.worker")
 
 ERROR_BACKOFF_MAX = 5.0
+WARM_UP = 0.1
+"""Seconds after its first claim a worker may put off its first periodic passes, at most."""
 FLUSH_DELAY = 0.005
 """Seconds a finished job's completion may wait for others to share its statement, at most."""
 RESTART_CLAIM_ORDER_EVERY = 1.0
@@ -68,13 +70,16 @@ class ClaimLoop:
         """Rounds until stopped, or with `until_empty` until nothing is due and nothing held."""
         failures = 0
         # Start-up: the first claim and its completions come before the first periodic passes
-        # (recovery, pruning, sampling); a claim of nothing runs them at once, before any rest
-        # and before `until_empty` may end the run.
-        warming = 2
+        # (recovery, pruning, sampling), which wait at most `WARM_UP` after that claim (a
+        # handler may hold its job for hours); a claim of nothing runs them at once, before any
+        # rest and before `until_empty` may end the run.
+        warming, warm_until = 2, float("inf")
         self.slots.nudge()  # the first round claims
         while not self.stopping.is_set():
             self.wake.clear()  # before looking, so that a change after the look cuts the rest short
             try:
+                if warming and time.monotonic() >= warm_until:
+                    warming = 0
                 if not warming:
                     self.periodic.run_due()
                 self._return_stale()
@@ -87,6 +92,7 @@ class ClaimLoop:
                     self._after_claim(asked, claimed, from_start)
                     if warming:
                         warming = 0 if claimed == 0 else warming - 1
+                        warm_until = min(warm_until, time.monotonic() + WARM_UP)
                         if not warming:
                             continue  # the passes now, before any rest or the end of the run
                     if until_empty and asked and claimed == 0 and idle_before and from_start:
@@ -103,6 +109,8 @@ class ClaimLoop:
                 self.stopping.wait(delay)
                 continue
             rest = self._rest()
+            if warming:
+                rest = min(rest, max(0.0, warm_until - time.monotonic()))
             if rest > 0:
                 self.wake.wait(rest)
 
