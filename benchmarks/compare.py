@@ -1,13 +1,13 @@
 """``python -m benchmarks compare [REF]``: the working tree against a git ref, side by side.
 
-Each side is sqla_queue from its own environment (REF's: benchmarks/ref_env.py; the working
-tree's: the one running this) on a database of its own, migrated by that side's own
-``sqla-queue db upgrade``, on one PostgreSQL server. A *pair* measures both sides back to back,
-the side that goes first alternating from pair to pair, so a machine that slows down or speeds
-up during the run moves both sides of a pair alike and neither side always runs first. Each
-measure's ratio is taken within a pair (working tree over REF for rates, REF over working tree
-for times: above 1 means the working tree is faster), and the gate looks at the median ratio
-over the pairs: one disturbed pair does not decide it.
+Each side is sqla_queue from a venv of its own, both built the same way (benchmarks/ref_env.py:
+REF's from a cached git worktree, the working tree's from this checkout), on a database of its
+own, migrated by that side's own ``sqla-queue db upgrade``, on one PostgreSQL server. A *pair*
+measures both sides back to back, the side that goes first alternating from pair to pair, so a
+machine that slows down or speeds up during the run moves both sides of a pair alike and neither
+side always runs first. Each measure's ratio is taken within a pair (working tree over REF for
+rates, REF over working tree for times: above 1 means the working tree is faster), and the gate
+looks at the median ratio over the pairs: one disturbed pair does not decide it.
 
 The harness (this directory) is the working tree's for both sides; only the library differs.
 Without REF, the commit in benchmarks/BASELINE is used (CI's gate, .ci/run).
@@ -113,13 +113,14 @@ def _list(values: list[float]) -> str:
 # -- the runs ---------------------------------------------------------------------------------------
 
 def prepare(runs: CliRuns) -> None:
-    """Migrate the side's database with its own CLI, then one untimed enqueue and drain: it
-    proves the side works and leaves its bytecode compiled and its files in the page cache."""
+    """Migrate the side's database with its own CLI, then start its worker once on the empty
+    queue (untimed): the worker path's bytecode is compiled and its files are in the page cache
+    before the first timed run."""
     runs.work.mkdir(parents=True, exist_ok=True)
     (runs.work / f"{APP_MODULE}.py").write_text(APP_SOURCE)
     runs.run_to_end([*runs.sqla_queue_cli(), "--database-url", runs.db.sqlalchemy_url, "db", "upgrade"],
                     cwd=runs.work, what="sqla-queue db upgrade")
-    measure_once(runs, jobs=20, enqueue_jobs=5, processes=1, concurrency=10)
+    runs.run_to_end(runs.worker_argv(1), cwd=runs.work, what="sqla-queue worker --until-empty")
 
 
 def measure_once(runs: CliRuns, *, jobs: int, enqueue_jobs: int, processes: int, concurrency: int) -> dict:
@@ -212,13 +213,14 @@ def main(argv: list[str]) -> int:
         print(f"{time.monotonic() - t0:7.1f}s {message}", file=sys.stderr, flush=True)
 
     commit = ref_env.resolve(args.ref)
-    bins = {"ref": ref_env.ref_environment(commit, log), "tree": Path(sys.executable).parent}
+    ref_bin = ref_env.ref_environment(commit, log)
     header = (f"python -m benchmarks compare: working tree ({code_version()}) "
               f"against REF {args.ref} = {commit[:12]}; "
               f"{args.pairs} pairs, each: {args.processes} x sqla-queue worker --concurrency {args.concurrency} "
               f"--until-empty draining {args.jobs:,} jobs, {args.enqueue_jobs:,} single enqueues")
     with benchmark_server(args.database_url) as server, tempfile.TemporaryDirectory(prefix="sqlaq-compare-") as tmp, \
             empty_database(server) as ref_db, empty_database(server) as tree_db:
+        bins = {"ref": ref_bin, "tree": ref_env.tree_environment(Path(tmp) / "tree-venv")}
         sides = {side: CliRuns(db=db, work=Path(tmp) / side, log=log, bin_dir=bins[side])
                  for side, db in (("ref", ref_db), ("tree", tree_db))}
         for runs in sides.values():

@@ -1,13 +1,19 @@
-"""A git ref's sqla_queue in a virtual environment of its own, for ``python -m benchmarks compare``.
+"""The two sides of ``python -m benchmarks compare``, each a virtual environment built the same way.
 
-The ref is checked out into a temporary ``git worktree``, installed from there (not editable)
-into a venv, and the worktree removed again. The venv is cached under
-``$SQLA_QUEUE_BENCH_CACHE/compare`` (default ``~/.cache/sqla_queue_bench/compare``), keyed by the
-commit and by the environment that runs the comparison, and reused while it still imports.
+A side's venv has no packages of its own: ``site-packages/sqla_queue`` is a symbolic link to a
+checkout's package directory, a ``.pth`` line adds the packages of the environment running the
+comparison (SQLAlchemy, psycopg, alembic...), and ``bin/sqla-queue`` is the console script. So
+both sides start the same interpreter with the same dependencies and the same import path, and
+differ only in sqla_queue's source.
 
-Only sqla_queue is installed there (``--no-deps``): its dependencies are those of the
-environment running the comparison, through a ``.pth`` line, so both sides run the same
-SQLAlchemy, psycopg and alembic and the ratios measure sqla_queue's own code.
+* REF: its commit is checked out with ``git worktree add`` into
+  ``$SQLA_QUEUE_BENCH_CACHE/compare`` (default ``~/.cache/sqla_queue_bench/compare``), keyed by
+  the commit and by the environment that runs the comparison, and reused while it imports.
+* The working tree: a venv in the run's temporary directory, linked to this repository's
+  ``sqla_queue/``, uncommitted changes included.
+
+(An editable install, as in a developer's ``.venv``, would not do for either side: its import
+hook alone costs tens of milliseconds at every process start, which the drain counts.)
 """
 
 from __future__ import annotations
@@ -18,17 +24,22 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import sysconfig
-import tempfile
 import venv
 from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
-MARKER = "sqla_queue_bench_ref.json"  # written last: its presence means the install finished
+MARKER = "sqla_queue_bench_ref.json"  # written last: its presence means the checkout finished
 DEPS_PTH = "sqla_queue_bench_deps.pth"
+CONSOLE_SCRIPT = """#!{python}
+import sys
+
+from sqla_queue.cli import run
+
+sys.exit(run())
+"""
 
 
 def resolve(ref: str, repo: Path = REPO) -> str:
@@ -47,46 +58,48 @@ def cache_dir() -> Path:
 
 
 def dependencies_dir() -> str:
-    """Where this environment's packages live: the REF venv's dependencies."""
+    """Where this environment's packages live: both sides' dependencies."""
     return sysconfig.get_paths()["purelib"]
 
 
-def env_root(commit: str) -> Path:
-    deps = hashlib.sha256(dependencies_dir().encode()).hexdigest()[:10]
-    return cache_dir() / f"{commit[:12]}-{deps}"
-
-
-def ref_environment(commit: str, log, repo: Path = REPO) -> Path:
-    """The bin directory of a venv with `commit`'s sqla_queue: cached, or built now."""
-    root = env_root(commit)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(root.with_suffix(".lock")):
-        if _usable(root, commit):
-            log(f"compare: reusing the environment of {commit[:12]} in {root}")
-            return root / "bin"
-        shutil.rmtree(root, ignore_errors=True)
-        log(f"compare: installing sqla_queue at {commit[:12]} into {root}")
-        _build(root, commit, repo)
-        (root / MARKER).write_text(json.dumps({"commit": commit, "dependencies": dependencies_dir()}))
+def side_environment(root: Path, package: Path) -> Path:
+    """A venv at `root` whose sqla_queue is `package` (a checkout's ``sqla_queue/``); its bin directory."""
+    venv.create(root, with_pip=False, symlinks=True, clear=True)
+    site = Path(_python_says(root, "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
+    (site / DEPS_PTH).write_text(dependencies_dir() + "\n")
+    (site / "sqla_queue").symlink_to(package, target_is_directory=True)
+    script = root / "bin" / "sqla-queue"
+    script.write_text(CONSOLE_SCRIPT.format(python=root / "bin" / "python"))
+    script.chmod(0o755)
     return root / "bin"
 
 
-def _build(root: Path, commit: str, repo: Path) -> None:
-    venv.create(root, with_pip=False, symlinks=True)
-    site = Path(_python_says(root, "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
-    (site / DEPS_PTH).write_text(dependencies_dir() + "\n")
-    with tempfile.TemporaryDirectory(prefix="sqlaq-compare-") as tmp:
-        tree = Path(tmp) / "tree"
-        _git(repo, "worktree", "add", "--detach", "--quiet", str(tree), commit)
-        try:
-            subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install",
-                            "--quiet", "--no-deps", str(tree)], check=True, cwd=tmp)
-        finally:
-            _git(repo, "worktree", "remove", "--force", str(tree))
+def tree_environment(root: Path, repo: Path = REPO) -> Path:
+    return side_environment(root, repo / "sqla_queue")
+
+
+def ref_environment(commit: str, log, repo: Path = REPO) -> Path:
+    """The bin directory of a venv with `commit`'s sqla_queue: cached, or checked out now."""
+    deps = hashlib.sha256(dependencies_dir().encode()).hexdigest()[:10]
+    root = cache_dir() / f"{commit[:12]}-{deps}"
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(root.with_suffix(".lock")):
+        if _usable(root, commit):
+            log(f"compare: reusing the checkout of {commit[:12]} in {root}")
+            return root / "bin"
+        if (root / "tree").exists():
+            _git(repo, "worktree", "remove", "--force", str(root / "tree"), check=False)
+        shutil.rmtree(root, ignore_errors=True)
+        log(f"compare: checking out {commit[:12]} into {root}")
+        # --force: the path may still be registered from a checkout someone deleted by hand
+        _git(repo, "worktree", "add", "--force", "--detach", "--quiet", str(root / "tree"), commit)
+        side_environment(root / "venv", root / "tree" / "sqla_queue")
+        (root / MARKER).write_text(json.dumps({"commit": commit, "dependencies": dependencies_dir()}))
+    return root / "venv" / "bin"
 
 
 def _usable(root: Path, commit: str) -> bool:
-    """Finished for this commit and these dependencies, and its sqla_queue imports from itself."""
+    """Finished for this commit and these dependencies, and its sqla_queue imports from its checkout."""
     try:
         marker = json.loads((root / MARKER).read_text())
     except (OSError, ValueError):
@@ -94,10 +107,10 @@ def _usable(root: Path, commit: str) -> bool:
     if marker != {"commit": commit, "dependencies": dependencies_dir()}:
         return False
     try:
-        where = _python_says(root, "import sqla_queue, sqlalchemy; print(sqla_queue.__file__)")
-    except RuntimeError:
+        where = _python_says(root / "venv", "import sqla_queue, sqlalchemy; print(sqla_queue.__file__)")
+    except (OSError, RuntimeError):
         return False
-    return Path(where).resolve().is_relative_to(root.resolve())
+    return Path(where).resolve().is_relative_to((root / "tree").resolve())
 
 
 def _python_says(root: Path, code: str) -> str:
@@ -108,15 +121,15 @@ def _python_says(root: Path, code: str) -> str:
     return done.stdout.strip()
 
 
-def _git(repo: Path, *args: str) -> None:
+def _git(repo: Path, *args: str, check: bool = True) -> None:
     done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    if done.returncode != 0:
+    if check and done.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
 
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """One builder per environment at a time (two test processes may compare against HEAD)."""
+    """One builder per checkout at a time (two test processes may compare against HEAD)."""
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
