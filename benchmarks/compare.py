@@ -3,9 +3,9 @@
 Each side is sqla_queue from a venv of its own, both built the same way (benchmarks/ref_env.py:
 REF's from a cached git worktree, the working tree's from this checkout), on a database of its
 own, migrated by that side's own ``sqla-queue db upgrade``, on one PostgreSQL server. A *pair*
-measures both sides back to back, the side that goes first alternating from pair to pair, so a
-machine that slows down or speeds up during the run moves both sides of a pair alike and neither
-side always runs first. Each measure's ratio is taken within a pair (working tree over REF for
+measures both sides, measure by measure back to back, the side that goes first alternating from
+pair to pair, so a machine that slows down or speeds up during the run moves both sides of a
+pair alike and neither side always runs first. Each measure's ratio is taken within a pair (working tree over REF for
 rates, REF over working tree for times: above 1 means the working tree is faster), and the gate
 looks at the median ratio over the pairs: one disturbed pair does not decide it.
 
@@ -123,21 +123,32 @@ def prepare(runs: CliRuns) -> None:
     runs.run_to_end(runs.worker_argv(1), cwd=runs.work, what="sqla-queue worker --until-empty")
 
 
-def measure_once(runs: CliRuns, *, jobs: int, enqueue_jobs: int, processes: int, concurrency: int) -> dict:
-    """Every measure once for one side: fill by bulk enqueue, drain with the CLI worker, then
-    single enqueues into the emptied table."""
-    tables.reset(runs.db)
-    bulk = _enqueue(runs, jobs, min(BULK_BATCH, jobs))
-    with runs.db.connect(autocommit=True) as conn:
-        tables.settle(conn)
+def measure_pair(sides: dict[str, CliRuns], order: tuple[str, ...], args: argparse.Namespace) -> dict:
+    """Every measure once for each side, the two sides' runs of one measure back to back in
+    `order`: fill both by bulk enqueue, drain both with the CLI worker, then single enqueues
+    into both emptied tables."""
+    for side in order:
+        tables.reset(sides[side].db)
+    bulk = {side: _enqueue(sides[side], args.jobs, min(BULK_BATCH, args.jobs)) for side in order}
+    for side in order:
+        with sides[side].db.connect(autocommit=True) as conn:
+            tables.settle(conn)
+    drained = {side: _drain(sides[side], args.jobs, args.processes, args.concurrency) for side in order}
+    for side in order:
+        tables.reset(sides[side].db)
+    single = {side: _enqueue(sides[side], args.enqueue_jobs, 1) for side in order}
+    return {"first": order[0], **{
+        side: {"drain": drained[side]["jobs_per_s"], "startup": drained[side]["startup_s"],
+               "bulk": args.jobs / bulk[side]["seconds"], "enqueue": args.enqueue_jobs / single[side]["seconds"]}
+        for side in SIDES}}
+
+
+def _drain(runs: CliRuns, jobs: int, processes: int, concurrency: int) -> dict:
     clock = runs.start_together([(runs.worker_argv(concurrency), runs.work, runs.env())] * processes, "drain")
     drained = completion_figures(runs.completion_times(clock["db_start"]), jobs)
     if drained["incomplete"]:
         raise RuntimeError(f"the drain completed {drained['jobs']} of {jobs} jobs ({runs.bin_dir})")
-    tables.reset(runs.db)
-    single = _enqueue(runs, enqueue_jobs, 1)
-    return {"drain": drained["jobs_per_s"], "startup": drained["startup_s"],
-            "bulk": jobs / bulk["seconds"], "enqueue": enqueue_jobs / single["seconds"]}
+    return drained
 
 
 def _enqueue(runs: CliRuns, jobs: int, batch: int) -> dict:
@@ -151,13 +162,9 @@ def _enqueue(runs: CliRuns, jobs: int, batch: int) -> dict:
 def run_pairs(sides: dict[str, CliRuns], args: argparse.Namespace, log) -> list[dict]:
     pairs = []
     for n in range(args.pairs):
-        order = SIDES if n % 2 == 0 else SIDES[::-1]
-        pair: dict = {"first": order[0]}
-        for side in order:
-            pair[side] = measure_once(sides[side], jobs=args.jobs, enqueue_jobs=args.enqueue_jobs,
-                                      processes=args.processes, concurrency=args.concurrency)
+        pair = measure_pair(sides, SIDES if n % 2 == 0 else SIDES[::-1], args)
         pairs.append(pair)
-        log(f"pair {n + 1} ({order[0]} first): " + "; ".join(
+        log(f"pair {n + 1} ({pair['first']} first): " + "; ".join(
             f"{name} {_value(pair['ref'][name])} -> {_value(pair['tree'][name])} {m.unit} = "
             f"{pair_ratio(m, pair['ref'][name], pair['tree'][name]):.2f}x"
             for name, m in MEASURES.items() if name in args.measures))
@@ -173,6 +180,13 @@ def measure_list(value: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"unknown measure(s) {', '.join(unknown) or '(none given)'}; "
                                          f"choose from {', '.join(MEASURES)}")
     return names
+
+
+def setting(value: str) -> tuple[str, str]:
+    name, sep, setting_value = value.partition("=")
+    if not sep or not name.strip() or not setting_value.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {value!r}")
+    return name.strip(), setting_value.strip()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -192,6 +206,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="exit 1 when a measure's median ratio is below this (default 0.7; 0 never fails)")
     parser.add_argument("--database-url", help="create the two databases on this server instead of an embedded "
                         "PostgreSQL 18")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE", type=setting,
+                        help="a setting for the embedded PostgreSQL (repeatable), e.g. synchronous_commit=off")
     parser.add_argument("--json", help="also write the pairs and the verdict here")
     args = parser.parse_args(argv)
     if args.pairs < MIN_PAIRS:
@@ -218,7 +234,7 @@ def main(argv: list[str]) -> int:
               f"against REF {args.ref} = {commit[:12]}; "
               f"{args.pairs} pairs, each: {args.processes} x sqla-queue worker --concurrency {args.concurrency} "
               f"--until-empty draining {args.jobs:,} jobs, {args.enqueue_jobs:,} single enqueues")
-    with benchmark_server(args.database_url) as server, tempfile.TemporaryDirectory(prefix="sqlaq-compare-") as tmp, \
+    with benchmark_server(args.database_url, dict(args.setting)) as server, tempfile.TemporaryDirectory(prefix="sqlaq-compare-") as tmp, \
             empty_database(server) as ref_db, empty_database(server) as tree_db:
         bins = {"ref": ref_bin, "tree": ref_env.tree_environment(Path(tmp) / "tree-venv")}
         sides = {side: CliRuns(db=db, work=Path(tmp) / side, log=log, bin_dir=bins[side])

