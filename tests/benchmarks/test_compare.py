@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))  # the repository root holds benchmarks/
 
 from benchmarks import compare, ref_env  # noqa: E402
 
-TINY = ["--jobs", "100", "--enqueue-jobs", "30"]
+TINY = ["--jobs", "100", "--enqueue-jobs", "30", "--setting", "synchronous_commit=off"]
 
 
 def pair(ref: dict, tree: dict) -> dict:
