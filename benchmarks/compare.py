@@ -214,6 +214,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"--pairs must be at least {MIN_PAIRS}: a median of fewer pairs is one run's noise")
     if min(args.jobs, args.enqueue_jobs, args.processes, args.concurrency) < 1:
         parser.error("--jobs, --enqueue-jobs, --processes and --concurrency must be positive")
+    if args.setting and args.database_url:
+        parser.error("--setting is for the embedded server; a --database-url server keeps its own settings")
     if args.ref is None:
         args.ref = read_baseline(BASELINE.read_text())
     return args
@@ -233,8 +235,11 @@ def main(argv: list[str]) -> int:
     header = (f"python -m benchmarks compare: working tree ({code_version()}) "
               f"against REF {args.ref} = {commit[:12]}; "
               f"{args.pairs} pairs, each: {args.processes} x sqla-queue worker --concurrency {args.concurrency} "
-              f"--until-empty draining {args.jobs:,} jobs, {args.enqueue_jobs:,} single enqueues")
-    with benchmark_server(args.database_url, dict(args.setting)) as server, tempfile.TemporaryDirectory(prefix="sqlaq-compare-") as tmp, \
+              f"--until-empty draining {args.jobs:,} jobs, {args.enqueue_jobs:,} single enqueues; server: "
+              + ("--database-url" if args.database_url else
+                 "embedded PostgreSQL 18" + "".join(f", {k}={v}" for k, v in args.setting)))
+    with benchmark_server(args.database_url, dict(args.setting)) as server, \
+            tempfile.TemporaryDirectory(prefix="sqlaq-compare-") as tmp, \
             empty_database(server) as ref_db, empty_database(server) as tree_db:
         bins = {"ref": ref_bin, "tree": ref_env.tree_environment(Path(tmp) / "tree-venv")}
         sides = {side: CliRuns(db=db, work=Path(tmp) / side, log=log, bin_dir=bins[side])

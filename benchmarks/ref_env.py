@@ -6,9 +6,10 @@ comparison (SQLAlchemy, psycopg, alembic...), and ``bin/sqla-queue`` is the cons
 both sides start the same interpreter with the same dependencies and the same import path, and
 differ only in sqla_queue's source.
 
-* REF: its commit is checked out with ``git worktree add`` into
-  ``$SQLA_QUEUE_BENCH_CACHE/compare`` (default ``~/.cache/sqla_queue_bench/compare``), keyed by
-  the commit and by the environment that runs the comparison, and reused while it imports.
+* REF: its commit is checked out into a temporary ``git worktree``, whose ``sqla_queue/`` is
+  copied into ``$SQLA_QUEUE_BENCH_CACHE/compare`` (default ``~/.cache/sqla_queue_bench/compare``)
+  before the worktree is removed; the copy and its venv are keyed by the commit and by the
+  environment that runs the comparison, and reused while they import.
 * The working tree: a venv in the run's temporary directory, linked to this repository's
   ``sqla_queue/``, uncommitted changes included.
 
@@ -25,13 +26,14 @@ import os
 import shutil
 import subprocess
 import sysconfig
+import tempfile
 import venv
 from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
-MARKER = "sqla_queue_bench_ref.json"  # written last: its presence means the checkout finished
+MARKER = "sqla_queue_bench_ref.json"  # written last: its presence means the copy finished
 DEPS_PTH = "sqla_queue_bench_deps.pth"
 CONSOLE_SCRIPT = """#!{python}
 import sys
@@ -79,7 +81,8 @@ def tree_environment(root: Path, repo: Path = REPO) -> Path:
 
 
 def ref_environment(commit: str, log, repo: Path = REPO) -> Path:
-    """The bin directory of a venv with `commit`'s sqla_queue: cached, or checked out now."""
+    """The bin directory of a venv with `commit`'s sqla_queue: cached, or checked out now (the
+    cache holds no git worktree: nothing is left registered in the repository)."""
     deps = hashlib.sha256(dependencies_dir().encode()).hexdigest()[:10]
     root = cache_dir() / f"{commit[:12]}-{deps}"
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -87,19 +90,23 @@ def ref_environment(commit: str, log, repo: Path = REPO) -> Path:
         if _usable(root, commit):
             log(f"compare: reusing the checkout of {commit[:12]} in {root}")
             return root / "bin"
-        if (root / "tree").exists():
-            _git(repo, "worktree", "remove", "--force", str(root / "tree"), check=False)
         shutil.rmtree(root, ignore_errors=True)
-        log(f"compare: checking out {commit[:12]} into {root}")
-        # --force: the path may still be registered from a checkout someone deleted by hand
-        _git(repo, "worktree", "add", "--force", "--detach", "--quiet", str(root / "tree"), commit)
-        side_environment(root / "venv", root / "tree" / "sqla_queue")
+        log(f"compare: checking out {commit[:12]} (its sqla_queue/ to {root})")
+        with tempfile.TemporaryDirectory(prefix="sqlaq-compare-") as tmp:
+            tree = Path(tmp) / "tree"
+            _git(repo, "worktree", "add", "--detach", "--quiet", str(tree), commit)
+            try:
+                shutil.copytree(tree / "sqla_queue", root / "src" / "sqla_queue",
+                                ignore=shutil.ignore_patterns("__pycache__"))
+            finally:
+                _git(repo, "worktree", "remove", "--force", str(tree))
+        side_environment(root / "venv", root / "src" / "sqla_queue")
         (root / MARKER).write_text(json.dumps({"commit": commit, "dependencies": dependencies_dir()}))
     return root / "venv" / "bin"
 
 
 def _usable(root: Path, commit: str) -> bool:
-    """Finished for this commit and these dependencies, and its sqla_queue imports from its checkout."""
+    """Finished for this commit and these dependencies, and its sqla_queue imports from its copy."""
     try:
         marker = json.loads((root / MARKER).read_text())
     except (OSError, ValueError):
@@ -110,7 +117,7 @@ def _usable(root: Path, commit: str) -> bool:
         where = _python_says(root / "venv", "import sqla_queue, sqlalchemy; print(sqla_queue.__file__)")
     except (OSError, RuntimeError):
         return False
-    return Path(where).resolve().is_relative_to((root / "tree").resolve())
+    return Path(where).resolve().is_relative_to((root / "src").resolve())
 
 
 def _python_says(root: Path, code: str) -> str:
@@ -121,9 +128,9 @@ def _python_says(root: Path, code: str) -> str:
     return done.stdout.strip()
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> None:
+def _git(repo: Path, *args: str) -> None:
     done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    if check and done.returncode != 0:
+    if done.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
 
 

@@ -83,7 +83,8 @@ def test_arguments_are_checked_before_anything_is_built():
     assert compare.parse_args([]).ref == compare.read_baseline(compare.BASELINE.read_text())
     assert compare.parse_args(["HEAD", "--measures", "startup,drain"]).measures == ("startup", "drain")
     assert compare.parse_args(["--setting", "synchronous_commit=off"]).setting == [("synchronous_commit", "off")]
-    for wrong in (["--pairs", "2"], ["--measures", "drain,speed"], ["--jobs", "0"], ["--setting", "fsync"]):
+    for wrong in (["--pairs", "2"], ["--measures", "drain,speed"], ["--jobs", "0"], ["--setting", "fsync"],
+                  ["--setting", "fsync=off", "--database-url", "postgresql://localhost/x"]):
         with pytest.raises(SystemExit) as stopped:
             compare.parse_args(wrong)
         assert stopped.value.code == 2
@@ -105,13 +106,14 @@ def test_head_against_itself_is_about_even_and_passes(tmp_path):
         assert len(measure["ratios"]) == 5
         assert 0.4 <= measure["median_ratio"] <= 2.5, (name, measure)
     assert "gate (--fail-below 0.40x): passed" in done.stdout
+    assert "server: embedded PostgreSQL 18, synchronous_commit=off" in done.stdout
     assert f"compare: reusing the checkout of {result['commit'][:12]}" in done.stderr or \
         f"compare: checking out {result['commit'][:12]}" in done.stderr
 
 
 def test_a_median_below_fail_below_exits_1_and_names_the_measures():
-    done = run_compare("HEAD", "--pairs", "3", "--jobs", "20", "--enqueue-jobs", "2", "--measures", "drain,enqueue,startup",
-                       "--fail-below", "100")
+    done = run_compare("HEAD", "--pairs", "3", "--jobs", "20", "--enqueue-jobs", "2",
+                       "--measures", "drain,enqueue,startup", "--fail-below", "100")
     assert done.returncode == 1, done.stdout + done.stderr
     for name in ("drain", "enqueue", "startup"):
         assert f"python -m benchmarks compare: {name}: median ratio" in done.stderr
