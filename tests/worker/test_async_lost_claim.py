@@ -211,8 +211,12 @@ def test_a_fenced_async_job_is_cancelled_and_runs_again_once_the_network_heals(o
         job_id = queue.enqueue("sleepy", {})
         # lease 2 s: call deadline 0.5 s, renewal every 0.67 s, fenced ~2 s into the stall
         worker = queue.worker(concurrency=1, poll_interval=0.05, lease=timedelta(seconds=2), shutdown_grace=1)
+        worker.first_passes = threading.Event()  # see `start`: the stall comes after the first passes
+        run_due = worker.claim_loop.periodic.run_due
+        worker.claim_loop.periodic.run_due = lambda: (run_due(), worker.first_passes.set())
         runner = Runner(worker, how, until_empty=False)  # until_empty could end before recovery
         assert first_started.wait(WAIT), "the handler did not start"
+        assert worker.first_passes.wait(WAIT), "the worker's periodic passes did not run"
         [(_, first_token, _)] = runs["started"]
 
         proxy.stall()
