@@ -18,6 +18,7 @@ from .. import _validate
 from .._sanitize import error_text, traceback_text
 from ..db.executor import Executor
 from ..plugins.calls import emit, emit_each, failure_decision, heard
+from ..sql.lease import RELEASED
 from ..types import (
     DEFAULT_LEASE,
     ClaimedJob,
@@ -315,12 +316,13 @@ class Outcomes:
                 self._lost(job.id, job.claim_token, "heartbeat", unless_finished=True)
         return renewed
 
-    def release(self, jobs: Iterable[ClaimedJob]) -> list[int]:
+    def release(self, jobs: Iterable[ClaimedJob], reason: str = RELEASED) -> list[int]:
+        """Give held jobs back, `reason` their ``last_error`` (a constant of `sql.lease`)."""
         jobs = list(jobs)
         if not jobs:
             return []
         with self.executor.single_statement() as conn:
-            rows = conn.execute(self.statements.release, _held_params(jobs)).all()
+            rows = conn.execute(self.statements.release, {**_held_params(jobs), "reason": reason}).all()
         return sorted(row.id for row in rows)
 
     def recover_expired(self, lease: timedelta | float, limit: int) -> list[int]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Interval, Table, bindparam, case, func, update
+from sqlalchemy import Interval, Table, Text, bindparam, case, func, update
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
 from ._predicates import held_in, held_pairs
 
 RELEASED = "released unfinished at worker shutdown"
+RETURNED_UNTAKEN = "returned unstarted: no handler took it within the prefetch TTL"
 
 
 def renew_leases(table: Table) -> Executable:
@@ -32,7 +33,8 @@ def renew_leases(table: Table) -> Executable:
 
 
 def release_jobs(table: Table) -> Executable:
-    """Give unfinished jobs back at shutdown: pending now, and the interrupted attempt is not
+    """Give unfinished jobs back, saying why in ``:reason`` (`RELEASED` at shutdown,
+    `RETURNED_UNTAKEN` from a prefetch buffer): pending now, and the interrupted attempt is not
     counted (a deploy should not burn a job's attempts). A job someone asked to cancel ends
     cancelled instead: it would never be wanted again."""
     held = held_pairs("released")
@@ -50,7 +52,7 @@ def release_jobs(table: Table) -> Executable:
             lease_expires_at=None,
             locked_by=None,
             claim_token=None,
-            last_error=RELEASED,
+            last_error=bindparam("reason", type_=Text),
         )
         .returning(table.c.id, table.c.status)
     )

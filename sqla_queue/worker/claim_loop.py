@@ -25,6 +25,7 @@ from ..core import Core
 from ..errors import DatabaseError, PermissionDeniedError
 from ..services import Looper
 from ..services.scheduler import Scheduler
+from ..sql.lease import RETURNED_UNTAKEN
 from .config import WorkerConfig
 from .held_job import HeldJob
 from .runs import WorkerRuns
@@ -178,7 +179,7 @@ class ClaimLoop:
         if not stale:
             return
         try:
-            returned = self.core.outcomes.release(h.job for h in stale)
+            returned = self.core.outcomes.release((h.job for h in stale), RETURNED_UNTAKEN)
         except DatabaseError as exc:
             logger.error("worker %s: could not return %d buffered job(s); they return when their "
                          "lease expires: %s", self.worker_id, len(stale), exc)

@@ -19,7 +19,7 @@ from sqlalchemy import text
 import sqla_queue as sq
 from sqla_queue.cli import main
 from sqla_queue.errors import ConfigurationError
-from sqla_queue.sql.lease import RELEASED
+from sqla_queue.sql.lease import RELEASED, RETURNED_UNTAKEN
 from sqla_queue.worker.slots import PREFETCH_PER_HANDLER, TARGET_WAIT, PrefetchSize
 
 from waiting import wait_until
@@ -107,7 +107,7 @@ def test_a_job_buffered_past_the_ttl_goes_back_pending_with_its_attempt_handed_b
         wait_until(lambda: [(r.status, r.attempts) for r in rows(engine)[1:]] == [("pending", 0)] * 2,
                    "the buffered jobs to go back to pending")
         assert gated.started == [ids[0]]
-        assert [r.last_error for r in rows(engine)[1:]] == [RELEASED] * 2
+        assert [r.last_error for r in rows(engine)[1:]] == [RETURNED_UNTAKEN] * 2
     finally:
         gated.gate.set()
     queue.resume("default")
