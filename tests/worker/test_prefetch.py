@@ -280,7 +280,7 @@ def test_a_job_claimed_back_while_its_old_claim_runs_gives_the_old_claim_up(queu
     with engine.begin() as conn:
         conn.execute(text("UPDATE sqla_queue_jobs SET lease_expires_at = clock_timestamp() WHERE id = :id"),
                      {"id": job_id})
-    assert queue.recover_expired() == [job_id]
+    queue.recover_expired()  # or the worker's own recovery pass, whichever looks first
 
     wait_until(lambda: queue.get_job(job_id).status is sq.JobStatus.COMPLETED, "the second claim to complete it")
     assert cancelled == [first_token] and attempts == [1, 2]
