@@ -434,7 +434,7 @@ def run(db: Database, size: Size, log) -> dict:
     }
 
 
-IMPORT_FLOOR = "import sqlalchemy.orm, psycopg"
+IMPORT_FLOOR = "import sqlalchemy, psycopg"  # the worker path imports no ORM (tests/cli/test_worker_imports.py)
 
 
 def import_floor() -> float:

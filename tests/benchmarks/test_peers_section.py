@@ -191,7 +191,7 @@ def test_the_issues_side_by_side_targets():
     assert "sqla_queue 1 x 50" in rows[2]["note"]  # the best CLI row, named
     assert rows[4]["ratio"] == pytest.approx(0.8)
     assert rows[5]["measured"] == "500 ms" and rows[5]["ratio"] == pytest.approx(0.5 / 0.3)  # start-up
-    assert rows[5]["note"] == "import floor (`python -c 'import sqlalchemy.orm, psycopg'`) 250 ms; pgqueuer 500 ms"
+    assert rows[5]["note"] == "import floor (`python -c 'import sqlalchemy, psycopg'`) 250 ms; pgqueuer 500 ms"
     assert all(row["met"] is None for row in targets.peer_rows({}))  # not run: not measured
 
 
