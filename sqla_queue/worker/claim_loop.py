@@ -268,29 +268,31 @@ class ClaimLoop:
         finished = self.slots.take_finished()
         if not finished:
             return
-        outcomes = self.core.outcomes
         try:
-            texts = outcomes.result_texts([h.job for h in finished], _results_of(finished))
-            results = outcomes.complete_many([h.job for h in finished], texts)
+            results = self._complete(finished)
         except DatabaseError:
             self.slots.give_back_finished(finished)
             raise
         self.slots.settle_completed(finished, results)
 
     def complete_finished(self) -> None:
-        """Complete the jobs that finished, without claiming (the drain at shutdown)."""
+        """Complete the jobs that finished, without claiming (the drain at shutdown): a failed
+        statement leaves them to lease recovery."""
         finished = self.slots.take_finished()
         if not finished:
             return
-        outcomes = self.core.outcomes
         try:
-            texts = outcomes.result_texts([h.job for h in finished], _results_of(finished))
-            results = outcomes.complete_many([h.job for h in finished], texts)
+            results = self._complete(finished)
         except DatabaseError as exc:
             logger.error("worker %s: could not complete %d finished job(s); they return when "
                          "their lease expires: %s", self.worker_id, len(finished), exc)
             results = {}
         self.slots.settle_completed(finished, results)
+
+    def _complete(self, finished: list[HeldJob]) -> dict:
+        outcomes = self.core.outcomes
+        jobs = [h.job for h in finished]
+        return outcomes.complete_many(jobs, outcomes.result_texts(jobs, _results_of(finished)))
 
 
 def _results_of(finished: list[HeldJob]) -> dict[int, Any] | None:

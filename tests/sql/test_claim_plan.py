@@ -305,19 +305,10 @@ def test_held_jobs_are_found_by_primary_key_not_through_the_running_index(draine
         prepared, names = _positional(text_sent)
         plan = _generic_plan(drained_engine, prepared, [params_sent[n] for n in names])  # forced generic
     else:
-        plan = _custom_plan(drained_engine, text_sent, params_sent)
+        plan = _plan(drained_engine, text_sent, params_sent)
     part = _finding_part(plan, cte)
     assert PRIMARY_KEY in part, plan
     assert not [index for index in RUNNING_INDEXES if index in part], plan
-
-
-def _custom_plan(engine, text_sent: str, params_sent: dict) -> str:
-    with engine.connect() as conn:
-        cursor = conn.connection.driver_connection.cursor()
-        cursor.execute("EXPLAIN " + text_sent, params_sent)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        conn.rollback()
-    return plan
 
 
 def _plans_of_the_prepared_round(engine) -> tuple[int, int]:
