@@ -284,7 +284,7 @@ BY_PAIRS = {
     "the round": (lambda: sql.complete_and_claim_jobs(JOBS), "CTE completed_now", {**CLAIM_PARAMS, **HELD}),
     "complete_many": (lambda: outcome_sql.complete_jobs_announced(JOBS), "CTE completed_now", HELD),
     "renew": (lambda: lease_sql.renew_leases(JOBS), None, {**HELD, "lease": sq.DEFAULT_LEASE}),
-    "release": (lambda: lease_sql.release_jobs(JOBS), None, HELD),
+    "release": (lambda: lease_sql.release_jobs(JOBS), None, {**HELD, "reason": lease_sql.RELEASED}),
 }
 
 
