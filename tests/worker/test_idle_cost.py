@@ -61,6 +61,9 @@ COMMITS_PER_SAMPLE = 2  # a checkout ping and the sample statement
 # Start-up work whose counts a backend may still hold when the window opens (a backend reports
 # at most once a second): opening each pooled connection, LISTEN, the first claims.
 START_UP_SLACK = 15
+# Seconds between the worker's connections opening and the window: its first periodic passes come
+# after its first claim (at most 100 ms later, more on a loaded machine).
+START_UP_SETTLE = 2.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -91,10 +94,13 @@ class IdleApp:
         return self.process
 
     def wait_resting(self) -> None:
-        """Up and listening: its listener and a pooled connection are open (two backends)."""
+        """Up and listening (its listener and a pooled connection are open: two backends), and
+        past its start-up: the first claim, then the first recovery, pruning and sampling passes,
+        which may open another connection (`START_UP_SETTLE`)."""
         wait_until(lambda: self._alive() and self.scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = :db AND application_name = :app",
             db=self.database, app=APP_NAME) >= 2, "the worker to connect", timeout=60)
+        time.sleep(START_UP_SETTLE)
 
     def _alive(self) -> bool:
         if self.process.poll() is not None:
