@@ -184,7 +184,8 @@ class Queue:
         statement, from `from_position` in claim order if given (`ClaimOrder.position`)."""
         finished = list(finished)
         texts = self.core.outcomes.result_texts(finished, results)
-        return self.core.outcomes.complete_and_claim(finished, queue, worker_id, limit, from_position, texts, lease)
+        positions = {} if from_position is None else {queue: from_position}
+        return self.core.outcomes.complete_and_claim(finished, [queue], worker_id, limit, positions, texts, lease)
 
     def complete(self, job_id: int, claim_token: str, *, result: Any = None) -> bool:
         """Complete a claimed job, storing `result`; False: the claim was lost (replays say True)."""

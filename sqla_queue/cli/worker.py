@@ -21,7 +21,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @main.command()
-@click.option("--queues", default="default", show_default=True, help="Comma-separated queue names.")
+@click.option("--queues", show_default="every queue with a registered task",
+              help="Comma-separated queue names to serve (default: every queue the app's tasks and schedules "
+                   "put jobs on, logged at start).")
 @click.option("--processes", type=click.IntRange(min=1, max=MAX_PROCESSES), envvar=PROCESSES_ENV,
               default=lambda: usable_cores(), show_default="one per usable core",
               help="Worker processes, each with its own connections and --concurrency threads, under a "
@@ -66,8 +68,11 @@ def worker(obj: CliContext, queues, processes, concurrency, batch_size, prefetch
                                  param_hint="--processes")
     queue = obj.queue()  # imports the app, which may configure logging itself
     _configure_logging(log_level, log_format)
+    if queues is None and not queue.core.declared_queues():
+        raise click.UsageError("the app registers no task, so the worker has no queue to serve: register one "
+                               "with @queue.task, or name the queues with --queues")
     options = dict(
-        queues=tuple(q.strip() for q in queues.split(",")),
+        queues=None if queues is None else tuple(q.strip() for q in queues.split(",")),
         concurrency=concurrency,
         batch_size=batch_size,
         prefetch=prefetch,

@@ -83,6 +83,19 @@ class Core:
         return HandlerTransaction(self.outcomes, job, self.tasks.get(job.task), sessions, cancel_requested,
                                   max_result_bytes=self.outcomes.max_result_bytes, on_settled=on_settled)
 
+    def declared_queues(self) -> list[str]:
+        """Every queue a registered task or a schedule puts jobs on, sorted: what a worker
+        told no queues serves."""
+        names = {task.queue for task in map(self.tasks.get, self.tasks.names()) if task is not None}
+        return sorted(names | {self.schedule_queue(schedule) for schedule in self.schedules.all()})
+
+    def schedule_queue(self, schedule: Schedule) -> str:
+        """The queue `schedule`'s ticks go to: its own, else its task's."""
+        if schedule.queue is not None:
+            return schedule.queue
+        task = self.tasks.get(schedule.task)
+        return "default" if task is None else task.queue  # a schedule's task is registered with it
+
     def enqueue_tick(self, schedule: Schedule, tick: datetime, connection: Connection) -> int:
         """The job of one tick of `schedule` in the scheduler's transaction (`connection`): due
         at the tick, its ``scheduled_at`` the tick, validated and announced like any enqueue."""

@@ -65,10 +65,17 @@ class Counters:
         Returns the reason, or None when nothing was pending anywhere (nothing is written) or
         this claim was only tallied (see `EmptyClaimThrottle`).
         """
-        events = self.throttle.due(queue_name)
-        if events is None:
-            return None
-        return conn.execute(self.statements.count_empty, {"queue": queue_name, "events": events}).scalar()
+        return self.count_empty_claims(conn, [queue_name]).get(queue_name)
+
+    def count_empty_claims(self, conn: Connection, queue_names: Iterable[str]) -> dict[str, str]:
+        """`count_empty_claim` for the queues one claim found empty, in one statement: the
+        reason per queue counted (absent: tallied, or nothing pending anywhere)."""
+        due = [(name, events) for name in queue_names if (events := self.throttle.due(name)) is not None]
+        if not due:
+            return {}
+        rows = conn.execute(self.statements.count_empty, {
+            "queues": [name for name, _ in due], "events": [events for _, events in due]}).all()
+        return {row.queue_name: row.kind for row in rows}
 
     def count_retry(self, conn: Connection, row: Any) -> None:
         """Count an outcome row that sent its job back to pending (a retry), unless it is the

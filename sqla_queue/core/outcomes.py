@@ -100,34 +100,50 @@ class Outcomes:
         return None if row is None else ClaimedJob.from_row(row)
 
     def complete_and_claim(
-        self, finished: Iterable[ClaimedJob], queue: str, worker_id: str, limit: int,
-        from_position: Any, results: Mapping[int, str | None], lease: timedelta | float = DEFAULT_LEASE,
+        self, finished: Iterable[ClaimedJob], queues: Sequence[str], worker_id: str, limit: int,
+        positions: Mapping[str, Any], results: Mapping[int, str | None],
+        lease: timedelta | float = DEFAULT_LEASE, tasks: Sequence[str] | None = None,
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
-        """`results`: JSON text of the finished jobs' return values, by job id (absent: none);
-        the claimed jobs are held under `lease` (the worker's)."""
+        """Complete `finished` and claim up to `limit` jobs from `queues` (taken in that order:
+        the first takes what it can, the next what is left) whose task is one of `tasks` (None:
+        any), each queue from its position in `positions` (absent: from the start of the claim
+        order). `results`: JSON text of the finished jobs' return values, by job id (absent:
+        none); the claimed jobs are held under `lease` (the worker's)."""
         finished = list(finished)
-        queue = _validate.name(queue, "queue")
+        queues = [_validate.name(queue, "queue") for queue in queues]
         worker_id = _validate.name(worker_id, "worker_id")
         limit = _validate.non_negative_int(limit, "limit")
-        position = {} if from_position is None else self.executor.order.position_params(from_position)
-        params = {"queue": queue, "worker_id": worker_id, "limit": limit,
-                  "token": secrets.token_urlsafe(24), "lease": _lease(lease), **position,
-                  **_held_params(finished, results)}
+        params = {"queues": queues, "tasks": None if tasks is None else list(tasks), "worker_id": worker_id,
+                  "limit": limit, "token": secrets.token_urlsafe(24), "lease": _lease(lease),
+                  **self._position_params(queues, positions), **_held_params(finished, results)}
         with self.executor.round_connection() as conn:
-            rows = self.executor.run_round(conn, params, from_position=bool(position))
+            rows = self.executor.run_round(conn, params, from_position=any(q in positions for q in queues))
             claimed_rows = [row for row in rows if row.claimed]
-            # Idle path only: an empty claim is classified and counted.
-            empty_reason = (self.counters.count_empty_claim(conn, queue)
-                            if limit and not claimed_rows else None)
+            # Idle path only: the queues a claim found empty are classified and counted (one
+            # statement). A claim that got all it asked for may not have reached every queue.
+            reached_all = limit and len(claimed_rows) < limit
+            empty = [q for q in queues if not any(row.queue_name == q for row in claimed_rows)] if reached_all else []
+            empty_reasons = self.counters.count_empty_claims(conn, empty) if empty else {}
         completed_rows = [row for row in rows if not row.claimed]
         self._emit_finished(completed_rows)
         completed = {row.id for row in completed_rows}
         results = {job.id: job.id in completed or self.complete(job.id, job.claim_token, results.get(job.id))
                    for job in finished}
         jobs = sorted((ClaimedJob.from_row(row) for row in claimed_rows), key=lambda j: j.id)
-        if limit:
-            self._emit_claimed(jobs, claimed_rows, queue, worker_id, limit, empty_reason)
+        if jobs:
+            self._emit_claimed(jobs, claimed_rows, queues[0], worker_id, limit)
+        for queue in empty:
+            self._emit_claimed([], [], queue, worker_id, limit, empty_reasons.get(queue))
         return results, jobs
+
+    def _position_params(self, queues: list[str], positions: Mapping[str, Any]) -> dict[str, list]:
+        """Each queue's position as the claim order's ``:from_*`` parameters, one list per
+        parameter aligned with `queues` (None where a queue has no position); {} for none."""
+        given = {q: self.executor.order.position_params(positions[q]) for q in queues if positions.get(q) is not None}
+        if not given:
+            return {}
+        keys = next(iter(given.values()))
+        return {key: [given[q][key] if q in given else None for q in queues] for key in keys}
 
     def _emit_claimed(self, jobs, rows, queue: str, worker_id: str, limit: int,
                       empty_reason: str | None = None) -> None:

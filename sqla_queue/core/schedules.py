@@ -132,7 +132,9 @@ class Schedule:
     Exactly one of `cron` and `every` (a timedelta; seconds are accepted and converted).
     `timezone` is the IANA zone a cron expression is read in; interval ticks are multiples of
     `every` since the Unix epoch, the same in every zone, so they take no other zone than UTC.
-    `queue` and `priority` None mean the task's own. `payload` is kept as a copy."""
+    `queue` and `priority` None mean the task's own. `payload` is kept as a copy.
+    `skip_if_pending` (default): a tick is passed over while a job of an earlier tick of the
+    task waits, pending, on the schedule's queue."""
 
     name: str
     task: str
@@ -143,6 +145,7 @@ class Schedule:
     priority: int | None = None
     timezone: str = "UTC"
     backfill: bool = False
+    skip_if_pending: bool = True
     timing: Every | Cron = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -153,8 +156,9 @@ class Schedule:
             _validate.as_config(_validate.queue_name, self.queue, "queue of a schedule")
         if self.priority is not None:
             _validate.as_config(_validate.priority, self.priority, "priority of a schedule")
-        if not isinstance(self.backfill, bool):
-            raise ConfigurationError(f"backfill must be True or False, got {type(self.backfill).__name__}")
+        for flag in ("backfill", "skip_if_pending"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(f"{flag} must be True or False, got {type(getattr(self, flag)).__name__}")
         if (self.cron is None) == (self.every is None):
             raise ConfigurationError("a schedule needs exactly one of cron= (an expression) or every= (an interval)")
         zone = _zone(self.timezone)
@@ -195,7 +199,9 @@ class PeriodicOptions(TypedDict, total=False):
     seconds) and `every` (a timedelta or seconds; ticks are multiples of it since the Unix
     epoch); `payload` of each tick's job; `queue` and `priority` (default: the task's);
     `timezone` (an IANA name, default UTC) a cron expression is read in; `backfill` (enqueue
-    ticks missed while no worker ran, up to `MAX_BACKFILL`); `name` (default: the task's)."""
+    ticks missed while no worker ran, up to `MAX_BACKFILL`); `skip_if_pending` (default True:
+    no new tick while a job of an earlier one is still pending on the queue, so ticks do not
+    pile up behind a queue no worker serves); `name` (default: the task's)."""
 
     cron: str | None
     every: timedelta | float | None
@@ -204,6 +210,7 @@ class PeriodicOptions(TypedDict, total=False):
     priority: int | None
     timezone: str | None
     backfill: bool
+    skip_if_pending: bool
     name: str | None
 
 

@@ -126,6 +126,7 @@ class Statements:
     advance_schedule = _Built(lambda s: schedule_sql.advance_schedule(s.table))
     schedule_last_tick_locked = _Built(lambda s: schedule_sql.last_tick_locked(s.table))
     schedule_last_ticks = _Built(lambda s: schedule_sql.last_ticks(s.table))
+    schedule_tick_pending = _Built(lambda s: schedule_sql.tick_pending(s.table))
     # retention: one statement per finished state (`states.FINISHED`), and the counters
     prune = _Built(lambda s: {
         **{state.value: prune_sql.prune_finished(s.table, state) for state in FINISHED},
@@ -200,7 +201,7 @@ class DriverStatements:
     @cached_property
     def round_from(self) -> DriverStatement:
         return self._compiled(self.statements.complete_and_claim_from, {
-            **_ROUND_SAMPLE, "from_priority": 0, "from_run_at": None, "from_id": 0,
+            **_ROUND_SAMPLE, "from_priority": [], "from_run_at": [], "from_id": [],
         })
 
     @cached_property
@@ -222,7 +223,7 @@ class DriverStatements:
         return self._compiled(self.statements.wake_queues, {"queues": []}, ("queues",))
 
 
-_ROUND_SAMPLE = {"queue": "", "worker_id": "", "limit": 0, "token": "", "lease": None, "job_ids": [], "tokens": [],
-                 "results": []}
+_ROUND_SAMPLE = {"queues": [], "tasks": None, "worker_id": "", "limit": 0, "token": "", "lease": None,
+                 "job_ids": [], "tokens": [], "results": []}
 
 

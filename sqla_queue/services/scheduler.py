@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
@@ -36,13 +36,26 @@ class Scheduler:
         self._clock = clock or _utc_now
         self._started: datetime | None = None
         self._due: dict[str, datetime] = {}
+        self._queues: frozenset[str] | None = None
+
+    def serve(self, queues: Iterable[str]) -> None:
+        """Enqueue only the ticks of schedules whose jobs go to `queues` (a worker's): a tick
+        no worker of this deployment would claim is left to one that serves its queue."""
+        self._queues = frozenset(queues)
+
+    def schedules(self) -> list[Schedule]:
+        """The schedules this scheduler enqueues ticks of (all, until `serve` narrows them)."""
+        schedules = self.core.schedules.all()
+        if self._queues is None:
+            return schedules
+        return [schedule for schedule in schedules if self.core.schedule_queue(schedule) in self._queues]
 
     def run_if_due(self) -> int:
         """Enqueue the ticks that came due since the last pass; returns how many this worker
         enqueued (ticks another worker got first are not counted)."""
         now = self._clock()
         enqueued = 0
-        for schedule in self.core.schedules.all():
+        for schedule in self.schedules():
             if self._due_of(schedule, now) <= now:
                 enqueued += self._pass(schedule, now)
                 self._due[schedule.name] = schedule.next_tick(now)
@@ -59,7 +72,7 @@ class Scheduler:
 
     def seconds_until_due(self) -> float | None:
         """Seconds until the next tick of any schedule; None without schedules."""
-        schedules = self.core.schedules.all()
+        schedules = self.schedules()
         if not schedules:
             return None
         now = self._clock()
@@ -99,7 +112,9 @@ def fire_tick(core: Core, schedule: Schedule, now: datetime, *, not_before: date
     One transaction: without backfill, the latest tick in ``(not_before, now]``; with backfill,
     the ticks since the schedule's last one (its row locked while they are counted; the first
     time, only the latest, as without). The conditional upsert of the latest tick then decides:
-    it returns the row only if the stored tick was older, and only then are the jobs inserted.
+    it returns the row only if the stored tick was older, and only then are the jobs inserted,
+    unless the schedule says `skip_if_pending` and a job of an earlier tick still waits: then
+    the ticks are passed over (the row moved all the same, so they are not backfilled later).
     A racing worker's upsert waits for this transaction and then finds its tick taken.
     """
     statements = core.executor.statements
@@ -116,6 +131,10 @@ def fire_tick(core: Core, schedule: Schedule, now: datetime, *, not_before: date
         advanced = conn.execute(statements.advance_schedule, {"name": schedule.name, "tick": ticks[-1]}).first()
         if advanced is None:
             return 0
+        if schedule.skip_if_pending and _tick_pending(core, schedule, conn):
+            logger.info("schedule %r: skipped the tick of %s, an earlier tick's job is still pending on queue %r",
+                        schedule.name, ticks[-1], core.schedule_queue(schedule))
+            return 0
         for tick in ticks:
             core.enqueue_tick(schedule, tick, conn)
     if len(ticks) > 1:
@@ -123,6 +142,13 @@ def fire_tick(core: Core, schedule: Schedule, now: datetime, *, not_before: date
     else:
         logger.debug("schedule %r: enqueued the tick of %s", schedule.name, ticks[0])
     return len(ticks)
+
+
+def _tick_pending(core: Core, schedule: Schedule, conn) -> bool:
+    """A job of `schedule`'s task from an earlier tick waits on its queue (after the schedule's
+    row moved, so racing workers ask one at a time)."""
+    params = {"queue": core.schedule_queue(schedule), "task": schedule.task}
+    return bool(conn.execute(core.executor.statements.schedule_tick_pending, params).scalar())
 
 
 def last_ticks(core: Core) -> dict[str, datetime]:

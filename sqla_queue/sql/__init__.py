@@ -8,7 +8,7 @@ indexes' predicates. `sql.session` holds the few statements about the database s
 (what pool hooks and the listener run), which take no table and no values.
 """
 
-from .claim import claim_jobs, complete_and_claim_jobs
+from .claim import claim_jobs, claim_served_jobs, complete_and_claim_jobs
 from .enqueue import find_active_keys, insert_job, insert_jobs
 from .jobs import claim_state, select_job, watch_job
 from .lease import release_jobs, renew_leases
@@ -28,6 +28,7 @@ from .stats import queue_health
 __all__ = [
     "cancel_expired",
     "claim_jobs",
+    "claim_served_jobs",
     "channel_name",
     "claim_state",
     "complete_and_claim_jobs",

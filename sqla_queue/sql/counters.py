@@ -7,7 +7,7 @@ columns carry no index, so the update is HOT and the table stays a few pages.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Interval, Table, Text, bindparam, case, exists, func, select
+from sqlalchemy import ARRAY, BigInteger, Interval, Table, Text, bindparam, case, column, exists, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql import Executable
 
@@ -46,44 +46,46 @@ def count_events(counters: Table) -> Executable:
 
 
 def count_empty_claim(table: Table, counters: Table) -> Executable:
-    """Classify a claim on ``:queue`` that returned nothing, add ``:events`` under that reason,
-    and return the reason.
+    """Classify the claims that returned nothing from the queues in ``:queues``, add each
+    queue's ``:events`` (a list aligned with ``:queues``) under its reason, and return
+    ``(queue_name, kind)`` per queue counted.
 
-    Run right after the empty claim, only then: when jobs flow, claims return rows and this
-    never runs. Returns no row, and writes nothing, when no job is pending anywhere (an idle
-    queue is not a signal). Otherwise the first reason that holds is counted:
+    Run right after an empty claim, only then: when jobs flow, claims return rows and this
+    never runs. One statement for every queue the claim read (a worker's claim reads all it
+    serves). Returns no row, and writes nothing, for a queue when no job is pending anywhere
+    (an idle queue is not a signal). Otherwise the first reason that holds is counted:
 
     * ``empty_locked``: due jobs with attempts left exist in this queue, so the claim's
-      SKIP LOCKED passed over them (another transaction held their rows), or they became
-      visible a moment after the claim's snapshot;
+      SKIP LOCKED passed over them (another transaction held their rows), they became
+      visible a moment after the claim's snapshot, or their task is one the claiming worker
+      does not register;
     * ``empty_scheduled``: this queue's pending jobs are all due later;
     * ``empty_exhausted``: pending jobs with no attempts left (only a manual edit makes them);
     * ``empty_other_queue``: jobs are pending, but only in other queues.
 
     Each test is an EXISTS probe on the pending claim index that stops at its first row.
     """
+    asked = func.unnest(bindparam("queues", type_=ARRAY(Text)), bindparam("events", type_=ARRAY(BigInteger))) \
+        .table_valued(column("queue_name", Text), column("events", BigInteger)).render_derived("asked")
+    queue = asked.c.queue_name
     reason = case(
-        (_pending_exists(table, table.c.run_at <= func.clock_timestamp(),
+        (_pending_exists(table, queue, table.c.run_at <= func.clock_timestamp(),
                          table.c.attempts < table.c.max_attempts), EMPTY_LOCKED),
-        (_pending_exists(table, table.c.run_at > func.clock_timestamp(),
+        (_pending_exists(table, queue, table.c.run_at > func.clock_timestamp(),
                          table.c.attempts < table.c.max_attempts), EMPTY_SCHEDULED),
-        (_pending_exists(table, table.c.attempts >= table.c.max_attempts), EMPTY_EXHAUSTED),
-        (exists().where(status_is(table, JobStatus.PENDING),
-                        table.c.queue_name != bindparam("queue")), EMPTY_OTHER_QUEUE),
+        (_pending_exists(table, queue, table.c.attempts >= table.c.max_attempts), EMPTY_EXHAUSTED),
+        (exists().where(status_is(table, JobStatus.PENDING), table.c.queue_name != queue), EMPTY_OTHER_QUEUE),
     ).label("kind")
-    classified = select(reason).subquery("classified")
+    classified = select(queue, asked.c.events, reason).subquery("classified")
     rows = (
-        select(_minute(), bindparam("queue", type_=Text), classified.c.kind,
-               bindparam("events", type_=BigInteger))
+        select(_minute(), classified.c.queue_name, classified.c.kind, classified.c.events)
         .where(classified.c.kind.is_not(None))
     )
-    return _upsert(counters, rows).returning(counters.c.kind)
+    return _upsert(counters, rows).returning(counters.c.queue_name, counters.c.kind)
 
 
-def _pending_exists(table: Table, *conditions):
-    return exists().where(
-        table.c.queue_name == bindparam("queue"), status_is(table, JobStatus.PENDING), *conditions
-    )
+def _pending_exists(table: Table, queue, *conditions):
+    return exists().where(table.c.queue_name == queue, status_is(table, JobStatus.PENDING), *conditions)
 
 
 def prune_counters(counters: Table) -> Executable:

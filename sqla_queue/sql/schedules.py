@@ -9,11 +9,13 @@ that transaction, and only that one, inserts the tick's job before it commits
 
 from __future__ import annotations
 
-from sqlalchemy import DateTime, Table, Text, any_, bindparam, func, select
+from sqlalchemy import DateTime, Table, Text, any_, bindparam, exists, func, select
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.sql import Executable
 
 from ..tables import schedules_table
+from ..types import JobStatus
+from ._predicates import status_is
 
 
 def advance_schedule(table: Table) -> Executable:
@@ -60,3 +62,15 @@ def last_ticks(table: Table) -> Executable:
         .where(schedules.c.name == any_(bindparam("names", type_=ARRAY(Text))))
         .order_by(schedules.c.name)
     )
+
+
+def tick_pending(table: Table) -> Executable:
+    """Whether a tick of task ``:task`` (a job with a ``scheduled_at``) is still pending on
+    ``:queue``: a schedule with ``skip_if_pending`` enqueues no new tick then. A probe of the
+    queue's part of the pending claim index that stops at its first match."""
+    return select(exists().where(
+        table.c.queue_name == bindparam("queue", type_=Text),
+        status_is(table, JobStatus.PENDING),
+        table.c.task == bindparam("task", type_=Text),
+        table.c.scheduled_at.is_not(None),
+    ))

@@ -2,7 +2,9 @@
 the periodic services between rounds, and the rest until a notification, a freed slot, a
 completion to send or the poll interval.
 
-A round is one statement per queue (`Outcomes.complete_and_claim`): sharing the commit halves
+A round is one statement for every queue served (`Outcomes.complete_and_claim`), taken in a
+turn that rotates each round, so an idle worker's cost does not grow with its queues and a busy
+queue cannot starve the others; it claims only the tasks the worker registers. Sharing the commit halves
 the commits per job (a commit waits for a WAL flush, the dominant cost of a no-op job). The
 finished jobs still count as held until then, so a claim never reserves more jobs than there
 are slots. Slots include the prefetch (`slots.Slots`): jobs claimed ahead of the handlers, so
@@ -45,8 +47,8 @@ held it) waits."""
 
 
 class ClaimLoop:
-    """Rounds for `config.queues` on `core`, filling `slots` and handing jobs to `runs`; the
-    `periodic` services run between rounds (`scheduler` also bounds the rest)."""
+    """Rounds for the queues `serve` names on `core`, filling `slots` and handing jobs to
+    `runs`; the `periodic` services run between rounds (`scheduler` also bounds the rest)."""
 
     def __init__(self, core: Core, config: WorkerConfig, worker_id: str, slots: Slots, runs: WorkerRuns,
                  periodic: Looper, scheduler: Scheduler, *, wake: threading.Event, stopping: threading.Event) -> None:
@@ -66,6 +68,14 @@ class ClaimLoop:
         # The last claim found nothing more due: claim again at `claim_at`, or when nudged.
         self.empty = False
         self.claim_at = 0.0
+        self.queues: tuple[str, ...] = config.queues or ()
+        self.tasks: tuple[str, ...] | None = None
+        self.turn = 0  # rounds that claimed: which queue comes first in the next one
+
+    def serve(self, queues: tuple[str, ...], tasks: list[str] | None) -> None:
+        """Claim from `queues`, only jobs of `tasks` (None: any task)."""
+        self.queues = tuple(queues)
+        self.tasks = None if tasks is None else tuple(tasks)
 
     def run(self, until_empty: bool) -> None:
         """Rounds until stopped, or with `until_empty` until nothing is due and nothing held."""
@@ -191,34 +201,35 @@ class ClaimLoop:
     # -- rounds -----------------------------------------------------------------------------
 
     def round(self) -> tuple[int, int, bool]:
-        """One statement per queue: complete what finished, claim into the free slots. Returns
-        the jobs asked for, the jobs claimed and whether every claim started from the beginning
-        of the claim order (only those can tell that nothing is due)."""
-        asked, claimed, from_start = 0, 0, True
+        """One statement for every queue: complete what finished, claim into the free slots.
+        Returns the jobs asked for, the jobs claimed and whether the claim started from the
+        beginning of the claim order in every queue (only such a claim can tell that nothing
+        is due)."""
         batch = self.config.effective_batch_size
         self.slots.resize()
-        for queue_name in self._queue_order():
-            finished = self.slots.take_finished()
-            free = self.slots.free() + len(finished)
-            limit = 0 if self.stopping.is_set() else max(0, free if batch is None else min(free, batch))
-            if not finished and limit <= 0:
-                continue
-            position = self._claim_from(queue_name) if limit else None
-            jobs = self._complete_and_claim(finished, queue_name, limit, position)
-            if limit:
-                self._note_position(queue_name, jobs, limit)
-            asked += limit
-            claimed += len(jobs)
-            from_start = from_start and position is None
-        self.slots.count("claimed", claimed)
-        return asked, claimed, from_start
+        finished = self.slots.take_finished()
+        free = self.slots.free() + len(finished)
+        limit = 0 if self.stopping.is_set() else max(0, free if batch is None else min(free, batch))
+        if not finished and limit <= 0:
+            return 0, 0, True
+        queues = self._queue_order() if limit else list(self.queues)
+        positions = {} if not limit else {
+            name: position for name in queues if (position := self._claim_from(name)) is not None}
+        jobs = self._complete_and_claim(finished, queues, limit, positions)
+        if limit:
+            self.turn += 1
+            self._note_positions(queues, jobs, limit)
+        self.slots.count("claimed", len(jobs))
+        return limit, len(jobs), not positions
 
-    def _complete_and_claim(self, finished: list[HeldJob], queue_name: str, limit: int, position: Any) -> list:
+    def _complete_and_claim(self, finished: list[HeldJob], queues: list[str], limit: int,
+                            positions: dict[str, Any]) -> list:
         outcomes = self.core.outcomes
         try:
             texts = outcomes.result_texts([h.job for h in finished], _results_of(finished))
             results, jobs = outcomes.complete_and_claim(
-                [h.job for h in finished], queue_name, self.worker_id, limit, position, texts, self.config.lease)
+                [h.job for h in finished], queues, self.worker_id, limit, positions, texts, self.config.lease,
+                self.tasks)
         except DatabaseError:
             self.slots.give_back_finished(finished)
             raise
@@ -239,9 +250,11 @@ class ClaimLoop:
         self.slots.hold(held)  # the buffer, and on to free handlers
 
     def _queue_order(self) -> list[str]:
-        """Rotate the starting queue each round so one busy queue cannot starve the others."""
-        queues = list(self.config.queues)
-        shift = self.slots.summary.claimed % len(queues)
+        """The served queues, starting one further each round that claims: the first queue
+        takes what it can, so each comes first in turn and one busy queue cannot starve the
+        others."""
+        queues = list(self.queues)
+        shift = self.turn % len(queues)
         return queues[shift:] + queues[:shift]
 
     def _claim_from(self, queue_name: str) -> Any:
@@ -254,13 +267,22 @@ class ClaimLoop:
             return None
         return self.positions.get(queue_name)
 
-    def _note_position(self, queue_name: str, jobs: list, limit: int) -> None:
-        if len(jobs) < limit:  # ran out of due jobs from here: start over next time
-            self.positions.pop(queue_name, None)
-        else:
-            position = self.order.position(jobs)
+    def _note_positions(self, queues: list[str], jobs: list, limit: int) -> None:
+        """Per queue, in the claim's turn: one that gave fewer jobs than were left to claim ran
+        out of due jobs from where it started (start over next time); the one that took the
+        last of the limit may have more (resume from where it got to); the queues after it
+        were not read (keep theirs)."""
+        left = limit
+        for name in queues:
+            got = [job for job in jobs if job.queue == name]
+            if len(got) < left:
+                self.positions.pop(name, None)
+                left -= len(got)
+                continue
+            position = self.order.position(got)
             if position is not None:
-                self.positions[queue_name] = position
+                self.positions[name] = position
+            return
 
     def flush(self) -> None:
         """Complete the jobs that finished, without claiming: no round is due (the queue is

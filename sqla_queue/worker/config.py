@@ -22,7 +22,9 @@ from ..types import DEFAULT_LEASE
 class WorkerConfig:
     """Worker options, validated at construction.
 
-    :param queues: queue names to serve, claimed in turn.
+    :param queues: queue names to serve, claimed in turn (one statement for all of them).
+        Default None: every queue a registered task or a schedule of the queue puts jobs on
+        (`Core.declared_queues`), as they stand when the worker starts.
     :param concurrency: handler threads, and the most jobs held at once.
     :param batch_size: most jobs per claim statement (default: ``concurrency`` plus the
         prefetch); a claim never asks for more than the free slots.
@@ -66,7 +68,7 @@ class WorkerConfig:
         (a ``timedelta`` or seconds). Default 7 days.
     """
 
-    queues: tuple[str, ...] = ("default",)
+    queues: tuple[str, ...] | None = None
     concurrency: int = 4
     batch_size: int | None = None
     prefetch: int | None = None
@@ -90,6 +92,8 @@ class WorkerConfig:
         _validate.known_options(options, [f.name for f in fields(cls)], "worker")
         if isinstance(options.get("queues"), str):
             options["queues"] = tuple(q for q in options["queues"].split(",") if q)
+        elif options.get("queues") is not None:
+            options["queues"] = tuple(options["queues"])
         for name in ("lease", "sample_retention"):
             if name in options:
                 options[name] = _validate.as_config(_validate.duration, options[name], name, positive=True)
@@ -98,9 +102,10 @@ class WorkerConfig:
         return config
 
     def validate(self) -> None:
-        if not self.queues:
-            raise ConfigurationError("queues must name at least one queue")
-        for name in self.queues:
+        if self.queues is not None and not self.queues:
+            raise ConfigurationError(
+                "queues must name at least one queue (or be None: every queue with a registered task)")
+        for name in self.queues or ():
             _validate.as_config(_validate.name, name, "queue")
         _validate.config_positive_int(self.concurrency, "concurrency")
         if self.worker_id is not None:  # said now, not at run(), when it is first written

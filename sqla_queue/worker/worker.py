@@ -43,7 +43,7 @@ from typing import Any
 from ..core import Core
 from ..db.engine import engine_of
 from ..db.worker_engine import worker_engine
-from ..errors import PermissionDeniedError
+from ..errors import ConfigurationError, PermissionDeniedError
 from ..services import Looper
 from ..services.lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
 from ..services.listener import Listener, ListenerConfig
@@ -64,7 +64,7 @@ logger = logging.getLogger("sqla_queue.worker")
 
 
 class Worker:
-    """Runs the handlers of one queue. Build it with ``queue.worker(...)``."""
+    """Runs the handlers of one queue's tasks. Build it with ``queue.worker(...)``."""
 
     def __init__(self, core: Core, **options: Any) -> None:
         self.config = WorkerConfig.build(**options)
@@ -104,6 +104,8 @@ class Worker:
         self._lease_keeper = LeaseKeeper(self.core, LeaseKeeperConfig(lease=self.config.lease),
                                          self.slots.snapshot, owner=f"worker {self.worker_id}")
         self._listener: Listener | None = None
+        self.queues: tuple[str, ...] = self.config.queues or ()
+        """The queues this worker serves: `config.queues`, or settled when it runs."""
 
     def _periodic_services(self) -> Looper:
         """What the claim loop runs between rounds: recovery, pruning (if configured), the
@@ -165,9 +167,11 @@ class Worker:
         self._done.clear()
         self._denied = None
         self.runs.handler_loop = handler_loop
+        self._serve()
         with self._signal_handlers(), self._threads():
-            logger.info("worker %s serving %s with concurrency %s", self.worker_id,
-                        ",".join(self.config.queues), self.config.concurrency)
+            logger.info("worker %s serving %s%s with concurrency %s", self.worker_id, ",".join(self.queues),
+                        " (every queue with a registered task)" if self.config.queues is None else "",
+                        self.config.concurrency)
             try:
                 self.claim_loop.run(until_empty)
             except PermissionDeniedError as exc:
@@ -183,6 +187,19 @@ class Worker:
             raise self._denied
         logger.info("worker %s stopped: %s", self.worker_id, self.summary)
         return self.summary
+
+    def _serve(self) -> None:
+        """Settle what this run serves: the queues given, else every queue the app's tasks and
+        schedules declare (as registered now); and which tasks it claims (those registered,
+        so a job of a task only newer code knows waits for a worker that runs that code)."""
+        queues = self.config.queues or tuple(self.core.declared_queues())
+        if not queues:
+            raise ConfigurationError(
+                "the worker has no queue to serve: this queue has no registered task; register one with "
+                "@queue.task, or name the queues with queues=[...] (--queues)")
+        self.queues = queues
+        self.claim_loop.serve(queues, self.core.tasks.names())
+        self._scheduler.serve(queues)
 
     def stop(self) -> None:
         """Ask `run` to stop claiming and shut down gracefully (thread-safe)."""
@@ -285,7 +302,7 @@ class Worker:
         ]
         self._listener = Listener(
             self._listen_core,
-            ListenerConfig(queues=tuple(self.config.queues), call_timeout=self.config.effective_call_timeout),
+            ListenerConfig(queues=self.queues, call_timeout=self.config.effective_call_timeout),
             Nudger(self.slots), self._done,  # type: ignore[arg-type]  # an Event's ``set`` is all it uses
         ) if self.config.listen else None
         if self._listener is not None:

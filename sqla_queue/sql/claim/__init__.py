@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     DateTime,
     Integer,
@@ -12,16 +13,22 @@ from sqlalchemy import (
     Text,
     bindparam,
     cast,
+    any_,
+    column,
     exists,
     false,
     func,
     null,
+    or_,
     select,
     true,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import INTERVAL
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import Executable, Select
+from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.visitors import iterate, replacement_traverse
 
 from ...tables import queues_table
 from ...types import JobStatus
@@ -30,7 +37,8 @@ from ..notify import announce_finished, announced
 from ..outcome import complete_jobs
 from .order import DEFAULT_ORDER, ClaimOrder, PriorityOrder
 
-__all__ = ["ClaimOrder", "DEFAULT_ORDER", "PriorityOrder", "claim_job_by_id", "claim_jobs", "complete_and_claim_jobs"]
+__all__ = ["ClaimOrder", "DEFAULT_ORDER", "PriorityOrder", "claim_job_by_id", "claim_jobs", "claim_served_jobs",
+           "complete_and_claim_jobs"]
 
 
 def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
@@ -85,6 +93,104 @@ def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder =
     return _claimed(table, table.c.id == due.c.id)
 
 
+def claim_served_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
+    """The worker's claim: up to ``:limit`` due jobs over every queue in ``:queues`` (a list, in
+    the turn the worker takes them this round) whose task is in ``:tasks`` (NULL: any task),
+    for ``:worker_id`` under ``:token`` and ``:lease``, as `claim_jobs` claims from one queue.
+
+    One statement for every queue a worker serves, so an idle worker's cost does not grow with
+    their number. Each queue is read by a LATERAL subquery that walks its part of the pending
+    index in claim order (``FOR UPDATE SKIP LOCKED``, at most ``:limit``), and the outer LIMIT
+    stops pulling rows once it has ``:limit``: PostgreSQL runs the queues in the list's order and
+    reads (and locks) no row of a queue it does not reach. The first queue takes what it can and
+    the next get what is left, so the worker rotates the list's start each round, as it rotated
+    its statements per queue before: one busy queue cannot starve the others. A paused queue
+    (`not_paused`) is dropped from the list before its index is read.
+
+    The task condition lets a worker claim only what it can run: during a rolling deploy a job
+    of a task only the new code registers stays pending for a worker that registers it, instead
+    of failing on an old one. It filters rows the index scan returns; only jobs of unregistered
+    tasks ahead in a queue's order cost a heap visit each.
+
+    `from_position` adds one position per queue (the order's ``:from_*`` parameters, each now a
+    list aligned with ``:queues``, NULL for a queue read from its head), as `claim_jobs`'
+    `from_position` does for one queue: the subquery is then a UNION ALL of the read from the
+    head (for a queue without a position) and the read from the position (for one with), each
+    branch an index scan that the other's NULLs make empty at once.
+    """
+    served = _served(table, order if from_position else None)
+    common = [
+        table.c.queue_name == served.c.queue_name,
+        status_is(table, JobStatus.PENDING),
+        table.c.run_at <= func.clock_timestamp(),
+        table.c.attempts < table.c.max_attempts,
+        _registered_task(table),
+    ]
+    if from_position:
+        keys = [bind.key for bind in _position_binds(order, table)]
+        at_position = [replacement_traverse(condition, {}, lambda element: (
+            served.c[element.key] if isinstance(element, BindParameter) and element.key in keys else None
+        )) for condition in order.position_conditions(table)]
+        # Each branch is a subquery of its own (PostgreSQL refuses FOR UPDATE in a UNION's
+        # branches), correlated to ``served`` two levels up.
+        from_head = [*common, served.c[keys[0]].is_(None)]
+        head = _due_in_order(table, order, from_head).correlate(served).subquery("from_head")
+        resumed = _due_in_order(table, order, [*common, *at_position]).correlate(served).subquery("from_position")
+        picked = union_all(select(head.c.id), select(resumed.c.id)).subquery().lateral("picked")
+    else:
+        picked = _due_in_order(table, order, common).lateral("picked")
+    due = (
+        select(picked.c.id)
+        .select_from(served.join(picked, true()))
+        .where(~_paused(table, served.c.queue_name))
+        .limit(_limit())
+        .cte("due_jobs")
+    )
+    return _claimed(table, table.c.id == due.c.id)
+
+
+def _due_in_order(table: Table, order: ClaimOrder, conditions: list) -> Select:
+    """Due jobs meeting `conditions`, in claim order, locked as read: at most ``:limit``."""
+    return (
+        select(table.c.id)
+        .where(*conditions)
+        .order_by(*order.order_by(table))
+        .limit(_limit())
+        .with_for_update(skip_locked=True)
+    )
+
+
+def _limit():
+    return bindparam("limit", type_=Integer, literal_execute=True)
+
+
+def _served(table: Table, order: ClaimOrder | None):
+    """``:queues`` as rows (``queue_name``), with the position parameters of `order` (each a
+    list aligned with ``:queues``) as further columns."""
+    arrays = [bindparam("queues", type_=ARRAY(Text))]
+    columns = [column("queue_name", Text)]
+    for bind in () if order is None else _position_binds(order, table):
+        arrays.append(bindparam(bind.key, type_=ARRAY(bind.type)))
+        columns.append(column(bind.key, bind.type))
+    return func.unnest(*arrays).table_valued(*columns).render_derived("served")
+
+
+def _position_binds(order: ClaimOrder, table: Table) -> list[BindParameter]:
+    """The parameters of `order`'s position conditions, once each, in order of appearance."""
+    found: dict[str, BindParameter] = {}
+    for condition in order.position_conditions(table):
+        for element in iterate(condition):
+            if isinstance(element, BindParameter):
+                found.setdefault(element.key, element)
+    return list(found.values())
+
+
+def _registered_task(table: Table):
+    """The job's task is one of ``:tasks``, or ``:tasks`` is NULL (any task)."""
+    tasks = bindparam("tasks", type_=ARRAY(Text))
+    return or_(tasks.is_(None), table.c.task == any_(tasks))
+
+
 def claim_job_by_id(table: Table, *, due_only: bool = False) -> Executable:
     """Claim pending job ``:job_id`` (paused queue or not; due or not, unless `due_only`) for
     ``:worker_id`` under ``:token`` and ``:lease``, as `claim_jobs` marks a job: the testing helpers' way to
@@ -113,8 +219,12 @@ def claim_job_by_id(table: Table, *, due_only: bool = False) -> Executable:
 
 def not_paused(table: Table):
     """The queue of ``:queue`` has no pause record (`claim_jobs`' pause check)."""
+    return ~_paused(table, bindparam("queue"))
+
+
+def _paused(table: Table, queue_name):
     queues = queues_table(table)
-    return ~exists().where(queues.c.queue_name == bindparam("queue"), queues.c.paused_at.is_not(None))
+    return exists().where(queues.c.queue_name == queue_name, queues.c.paused_at.is_not(None))
 
 
 def _claimed(table: Table, which, **values) -> Executable:
@@ -157,20 +267,21 @@ def _claimed(table: Table, which, **values) -> Executable:
 def complete_and_claim_jobs(table: Table, *, from_position: bool = False,
                             order: ClaimOrder = DEFAULT_ORDER) -> Executable:
     """The worker's round in one statement: complete the finished jobs (``:job_ids`` under
-    their own ``:tokens``) and claim up to ``:limit`` more, as `complete_jobs` and `claim_jobs`
-    would.
+    their own ``:tokens``) and claim up to ``:limit`` more from the queues in ``:queues``, as
+    `complete_jobs` and `claim_served_jobs` would.
 
     One statement is one round trip and, run on its own (autocommit), one commit: the whole
-    database cost of a round. The claim starts at ``(:from_run_at, :from_id)`` (see
-    `claim_jobs`): a worker passes the position of its previous claim while it is working
-    through a backlog, so each claim skips the dead index entries its predecessors left, and
-    the start of the claim order (``'-infinity'``) now and then to pick up anything that became
-    due behind that position (NULL). Rows come back tagged by ``claimed``: false rows are completions
-    (with ``duration``), true rows are claims (with the payload). The two halves touch disjoint
-    rows (running vs pending), so sharing a snapshot changes nothing for either.
+    database cost of a round, however many queues the worker serves. With `from_position` each
+    queue's claim starts at its own position (see `claim_served_jobs`): a worker passes the
+    position of its previous claim in a queue while it is working through a backlog, so each
+    claim skips the dead index entries its predecessors left, and none (NULL) now and then to
+    pick up anything that became due behind that position. Rows come back tagged by
+    ``claimed``: false rows are completions (with ``duration``), true rows are claims (with the
+    payload). The two halves touch disjoint rows (running vs pending), so sharing a snapshot
+    changes nothing for either.
     """
     completed = complete_jobs(table).cte("completed_now")
-    claimed = claim_jobs(table, from_position=from_position, order=order).cte("claimed_now")
+    claimed = claim_served_jobs(table, from_position=from_position, order=order).cte("claimed_now")
     only_claims = ("payload", "claim_token", "idempotency_key", "locked_at", "run_at", "priority",
                    "scheduled_at", "snoozes", "meta")
     return select(
