@@ -18,6 +18,7 @@ Standalone, for a comparison between two checkouts (the worker processes import 
 sqla_queue comes first on ``PYTHONPATH``)::
 
     python -m benchmarks.idle --workers 1 --window 20
+    python -m benchmarks.idle --workers 1 --queues 6 --window 20
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ queue = sq.Queue(os.environ["SQLA_QUEUE_BENCH_URL"], load_entrypoints=False)
 def noop(payload, ctx):
     return None
 '''
+EXTRA_QUEUE_TASK = '''
+
+@queue.task(name="{TASK}_{n}", queue="{QUEUE}_{n}")
+def noop_{n}(payload, ctx):
+    return None
+'''
 APP_NAME = "sqlaq-idle-bench"
 POLL_INTERVAL = 1.0  # the worker's default, written out so the report can say it
 
@@ -73,10 +80,11 @@ def run(db: Database, size: Size, log) -> dict:
     return out
 
 
-def measure(db: Database, workers: int, *, settle: float, window: float) -> dict:
-    """Start `workers` idle CLI workers, let them settle, measure `window` seconds, stop them."""
+def measure(db: Database, workers: int, *, settle: float, window: float, queues: int = 1) -> dict:
+    """Start `workers` idle CLI workers serving `queues` queues, let them settle, measure
+    `window` seconds, stop them."""
     database = make_url(db.url).database
-    with _maintenance(db) as admin, idle_workers(db, workers) as procs:
+    with _maintenance(db) as admin, idle_workers(db, workers, queues) as procs:
         if not wait_until(lambda: _ready(admin, database, workers), timeout=60 + 3 * workers, step=0.2):
             raise RuntimeError(f"{workers} idle worker(s) did not connect within the time allowed:\n"
                                + _logs(procs))
@@ -90,22 +98,27 @@ def measure(db: Database, workers: int, *, settle: float, window: float) -> dict
     seconds = t1 - t0
     rate = (xact1 - xact0) / seconds
     return {
-        "workers": workers, "seconds": seconds, "commits": xact1 - xact0,
+        "workers": workers, "queues": queues, "seconds": seconds, "commits": xact1 - xact0,
         "xact_per_s": rate, "xact_per_s_per_worker": rate / workers,
         "cpu_percent": summary(100 * (b - a) / seconds for a, b in zip(cpu0, cpu1)),
     }
 
 
 @contextmanager
-def idle_workers(db: Database, workers: int) -> Iterator[list[subprocess.Popen]]:
-    """`workers` CLI worker processes on `db`'s queue, stopped (SIGTERM, then SIGKILL) on exit."""
+def idle_workers(db: Database, workers: int, queues: int = 1) -> Iterator[list[subprocess.Popen]]:
+    """`workers` CLI worker processes on `db`'s queue, stopped (SIGTERM, then SIGKILL) on exit:
+    each serves `queues` queues, a task on each, named with ``--queues`` (so a checkout whose
+    worker serves only the queues it is told runs the same fleet)."""
     url = make_url(db.sqlalchemy_url).update_query_dict({"application_name": APP_NAME})
     with tempfile.TemporaryDirectory(prefix="sqlaq-idle-") as root:
-        (Path(root) / f"{APP_MODULE}.py").write_text(APP_SOURCE)
+        extra = range(2, queues + 1)
+        source = APP_SOURCE + "".join(EXTRA_QUEUE_TASK.format(TASK=TASK, QUEUE=QUEUE, n=n) for n in extra)
+        (Path(root) / f"{APP_MODULE}.py").write_text(source)
         env = {**os.environ, "SQLA_QUEUE_BENCH_URL": url.render_as_string(hide_password=False),
                "SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD": "1"}
         command = [sys.executable, "-m", "sqla_queue.cli", "--app", f"{APP_MODULE}:queue", "worker",
-                   "--processes", "1", "--queues", QUEUE, "--poll-interval", str(POLL_INTERVAL)]
+                   "--processes", "1", "--queues", ",".join([QUEUE, *(f"{QUEUE}_{n}" for n in extra)]),
+                   "--poll-interval", str(POLL_INTERVAL)]
         procs = []
         try:
             for n in range(workers):
@@ -180,12 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=SIZES["small"].idle_settle,
                         help="seconds between all connected and the first sample")
     parser.add_argument("--window", type=float, default=SIZES["small"].idle_window, help="seconds measured")
+    parser.add_argument("--queues", type=int, default=1, help="queues each worker serves, a task on each (default 1)")
     parser.add_argument("--database-url", help="a server to create the database on (default: embedded PostgreSQL 18)")
     args = parser.parse_args(argv)
     with benchmark_database(args.database_url) as db:
-        figures = measure(db, args.workers, settle=args.settle, window=args.window)
+        figures = measure(db, args.workers, settle=args.settle, window=args.window, queues=args.queues)
     print(f"worker processes import sqla_queue from {worker_library()}")
-    print(f"{args.workers} idle worker(s), {figures['seconds']:.1f} s: {figures['commits']} commits, "
+    print(f"{args.workers} idle worker(s) serving {args.queues} queue(s), {figures['seconds']:.1f} s: {figures['commits']} commits, "
           f"{figures['xact_per_s']:.1f} commits/s ({figures['xact_per_s_per_worker']:.2f} per worker); "
           f"CPU per worker {figures['cpu_percent']['median']:.2f} % of a core "
           f"(min {figures['cpu_percent']['min']:.2f}, max {figures['cpu_percent']['max']:.2f})")

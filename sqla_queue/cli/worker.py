@@ -21,9 +21,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @main.command()
-@click.option("--queues", show_default="every queue with a registered task",
-              help="Comma-separated queue names to serve (default: every queue the app's tasks and schedules "
-                   "put jobs on, logged at start).")
+@click.option("--queues", show_default="every queue the app's tasks and schedules put jobs on, logged at start",
+              help="Comma-separated queue names to serve.")
 @click.option("--processes", type=click.IntRange(min=1, max=MAX_PROCESSES), envvar=PROCESSES_ENV,
               default=lambda: usable_cores(), show_default="one per usable core",
               help="Worker processes, each with its own connections and --concurrency threads, under a "

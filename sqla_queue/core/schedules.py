@@ -133,8 +133,9 @@ class Schedule:
     `timezone` is the IANA zone a cron expression is read in; interval ticks are multiples of
     `every` since the Unix epoch, the same in every zone, so they take no other zone than UTC.
     `queue` and `priority` None mean the task's own. `payload` is kept as a copy.
-    `skip_if_pending` (default): a tick is passed over while a job of an earlier tick of the
-    task waits, pending, on the schedule's queue."""
+    `skip_if_pending` (default: True, unless `backfill` asks for every missed tick): a tick is
+    passed over while a job of an earlier tick (the same task and payload) waits, pending, on
+    the schedule's queue."""
 
     name: str
     task: str
@@ -145,7 +146,7 @@ class Schedule:
     priority: int | None = None
     timezone: str = "UTC"
     backfill: bool = False
-    skip_if_pending: bool = True
+    skip_if_pending: bool | None = None
     timing: Every | Cron = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -156,6 +157,8 @@ class Schedule:
             _validate.as_config(_validate.queue_name, self.queue, "queue of a schedule")
         if self.priority is not None:
             _validate.as_config(_validate.priority, self.priority, "priority of a schedule")
+        if self.skip_if_pending is None:
+            set_field("skip_if_pending", not self.backfill)
         for flag in ("backfill", "skip_if_pending"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {type(getattr(self, flag)).__name__}")
@@ -199,9 +202,9 @@ class PeriodicOptions(TypedDict, total=False):
     seconds) and `every` (a timedelta or seconds; ticks are multiples of it since the Unix
     epoch); `payload` of each tick's job; `queue` and `priority` (default: the task's);
     `timezone` (an IANA name, default UTC) a cron expression is read in; `backfill` (enqueue
-    ticks missed while no worker ran, up to `MAX_BACKFILL`); `skip_if_pending` (default True:
-    no new tick while a job of an earlier one is still pending on the queue, so ticks do not
-    pile up behind a queue no worker serves); `name` (default: the task's)."""
+    ticks missed while no worker ran, up to `MAX_BACKFILL`); `skip_if_pending` (default True
+    unless `backfill`: no new tick while a job of an earlier one is still pending on the queue,
+    so ticks do not pile up behind a queue whose workers do not take them); `name` (default: the task's)."""
 
     cron: str | None
     every: timedelta | float | None
@@ -210,7 +213,7 @@ class PeriodicOptions(TypedDict, total=False):
     priority: int | None
     timezone: str | None
     backfill: bool
-    skip_if_pending: bool
+    skip_if_pending: bool | None
     name: str | None
 
 

@@ -145,9 +145,9 @@ def fire_tick(core: Core, schedule: Schedule, now: datetime, *, not_before: date
 
 
 def _tick_pending(core: Core, schedule: Schedule, conn) -> bool:
-    """A job of `schedule`'s task from an earlier tick waits on its queue (after the schedule's
-    row moved, so racing workers ask one at a time)."""
-    params = {"queue": core.schedule_queue(schedule), "task": schedule.task}
+    """A job of an earlier tick of `schedule` (its task and payload) waits on its queue (asked
+    after the schedule's row moved, so racing workers ask one at a time)."""
+    params = {"queue": core.schedule_queue(schedule), "task": schedule.task, "payload": schedule.payload}
     return bool(conn.execute(core.executor.statements.schedule_tick_pending, params).scalar())
 
 

@@ -10,7 +10,7 @@ that transaction, and only that one, inserts the tick's job before it commits
 from __future__ import annotations
 
 from sqlalchemy import DateTime, Table, Text, any_, bindparam, exists, func, select
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.sql import Executable
 
 from ..tables import schedules_table
@@ -65,12 +65,15 @@ def last_ticks(table: Table) -> Executable:
 
 
 def tick_pending(table: Table) -> Executable:
-    """Whether a tick of task ``:task`` (a job with a ``scheduled_at``) is still pending on
-    ``:queue``: a schedule with ``skip_if_pending`` enqueues no new tick then. A probe of the
-    queue's part of the pending claim index that stops at its first match."""
+    """Whether a tick's job of task ``:task`` with payload ``:payload`` (a job with a
+    ``scheduled_at``: a schedule's) is still pending on ``:queue``: a schedule with
+    ``skip_if_pending`` enqueues no new tick then. Two schedules of one task differ by payload
+    (or are the same schedule twice). A probe of the queue's part of the pending claim index
+    that stops at its first match."""
     return select(exists().where(
         table.c.queue_name == bindparam("queue", type_=Text),
         status_is(table, JobStatus.PENDING),
         table.c.task == bindparam("task", type_=Text),
         table.c.scheduled_at.is_not(None),
+        table.c.payload == bindparam("payload", type_=JSONB),
     ))

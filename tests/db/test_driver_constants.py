@@ -11,7 +11,7 @@ from sqla_queue.db.driver import DriverStatement
 from sqla_queue.db.statements import DriverStatements, Statements
 from sqla_queue.models import Job
 
-ROUND_PARAMS = {"queue": "default", "worker_id": "w", "limit": 3, "token": "t", "lease": None,
+ROUND_PARAMS = {"queues": ["default"], "tasks": None, "worker_id": "w", "limit": 3, "token": "t", "lease": None,
                 "job_ids": [], "tokens": [], "results": []}
 
 
@@ -21,7 +21,7 @@ def _placeholders(sql: str) -> set[str]:
 
 def test_the_rounds_send_only_the_callers_values(engine):
     fast = DriverStatements(Statements.for_table(Job.__table__), engine.dialect)
-    position = {"from_priority": 0, "from_run_at": None, "from_id": 0}
+    position = {"from_priority": [0], "from_run_at": [None], "from_id": [0]}
 
     round_sql = fast.round.sql(ROUND_PARAMS)
     from_sql = fast.round_from.sql({**ROUND_PARAMS, **position})

@@ -51,7 +51,7 @@ def argv(command: str) -> list[str]:
 def test_the_doc_shows_these_worker_commands():
     assert commands() == [
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --concurrency 8",
-        "sqla-queue --app myapp.jobs:queue worker --queues default,emails --until-empty",
+        "sqla-queue --app myapp.jobs:queue worker --until-empty",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --processes 2",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --log-format json",  # test_worker_logging.py
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --pgbouncer",  # worker/test_pgbouncer.py
@@ -59,12 +59,17 @@ def test_the_doc_shows_these_worker_commands():
 
 
 def test_until_empty_command_drains_and_exits(app_dir, database_url, queue):
+    """No --queues: the worker serves the queue the page's task is declared on, ``emails``,
+    and says so."""
     job_id = queue.enqueue("send_email", {"to": "a@b.c"}, queue="emails")
     [command] = [c for c in commands() if "--until-empty" in c]
+    assert "--queues" not in command
     result = subprocess.run(argv(command), cwd=app_dir, env=run_env(database_url),
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert queue.get_job(job_id).status.value == "completed"
+    assert "serving emails (every queue with a registered task)" in result.stderr
+    assert "serving emails (every queue with a registered task)" in DOC.read_text().replace("\n", " ")
 
 
 def run_then_sigterm(command: str, app_dir, database_url, queue, jobs: int) -> tuple[int, str, str]:

@@ -190,7 +190,16 @@ def position(priorities_engine) -> dict:
     return {"from_priority": 0, "from_run_at": run_at, "from_id": job_id}
 
 
-ROUND_PARAMS = {**CLAIM_PARAMS, "job_ids": [], "tokens": [], "results": []}  # nothing finished
+# The worker's round: both queues served (``default`` has a position when there is one,
+# ``images`` none), only the worker's tasks; nothing finished.
+ROUND_PARAMS = {**CLAIM_PARAMS, "queues": ["default", "images"], "tasks": ["send_email", "resize"],
+                "job_ids": [], "tokens": [], "results": []}
+
+
+def _round_positions(position: dict) -> dict:
+    """`position` for ``default``, none for ``images``: one list per parameter, as the worker
+    sends them."""
+    return {key: [value, None] for key, value in position.items()}
 
 
 @pytest.mark.parametrize("from_position", [False, True], ids=["from the start", "from a position"])
@@ -198,20 +207,42 @@ def test_the_workers_round_with_priorities_in_use_walks_the_index_in_claim_order
     priorities_engine, position, from_position
 ):
     statement = sql.complete_and_claim_jobs(JOBS, from_position=from_position)
-    params = {**ROUND_PARAMS, **(position if from_position else {})}
+    params = {**ROUND_PARAMS, **(_round_positions(position) if from_position else {})}
     plan = plan_of(priorities_engine, statement, params)
     _assert_claim_walks_the_index(plan)
+    scans = [node for node in plan_nodes(plan) if node.get("Index Name") == INDEX]
+    # Each queue's read: the queue an index condition from the served list, as is the position.
+    assert all("= served.queue_name" in scan["Index Cond"] for scan in scans), scans
     if from_position:  # the scan starts at the position: an index condition, not a filter
-        [scan] = [node for node in plan_nodes(plan) if node.get("Index Name") == INDEX]
-        assert "priority = " in scan["Index Cond"] and "ROW(run_at, id) >= " in scan["Index Cond"], scan
+        [scan] = [node for node in scans if "priority = " in node["Index Cond"]]
+        assert "ROW(run_at, id) >= ROW(served.from_run_at, served.from_id)" in scan["Index Cond"], scan
+        # the read from the head runs only for a queue without a position
+        gates = [node for node in plan_nodes(plan) if "One-Time Filter" in node]
+        assert any("served.from_priority IS NULL" in node["One-Time Filter"] for node in gates), plan
+
+
+def test_the_workers_round_stops_reading_once_it_has_its_limit(priorities_engine):
+    """The outer LIMIT over the nested loop of served queues: run, the round reads (and locks)
+    rows of the first queue only when that queue fills the limit; the second queue's read never
+    starts. Rolled back: nothing is claimed."""
+    text_sent, params_sent = _sent(priorities_engine, sql.complete_and_claim_jobs(JOBS), ROUND_PARAMS)
+    with priorities_engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text_sent, params_sent)
+        [[document]] = cursor.fetchall()
+        conn.rollback()
+    plan = document[0]["Plan"]
+    scans = [node for node in plan_nodes(plan) if node.get("Index Name") == INDEX]
+    assert [scan["Actual Loops"] for scan in scans] == [1], scans
+    assert scans[0]["Actual Rows"] == CLAIM_PARAMS["limit"], scans
 
 
 @pytest.mark.parametrize("from_position", [False, True], ids=["from the start", "from a position"])
 def test_the_workers_prepared_round_keeps_the_index_in_its_generic_plan(priorities_engine, position, from_position):
     """The worker's round runs as a prepared statement, whose generic plan knows neither the
-    queue, nor the position's priority and run_at: it must still walk the index in order."""
+    queues, nor the positions' priority and run_at: it must still walk the index in order."""
     statement = sql.complete_and_claim_jobs(JOBS, from_position=from_position)
-    params = {**ROUND_PARAMS, **(position if from_position else {})}
+    params = {**ROUND_PARAMS, **(_round_positions(position) if from_position else {})}
     text_sent, params_sent = _sent(priorities_engine, statement, params)
     prepared, names = _positional(text_sent)
 
@@ -281,7 +312,8 @@ PRIMARY_KEY = "pk_sqla_queue_jobs"
 # Every statement that finds held jobs from (id, token) pairs, the CTE (or none) where it updates
 # them, and its parameters beyond the pairs.
 BY_PAIRS = {
-    "the round": (lambda: sql.complete_and_claim_jobs(JOBS), "CTE completed_now", {**CLAIM_PARAMS, **HELD}),
+    "the round": (lambda: sql.complete_and_claim_jobs(JOBS), "CTE completed_now",
+                  {**CLAIM_PARAMS, "queues": ["default"], "tasks": None, **HELD}),
     "complete_many": (lambda: outcome_sql.complete_jobs_announced(JOBS), "CTE completed_now", HELD),
     "renew": (lambda: lease_sql.renew_leases(JOBS), None, {**HELD, "lease": sq.DEFAULT_LEASE}),
     "release": (lambda: lease_sql.release_jobs(JOBS), None, {**HELD, "reason": lease_sql.RELEASED}),
@@ -315,7 +347,8 @@ def _plans_of_the_prepared_round(engine) -> tuple[int, int]:
     """Run the round (finding nothing: no token matches, no claim) until psycopg has prepared
     it and the server has run the prepared statement several times; its generic and custom
     plan counts."""
-    params = {**CLAIM_PARAMS, "limit": 0, "job_ids": HELD["job_ids"], "tokens": ["nobody"] * 10,
+    params = {**CLAIM_PARAMS, "queues": ["default"], "tasks": None, "limit": 0, "job_ids": HELD["job_ids"],
+              "tokens": ["nobody"] * 10,
               "results": HELD["results"]}
     with engine.connect() as conn:
         for _ in range(12):

@@ -90,7 +90,7 @@ def test_counters_in_the_window_are_a_range_on_their_primary_key(big):
 
 
 def test_empty_claim_classification_probes_the_pending_claim_index(big):
-    plan = plan_of(big, counters.count_empty_claim(JOBS, COUNTERS), {"queue": "default", "events": 1})
+    plan = plan_of(big, counters.count_empty_claim(JOBS, COUNTERS), {"queues": ["default"], "events": [1]})
     assert_served_by(plan, "sqla_queue_jobs_pending_claim_idx")
 
 

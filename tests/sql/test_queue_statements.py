@@ -141,15 +141,33 @@ def test_the_round_fuses_the_batch_completion_and_the_claim_into_one_statement()
 
 
 def test_the_round_claims_from_a_position_in_claim_order_as_an_index_condition():
-    """Equality on the priority and a row comparison on the pending index's next columns, so
-    the scan starts at the position instead of reading every dead entry before it; the round
-    without a position (and `Queue.claim`) starts at the start of the claim order."""
+    """Per queue, equality on the priority and a row comparison on the pending index's next
+    columns, so the scan starts at the position instead of reading every dead entry before it;
+    a queue without a position (NULL) is read from the head by the other branch; the round
+    without positions (and `Queue.claim`) starts at the start of the claim order."""
     due = cte_body(rendered(sql.complete_and_claim_jobs(TABLE, from_position=True)), "due_jobs")
-    assert "sqla_queue_jobs.priority = %(from_priority)s::SMALLINT" in due
-    assert ("(sqla_queue_jobs.run_at, sqla_queue_jobs.id) >= (%(from_run_at)s::TIMESTAMP WITH TIME ZONE, "
-            "%(from_id)s::BIGINT)") in due
+    assert ("unnest(%(queues)s::TEXT[], %(from_priority)s::SMALLINT[], %(from_run_at)s::TIMESTAMP WITH TIME "
+            "ZONE[], %(from_id)s::BIGINT[]) AS served(queue_name, from_priority, from_run_at, from_id)") in due
+    assert "sqla_queue_jobs.priority = served.from_priority" in due
+    assert "(sqla_queue_jobs.run_at, sqla_queue_jobs.id) >= (served.from_run_at, served.from_id)" in due
+    assert "served.from_priority IS NULL" in due and " UNION ALL " in due
+    assert due.count("FOR UPDATE SKIP LOCKED") == 2
     assert "from_" not in rendered(sql.complete_and_claim_jobs(TABLE))
     assert "from_" not in rendered(sql.claim_jobs(TABLE))
+
+
+def test_the_rounds_claim_reads_every_served_queue_in_one_statement_and_only_registered_tasks():
+    """One LATERAL read of the pending index per queue of ``:queues`` (in the list's order,
+    which the worker rotates), an outer LIMIT that stops pulling rows once it has enough, the
+    pause check per queue, and the task condition."""
+    due = cte_body(rendered(sql.complete_and_claim_jobs(TABLE)), "due_jobs")
+    assert due.startswith("SELECT picked.id AS id FROM unnest(%(queues)s::TEXT[]) AS served(queue_name) "
+                          "JOIN LATERAL (SELECT sqla_queue_jobs.id AS id FROM sqla_queue_jobs WHERE "
+                          "sqla_queue_jobs.queue_name = served.queue_name AND ")
+    assert ("(%(tasks)s::TEXT[] IS NULL OR sqla_queue_jobs.task = ANY (%(tasks)s::TEXT[]))") in due
+    assert ("WHERE sqla_queue_jobs_queues.queue_name = served.queue_name AND "
+            "sqla_queue_jobs_queues.paused_at IS NOT NULL") in due
+    assert due.count(" LIMIT ") == 2
 
 
 def test_a_paused_queue_claims_nothing_by_a_check_inside_the_claim():

@@ -49,6 +49,14 @@ def touch(payload, ctx):
     (Path(os.environ["STARTS_DIR"]) / str(ctx.job_id)).write_text(repr(time.monotonic()))
 '''
 
+# Five more tasks, each on a queue of its own: with ``touch`` on ``default``, six queues.
+FIVE_MORE_QUEUES = "".join(f'''
+
+@queue.task(name="touch_{n}", queue="q{n}")
+def touch_{n}(payload, ctx):
+    return None
+''' for n in range(1, 6))
+
 IDLE_SECONDS = 5.0
 POLL_INTERVAL = 1.0  # the worker's default
 LISTENER_PROBE_EVERY = 5.0  # sqla_queue.services.listener._CHECK_EVERY
@@ -166,6 +174,26 @@ def test_an_idle_worker_commits_a_handful_of_transactions_and_uses_next_to_no_cp
           f"({100 * cpu / IDLE_SECONDS:.1f} % of a core)")
     assert commits <= bound, idle_app.log()
     assert cpu < 0.10 * IDLE_SECONDS, f"{cpu:.2f}s of CPU in {IDLE_SECONDS:g}s idle"
+
+
+def test_an_idle_worker_serving_six_queues_commits_what_one_serving_one_does(idle_app):
+    """One claim statement covers every queue served (and one classification statement every
+    empty claim found empty), so the bound of one queue holds for six: a worker that claimed
+    each queue in a statement of its own would commit six times as often."""
+    with open(idle_app.root / "idleapp.py", "a") as app:
+        app.write(FIVE_MORE_QUEUES)
+    process = idle_app.start_worker()  # no --queues: every queue with a registered task
+    idle_app.wait_resting()
+    commits0 = idle_app.xact_commit()
+    time.sleep(IDLE_SECONDS)
+    idle_app.stop()
+    commits = idle_app.xact_commit() - commits0
+
+    assert "serving default,q1,q2,q3,q4,q5 (every queue with a registered task)" in idle_app.log()
+    bound = commits_bound(IDLE_SECONDS, POLL_INTERVAL, DEFAULT_LEASE.total_seconds())
+    print(f"\nidle {IDLE_SECONDS:g}s, six queues: {commits} commits (bound {bound})")
+    assert commits <= bound, idle_app.log()
+    assert process.returncode == 0
 
 
 def test_a_resting_worker_starts_an_enqueued_job_at_once_through_listen_notify(idle_app):

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 queue = sq.Queue(engine)
 
 
-@queue.task
+@queue.task(queue="emails")
 def send_receipt(payload: dict, ctx: sq.JobContext) -> None:
     """Mail the receipt once: a second delivery of this job finds the order already mailed."""
     with Session.begin() as session:
