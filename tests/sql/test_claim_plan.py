@@ -121,11 +121,17 @@ def _sql_literal(value) -> str:
         return "NULL"
     if isinstance(value, int):
         return str(value)
-    if isinstance(value, list):
-        return "'{" + ",".join(str(v) for v in value) + "}'"
+    if isinstance(value, list):  # an array literal: NULL elements, timestamps quoted
+        return "'{" + ",".join(_array_element(v) for v in value) + "}'"
     if isinstance(value, datetime):
         return f"'{value.isoformat()}'"
     return "'" + str(value).replace("'", "''") + "'"
+
+
+def _array_element(value) -> str:
+    if value is None:
+        return "NULL"
+    return f'"{value.isoformat()}"' if isinstance(value, datetime) else str(value)
 
 
 # -- priorities in use: a large backlog, several priorities ---------------------------------------

@@ -105,7 +105,7 @@ def claim_served_jobs(table: Table, *, from_position: bool = False, order: Claim
     reads (and locks) no row of a queue it does not reach. The first queue takes what it can and
     the next get what is left, so the worker rotates the list's start each round, as it rotated
     its statements per queue before: one busy queue cannot starve the others. A paused queue
-    (`not_paused`) is dropped from the list before its index is read.
+    (`not_paused`) is passed over before its index is read.
 
     The task condition lets a worker claim only what it can run: during a rolling deploy a job
     of a task only the new code registers stays pending for a worker that registers it, instead
@@ -125,6 +125,10 @@ def claim_served_jobs(table: Table, *, from_position: bool = False, order: Claim
         table.c.run_at <= func.clock_timestamp(),
         table.c.attempts < table.c.max_attempts,
         _registered_task(table),
+        # Only the outer row's queue in it: a gate (One-Time Filter) checked before the queue's
+        # index is read. In the outer WHERE the planner makes it an anti-join, which may hash
+        # the served queues and so lose their order.
+        ~_paused(table, served.c.queue_name, outer=served),
     ]
     if from_position:
         keys = [bind.key for bind in _position_binds(order, table)]
@@ -142,7 +146,6 @@ def claim_served_jobs(table: Table, *, from_position: bool = False, order: Claim
     due = (
         select(picked.c.id)
         .select_from(served.join(picked, true()))
-        .where(~_paused(table, served.c.queue_name))
         .limit(_limit())
         .cte("due_jobs")
     )
@@ -222,9 +225,12 @@ def not_paused(table: Table):
     return ~_paused(table, bindparam("queue"))
 
 
-def _paused(table: Table, queue_name):
+def _paused(table: Table, queue_name, *, outer=None):
+    """The queue `queue_name` has a pause record; `outer`: the FROM element `queue_name` comes
+    from, an enclosing query's (correlated to it, however deep the check sits)."""
     queues = queues_table(table)
-    return exists().where(queues.c.queue_name == queue_name, queues.c.paused_at.is_not(None))
+    paused = exists().where(queues.c.queue_name == queue_name, queues.c.paused_at.is_not(None))
+    return paused if outer is None else paused.correlate(outer)
 
 
 def _claimed(table: Table, which, **values) -> Executable:

@@ -200,10 +200,10 @@ def _record_claims(worker) -> list[tuple]:
     outcomes = worker.core.outcomes
     real = outcomes.complete_and_claim
 
-    def recorded(finished, queue_name, worker_id, limit, from_position, results, lease):
-        results, jobs = real(finished, queue_name, worker_id, limit, from_position, results, lease)
+    def recorded(finished, queues, worker_id, limit, positions, results, lease, tasks):
+        results, jobs = real(finished, queues, worker_id, limit, positions, results, lease, tasks)
         if limit:
-            claims.append((from_position, {job.id for job in jobs}, time.monotonic()))
+            claims.append((positions.get("default"), {job.id for job in jobs}, time.monotonic()))
         return results, jobs
 
     outcomes.complete_and_claim = recorded
