@@ -33,7 +33,9 @@ def stored_tick(engine, name: str):
 
 @pytest.fixture
 def every_minute(queue):
-    queue.periodic(queue.get_task("send_email"), every=60, payload={"digest": True}, queue="digests", priority=3)
+    # skip_if_pending=False: these tests enqueue tick after tick and run none of them.
+    queue.periodic(queue.get_task("send_email"), every=60, payload={"digest": True}, queue="digests", priority=3,
+                   skip_if_pending=False)
     return queue.schedules[0]
 
 
