@@ -182,10 +182,9 @@ class Queue:
                            lease: timedelta | float = DEFAULT_LEASE) -> tuple[dict[int, bool], list[ClaimedJob]]:
         """Complete `finished` jobs (storing `results`) and claim up to `limit` more in one
         statement, from `from_position` in claim order if given (`ClaimOrder.position`)."""
-        finished = list(finished)
-        texts = self.core.outcomes.result_texts(finished, results)
-        positions = {} if from_position is None else {queue: from_position}
-        return self.core.outcomes.complete_and_claim(finished, [queue], worker_id, limit, positions, texts, lease)
+        finished, outcomes = list(finished), self.core.outcomes
+        texts = outcomes.result_texts(finished, results)
+        return outcomes.complete_and_claim(finished, [queue], worker_id, limit, {queue: from_position}, texts, lease)
 
     def complete(self, job_id: int, claim_token: str, *, result: Any = None) -> bool:
         """Complete a claimed job, storing `result`; False: the claim was lost (replays say True)."""

@@ -113,11 +113,12 @@ class Outcomes:
         queues = [_validate.name(queue, "queue") for queue in queues]
         worker_id = _validate.name(worker_id, "worker_id")
         limit = _validate.non_negative_int(limit, "limit")
+        at = self._position_params(queues, positions)
         params = {"queues": queues, "tasks": None if tasks is None else list(tasks), "worker_id": worker_id,
-                  "limit": limit, "token": secrets.token_urlsafe(24), "lease": _lease(lease),
-                  **self._position_params(queues, positions), **_held_params(finished, results)}
+                  "limit": limit, "token": secrets.token_urlsafe(24), "lease": _lease(lease), **at,
+                  **_held_params(finished, results)}
         with self.executor.round_connection() as conn:
-            rows = self.executor.run_round(conn, params, from_position=any(q in positions for q in queues))
+            rows = self.executor.run_round(conn, params, from_position=bool(at))
             claimed_rows = [row for row in rows if row.claimed]
             # Idle path only: the queues a claim found empty are classified and counted (one
             # statement). A claim that got all it asked for may not have reached every queue.
@@ -139,7 +140,8 @@ class Outcomes:
     def _position_params(self, queues: list[str], positions: Mapping[str, Any]) -> dict[str, list]:
         """Each queue's position as the claim order's ``:from_*`` parameters, one list per
         parameter aligned with `queues` (None where a queue has no position); {} for none."""
-        given = {q: self.executor.order.position_params(positions[q]) for q in queues if positions.get(q) is not None}
+        given = {q: self.executor.order.position_params(positions[q]) for q in queues
+                 if positions.get(q) is not None}
         if not given:
             return {}
         keys = next(iter(given.values()))

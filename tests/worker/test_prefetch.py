@@ -202,12 +202,13 @@ def test_the_cli_passes_prefetch_on(monkeypatch):
             raise SystemExit(0)
 
     monkeypatch.setattr("sqla_queue.cli.root.CliContext.queue", lambda self: Probe())
-    result = CliRunner().invoke(main, ["--app", "x:y", "worker", "--processes", "1", "--prefetch", "7",
-                                       "--prefetch-ttl", "250ms"])
+    # --queues: the probe has no tasks for the worker to find its queues from
+    result = CliRunner().invoke(main, ["--app", "x:y", "worker", "--processes", "1", "--queues", "default",
+                                       "--prefetch", "7", "--prefetch-ttl", "250ms"])
     assert result.exit_code == 0, result.output
     assert (seen["prefetch"], seen["prefetch_ttl"]) == (7, 0.25)
     monkeypatch.setenv("SQLA_QUEUE_PREFETCH", "3")
-    CliRunner().invoke(main, ["--app", "x:y", "worker", "--processes", "1"])
+    CliRunner().invoke(main, ["--app", "x:y", "worker", "--processes", "1", "--queues", "default"])
     assert seen["prefetch"] == 3
 
 

@@ -104,7 +104,8 @@ def test_worker_connections_keep_the_application_engines_settings(create_databas
     tokens = IamTokens()
     engine = shop_engine(url, tokens)
     queue = sq.Queue(engine, load_entrypoints=False)
-    worker = run_worker(queue.worker(concurrency=2, poll_interval=0.05, lease=LEASE))
+    # queues named: this queue has no task to find them from
+    worker = run_worker(queue.worker(queues=["default"], concurrency=2, poll_interval=0.05, lease=LEASE))
 
     rows = wait_until(lambda: listening_and_claiming(url), "the worker to listen and claim")
     assert rows, backends(url)
@@ -133,7 +134,7 @@ def test_worker_connections_come_from_the_applications_creator(create_database, 
 
     engine = create_engine("postgresql+psycopg://", creator=creator)
     queue = sq.Queue(engine, load_entrypoints=False)
-    run_worker(queue.worker(concurrency=1, poll_interval=0.05, lease=LEASE))
+    run_worker(queue.worker(queues=["default"], concurrency=1, poll_interval=0.05, lease=LEASE))
 
     rows = wait_until(lambda: listening_and_claiming(url), "the worker to listen and claim")
     assert rows, backends(url)
