@@ -137,3 +137,14 @@ def test_a_job_of_a_task_the_worker_does_not_register_waits_then_runs_where_it_i
 
     new.worker(**FAST).run(until_empty=True)
     assert new.get_job(job_id).status is sq.JobStatus.COMPLETED and ran == [1]
+
+
+def test_a_paused_queue_is_passed_over_in_the_shared_claim(queue, engine):
+    queue.enqueue("send_email", {})
+    queue.enqueue("resize", {})
+    queue.pause("default")
+    queue.worker(**FAST).run(until_empty=True)
+    assert statuses(engine) == [("send_email", "default", "pending"), ("resize", "images", "completed")]
+    queue.resume("default")
+    queue.worker(**FAST).run(until_empty=True)
+    assert {status for _, _, status in statuses(engine)} == {"completed"}
