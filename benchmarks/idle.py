@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     with benchmark_database(args.database_url) as db:
         figures = measure(db, args.workers, settle=args.settle, window=args.window, queues=args.queues)
     print(f"worker processes import sqla_queue from {worker_library()}")
-    print(f"{args.workers} idle worker(s) serving {args.queues} queue(s), {figures['seconds']:.1f} s: {figures['commits']} commits, "
+    print(f"{args.workers} idle worker(s) serving {args.queues} queue(s), {figures['seconds']:.1f} s: "
+          f"{figures['commits']} commits, "
           f"{figures['xact_per_s']:.1f} commits/s ({figures['xact_per_s_per_worker']:.2f} per worker); "
           f"CPU per worker {figures['cpu_percent']['median']:.2f} % of a core "
           f"(min {figures['cpu_percent']['min']:.2f}, max {figures['cpu_percent']['max']:.2f})")

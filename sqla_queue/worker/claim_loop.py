@@ -4,10 +4,10 @@ completion to send or the poll interval.
 
 A round is one statement for every queue served (`Outcomes.complete_and_claim`), taken in a
 turn that rotates each round, so an idle worker's cost does not grow with its queues and a busy
-queue cannot starve the others; it claims only the tasks the worker registers. Sharing the commit halves
-the commits per job (a commit waits for a WAL flush, the dominant cost of a no-op job). The
-finished jobs still count as held until then, so a claim never reserves more jobs than there
-are slots. Slots include the prefetch (`slots.Slots`): jobs claimed ahead of the handlers, so
+queue cannot starve the others; it claims only the tasks the worker registers. Sharing the
+commit halves the commits per job (a commit waits for a WAL flush, the dominant cost of a no-op
+job). The finished jobs still count as held until then, so a claim never reserves more jobs
+than there are slots. Slots include the prefetch (`slots.Slots`): jobs claimed ahead of the handlers, so
 rounds run while handlers do. A round is due when the buffer runs low, when half the slots have
 finished, or when the oldest completion has waited `FLUSH_DELAY`; completions with no round
 due (the buffer full, the queue empty) go in a statement of their own (`flush`). While a

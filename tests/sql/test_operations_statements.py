@@ -60,7 +60,8 @@ def test_counters_are_upserted_per_minute_queue_and_kind():
 def test_empty_claim_classification_is_one_statement_in_reason_order():
     text = rendered(counters.count_empty_claim(JOBS, COUNTERS))
     assert text.count("WHEN (EXISTS (SELECT") == 4 and text.count("status = 'pending'") == 4
-    assert "WHERE classified.kind IS NOT NULL" in text and "RETURNING sqla_queue_jobs_counters.queue_name, sqla_queue_jobs_counters.kind" in text
+    assert "WHERE classified.kind IS NOT NULL" in text
+    assert "RETURNING sqla_queue_jobs_counters.queue_name, sqla_queue_jobs_counters.kind" in text
     assert "FROM unnest(%(queues)s::TEXT[], %(events)s::BIGINT[]) AS asked(queue_name, events)" in text
 
 

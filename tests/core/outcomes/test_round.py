@@ -141,7 +141,8 @@ def test_a_connection_terminated_mid_call_raises_database_error_and_the_next_rou
 ):
     worker = recorded_queue.worker(concurrency=1)
     bound = recorded_queue.on_engine(worker.engine, call_timeout=worker.config.effective_call_timeout)
-    params = {"queues": ["default"], "tasks": None, "worker_id": "w", "limit": 1, "token": "t", "lease": sq.DEFAULT_LEASE,
+    params = {"queues": ["default"], "tasks": None, "worker_id": "w", "limit": 1, "token": "t",
+              "lease": sq.DEFAULT_LEASE,
               "job_ids": [], "tokens": [], "results": []}
     try:
         recorded_queue.enqueue("send_email", {"secret": "hunter2"})
