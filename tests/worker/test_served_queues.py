@@ -148,3 +148,16 @@ def test_a_paused_queue_is_passed_over_in_the_shared_claim(queue, engine):
     queue.resume("default")
     queue.worker(**FAST).run(until_empty=True)
     assert {status for _, _, status in statuses(engine)} == {"completed"}
+
+
+def test_the_cli_refuses_an_app_with_no_task_when_told_no_queues(make_queue, monkeypatch):
+    from click.testing import CliRunner
+
+    from sqla_queue.cli import main
+
+    bare = make_queue(tasks=False)
+    monkeypatch.setattr("sqla_queue.cli.root.CliContext.queue", lambda self: bare)
+    result = CliRunner().invoke(main, ["--app", "x:y", "worker", "--processes", "1"])
+    assert result.exit_code == 2
+    assert ("the app registers no task, so the worker has no queue to serve: register one with @queue.task, "
+            "or name the queues with --queues") in " ".join(result.output.split())
