@@ -57,6 +57,7 @@ from .claim_loop import ClaimLoop
 from .config import WorkerConfig, WorkerSummary
 from .handler_loop import HandlerLoop
 from .held_job import HeldJob
+from .progress import Progress
 from .runs import WorkerRuns, timed_out
 from .slots import Nudger, Slots
 
@@ -107,7 +108,7 @@ class Worker:
 
     def _periodic_services(self) -> Looper:
         """What the claim loop runs between rounds: recovery, pruning (if configured), the
-        scheduler and the per-minute sample (unless turned off)."""
+        scheduler, the per-minute sample (unless turned off) and the progress line."""
         config = self.config
         services: list[Any] = [Recoverer(self.core, RecoveryConfig(lease=config.lease, interval=config.recovery_interval))]
         if config.pruning is not None:
@@ -115,6 +116,7 @@ class Worker:
         services.append(self._scheduler)
         if config.sample_interval is not None:
             services.append(Sampler(self.core, retention=config.sample_retention, interval=config.sample_interval))
+        services.append(Progress(self.worker_id, self.slots.tally))
         return Looper(services)
 
     @property
