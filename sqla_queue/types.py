@@ -459,6 +459,39 @@ class WorkerSeen:
 
 
 @dataclass(frozen=True)
+class WorkerInfo:
+    """A worker process as the worker registry has it (`Queue.workers`): what it said about
+    itself when it last beat, and whether it still does.
+
+    `alive` is False once `expires_at` (its last heartbeat plus its lease) has passed without
+    another beat: the process died without a clean exit (a clean exit deletes the row).
+    `state` is what it last wrote: ``running``, or ``stopping`` while it drains.
+    `running_job_ids` are the jobs it holds now (their ``locked_by``); `measured_at` is the
+    database's time of the read, for ages.
+    """
+
+    worker_id: str
+    host: str
+    pid: int
+    version: str
+    queues: tuple[str, ...]
+    tasks: tuple[str, ...]
+    concurrency: int
+    state: str
+    started_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    alive: bool
+    running_job_ids: tuple[int, ...] = ()
+    measured_at: datetime | None = None
+
+    @property
+    def status(self) -> str:
+        """``dead`` for a worker that stopped beating, else its `state`."""
+        return self.state if self.alive else "dead"
+
+
+@dataclass(frozen=True)
 class BulkResult:
     """What a bulk operator action (`Queue.retry_jobs`, `Queue.cancel_jobs`) changed: the ids
     of the jobs it changed, and how many matching jobs it left alone (held by another

@@ -11,6 +11,10 @@ pass its thread's `Looper` makes every tick (timeouts every tick, renewal every 
 3``). The keeper only decides: it gives up each job it cannot keep (`Leased.give_up`) and says so
 in the result; the worker that holds the jobs records their outcomes and reports them.
 
+The same beat refreshes the worker's row in the worker registry (`heartbeat`, one statement;
+`services.registry`), whether or not the worker holds jobs, so a worker that stops beating is
+seen dead one lease later, when its jobs' leases have run out too.
+
 Why ``lease / 3``: two renewals can fail in a row (each under the worker's call deadline) and
 the lease still holds. Why fence: once a lease may have expired, recovery may hand the job to
 another worker, so this one must stop treating it as its own (self-fencing).
@@ -94,22 +98,24 @@ class LeaseKeeperResult:
 
 class LeaseKeeper:
     """Keeps the leases of the jobs `held` returns (a snapshot, called once per pass); `owner`
-    names the holder in log lines."""
+    names the holder in log lines; `heartbeat` (if given) is called on every renewal beat and
+    must not raise (`WorkerRegistration.beat`)."""
 
     def __init__(self, core: Core, config: LeaseKeeperConfig, held: Callable[[], Iterable[Leased]],
-                 *, owner: str = "worker") -> None:
+                 *, owner: str = "worker", heartbeat: Callable[[], object] | None = None) -> None:
         if not isinstance(config, LeaseKeeperConfig):
             raise ConfigurationError(f"config must be a LeaseKeeperConfig, got {type(config).__name__}")
         self.outcomes = core.outcomes
         self.config = config
         self._held = held
         self.owner = owner
+        self._heartbeat = heartbeat
         self._next_renewal = time.monotonic() + config.renew_every
 
     def run_once(self) -> LeaseKeeperResult:
-        """Enforce timeouts, then renew every running job's lease now."""
+        """Enforce timeouts, then beat: renew every running job's lease now."""
         timed_out = self._enforce_timeouts()
-        return self._renew(timed_out)
+        return self._beat(timed_out)
 
     def run_if_due(self) -> LeaseKeeperResult:
         """Enforce timeouts; renew only when ``lease / 3`` has passed since the last renewal."""
@@ -118,6 +124,11 @@ class LeaseKeeper:
         if now < self._next_renewal:
             return LeaseKeeperResult(timed_out=timed_out)
         self._next_renewal = now + self.config.renew_every
+        return self._beat(timed_out)
+
+    def _beat(self, timed_out: tuple[Leased, ...]) -> LeaseKeeperResult:
+        if self._heartbeat is not None:
+            self._heartbeat()
         return self._renew(timed_out)
 
     def next_due(self) -> float:
