@@ -28,7 +28,11 @@ _STYLE = {"running": "green", "stopping": "yellow", "dead": "bold red"}
 @click.option("--live", "live_only", is_flag=True, help="Leave out dead workers.")
 @click.pass_obj
 def workers(obj: CliContext, as_json: bool, live_only: bool) -> None:
-    """Worker processes: host, pid, version, state, queues served, running jobs, last heartbeat."""
+    """Worker processes and the queues they serve.
+
+    From the worker registry: host, pid, version, status (running, stopping, or dead: no
+    heartbeat within its lease), queues served, tasks registered, running jobs, last heartbeat.
+    Live workers first."""
     found = obj.queue().workers(include_dead=not live_only)
     if as_json:
         click.echo(json.dumps([worker_dict(w) for w in found], indent=2, ensure_ascii=False))

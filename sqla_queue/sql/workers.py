@@ -81,7 +81,8 @@ def list_workers(table: Table, workers: Table) -> Executable:
     )
     is_alive = alive(workers)
     return (
-        select(workers, is_alive.label("alive"), running.label("running_job_ids"), func.now().label("now"))
+        select(workers, is_alive.label("alive"), running.label("running_job_ids"),
+               func.clock_timestamp().label("now"))
         .order_by(is_alive.desc(), workers.c.started_at, workers.c.id)
     )
 
