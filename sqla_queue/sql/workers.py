@@ -27,13 +27,14 @@ def alive(workers: Table, now: ColumnElement | None = None) -> ColumnElement[boo
 
 def beat(workers: Table) -> Executable:
     """Insert or refresh worker ``:worker_id``'s row: its description, ``:state``, and a
-    heartbeat now (database clock) that keeps it alive for ``:lease``.
+    heartbeat now (database time) that keeps it alive for ``:lease``.
 
     An upsert, so the start and every beat are the same one statement, and a row an operator
     (or the pruning of a worker that was cut off for a day) deleted comes back at the next beat.
-    ``started_at`` is only set by the insert.
+    ``started_at`` is only set by the insert. ``now()``, one value for the whole statement, so
+    ``expires_at - heartbeat_at`` is exactly the lease.
     """
-    now = func.clock_timestamp()
+    now = func.now()
     statement = insert(workers).values(
         id=bindparam("worker_id"),
         **{name: bindparam(name) for name in DESCRIBED},

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -51,7 +52,7 @@ def test_a_worker_registers_at_start_with_what_it_serves_and_removes_its_row_on_
     _, _, queue = registry_db
     worker, thread = running_worker(queue, queues=["emails", "default"], concurrency=3)
     [info] = wait_until(queue.workers, "the worker's row")
-    assert (info.worker_id, info.host, info.pid, info.concurrency) == (worker.worker_id, os.uname().nodename,
+    assert (info.worker_id, info.host, info.pid, info.concurrency) == (worker.worker_id, socket.gethostname(),
                                                                         os.getpid(), 3)
     assert info.queues == ("emails", "default") and info.tasks == ("resize", "send_email")
     assert info.version == sq.__version__ and info.state == "running" and info.status == "running"
@@ -62,7 +63,7 @@ def test_a_worker_registers_at_start_with_what_it_serves_and_removes_its_row_on_
     assert queue.workers() == []
 
 
-def test_the_lease_keepers_beat_refreshes_the_heartbeat_and_the_row_shows_running_jobs(registry_db):
+def test_the_lease_keepers_beat_refreshes_the_heartbeat_shows_running_jobs_and_a_drain(registry_db):
     _, _, queue = registry_db
     release = threading.Event()
 
@@ -71,13 +72,14 @@ def test_the_lease_keepers_beat_refreshes_the_heartbeat_and_the_row_shows_runnin
         release.wait(60)
 
     job_id = queue.enqueue("hold", {})
-    worker, thread = running_worker(queue, lease=timedelta(seconds=1.5))
+    worker, thread = running_worker(queue, lease=timedelta(seconds=3))  # a beat every second
     first = wait_until(lambda: [w for w in queue.workers() if w.running_job_ids == (job_id,)], "the held job")[0]
     later = wait_until(lambda: [w for w in queue.workers() if w.heartbeat_at > first.heartbeat_at],
                        "a heartbeat on the lease keeper's beat")[0]
     assert later.started_at == first.started_at and later.expires_at > first.expires_at
+    worker.stop()  # it drains: the handler still runs, and the next beat says so
+    wait_until(lambda: [w for w in queue.workers() if w.status == "stopping"], "the stopping state")
     release.set()
-    worker.stop()
     thread.join(timeout=60)
     assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED and queue.workers() == []
 
@@ -91,7 +93,7 @@ KILLED_APP = textwrap.dedent(
 
     queue = sq.Queue(sys.argv[1], load_entrypoints=False)
     queue.task(name="send_email", queue="emails")(lambda payload, ctx: None)
-    queue.worker(queues=["emails"], lease=timedelta(seconds=2)).run()
+    queue.worker(queues=["emails"], lease=timedelta(seconds=3)).run()
     """
 )
 

@@ -174,12 +174,12 @@ def test_workers_seen_bounds_each_finished_state_by_its_own_time():
 WORKERS = workers_table(JOBS)
 
 
-def test_a_workers_beat_is_one_upsert_on_its_id_timed_by_the_database_clock():
+def test_a_workers_beat_is_one_upsert_on_its_id_timed_by_the_database():
     text = rendered(workers.beat(WORKERS))
     assert text.startswith("INSERT INTO sqla_queue_jobs_workers")
     assert "ON CONFLICT (id) DO UPDATE SET" in text and "started_at" not in text.split("DO UPDATE")[1]
     assert "heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at" in text
-    assert "(clock_timestamp() + %(lease)s)" in text
+    assert "now(), now(), (now() + %(lease)s))" in text
 
 
 def test_registering_sweeps_long_dead_workers_in_the_same_statement():
