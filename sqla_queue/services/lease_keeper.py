@@ -11,9 +11,9 @@ pass its thread's `Looper` makes every tick (timeouts every tick, renewal every 
 3``). The keeper only decides: it gives up each job it cannot keep (`Leased.give_up`) and says so
 in the result; the worker that holds the jobs records their outcomes and reports them.
 
-The same beat refreshes the worker's row in the worker registry (`heartbeat`, one statement;
-`services.registry`), whether or not the worker holds jobs, so a worker that stops beating is
-seen dead one lease later, when its jobs' leases have run out too.
+The same beat then refreshes the worker's row in the worker registry (`heartbeat`, one
+statement; `services.registry`), whether or not the worker holds jobs, so a worker that stops
+beating is seen dead one lease later, when its jobs' leases have run out too.
 
 Why ``lease / 3``: two renewals can fail in a row (each under the worker's call deadline) and
 the lease still holds. Why fence: once a lease may have expired, recovery may hand the job to
@@ -87,6 +87,7 @@ class LeaseKeeperResult:
     no longer this worker's (the heartbeat already reported it). ``fenced``: the renewal failed and the lease
     may have expired, so the job was given up. ``timed_out``: the handler outlived its task's
     timeout; the job is settled here and its outcome is the worker's to record.
+    ``renewal_failed``: the renewal statement failed (the database did not answer in time).
     """
 
     renewed: tuple[Leased, ...] = ()
@@ -94,6 +95,7 @@ class LeaseKeeperResult:
     lost: tuple[Leased, ...] = ()
     fenced: tuple[Leased, ...] = ()
     timed_out: tuple[Leased, ...] = ()
+    renewal_failed: bool = False
 
 
 class LeaseKeeper:
@@ -127,9 +129,13 @@ class LeaseKeeper:
         return self._beat(timed_out)
 
     def _beat(self, timed_out: tuple[Leased, ...]) -> LeaseKeeperResult:
-        if self._heartbeat is not None:
+        """Renew, then refresh the registry row. Not after a renewal that failed: the database
+        is not answering, and a heartbeat waiting out its call deadline too would push the next
+        renewal towards the end of the leases."""
+        result = self._renew(timed_out)
+        if self._heartbeat is not None and not result.renewal_failed:
             self._heartbeat()
-        return self._renew(timed_out)
+        return result
 
     def next_due(self) -> float:
         """Every tick (its `Looper` sleeps at most that long)."""
@@ -153,7 +159,7 @@ class LeaseKeeper:
             raise  # no later renewal can succeed: the worker stops (its looper's `halt`)
         except DatabaseError as exc:
             logger.warning("%s: lease renewal failed: %s", self.owner, exc)
-            return LeaseKeeperResult(fenced=self._fence_expired(held), timed_out=timed_out)
+            return LeaseKeeperResult(fenced=self._fence_expired(held), timed_out=timed_out, renewal_failed=True)
         renewed, cancelling, lost = [], [], []
         for h in held:
             if h.job.id in renewed_ids:
