@@ -293,9 +293,7 @@ class Queue:
         return self.core.operations.workers_seen(within)
 
     def workers(self, *, include_dead: bool = True) -> list[WorkerInfo]:
-        """The worker registry: every worker process that registered and has not exited
-        cleanly, live ones first; a dead one (no heartbeat within its lease) is marked
-        ``alive=False`` until it is swept a day later."""
+        """The worker registry, live workers first (dead ones: ``alive=False``)."""
         return self.core.operations.workers(include_dead)
 
     def pause(self, queue_name: str) -> QueueState:

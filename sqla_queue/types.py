@@ -460,15 +460,10 @@ class WorkerSeen:
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A worker process as the worker registry has it (`Queue.workers`): what it said about
-    itself when it last beat, and whether it still does.
-
-    `alive` is False once `expires_at` (its last heartbeat plus its lease) has passed without
-    another beat: the process died without a clean exit (a clean exit deletes the row).
-    `state` is what it last wrote: ``running``, or ``stopping`` while it drains.
-    `running_job_ids` are the jobs it holds now (their ``locked_by``); `measured_at` is the
-    database's time of the read, for ages.
-    """
+    """A worker process in the worker registry (`Queue.workers`): what it said at its last beat.
+    Not `alive` once `expires_at` (last heartbeat plus its lease) passed: it died without a
+    clean exit. `state` is what it wrote (``running``, ``stopping`` while it drains); `status`
+    is ``dead`` for a worker that is not alive, else its state (docs/reference/api.md)."""
 
     worker_id: str
     host: str
@@ -482,13 +477,9 @@ class WorkerInfo:
     heartbeat_at: datetime
     expires_at: datetime
     alive: bool
+    status: str
     running_job_ids: tuple[int, ...] = ()
     measured_at: datetime | None = None
-
-    @property
-    def status(self) -> str:
-        """``dead`` for a worker that stopped beating, else its `state`."""
-        return self.state if self.alive else "dead"
 
 
 @dataclass(frozen=True)

@@ -310,7 +310,8 @@ def worker_info(row: Any) -> WorkerInfo:
         worker_id=row.id, host=row.host, pid=row.pid, version=row.version, queues=tuple(row.queues),
         tasks=tuple(row.tasks), concurrency=row.concurrency, state=row.state, started_at=row.started_at,
         heartbeat_at=row.heartbeat_at, expires_at=row.expires_at, alive=bool(row.alive),
-        running_job_ids=tuple(row.running_job_ids or ()), measured_at=row.now,
+        status=row.state if row.alive else "dead", running_job_ids=tuple(row.running_job_ids or ()),
+        measured_at=row.now,
     )
 
 

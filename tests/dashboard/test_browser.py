@@ -223,7 +223,7 @@ def test_jobs_workers_and_doctor_pages(browser, served, dash_queue, failed_job, 
     seed(dash_queue, failed_job)
     for worker_id, queues in (("web-1:4242:5f3a9c", ["default", "images"]), ("web-2:4243:0b71e2", ["images"])):
         assert WorkerRegistration(dash_queue.core, WorkerDescription.of_this_process(
-            worker_id, queues, dash_queue.task_names(), 8, timedelta(minutes=1))).register()
+            worker_id, queues, dash_queue.task_names, 8, timedelta(minutes=1))).register()
     dash_queue.claim("default", worker_id="web-1:4242:5f3a9c", limit=2)
     sign_in(browser, served)
     browser.get(served + "/jobs")

@@ -115,7 +115,7 @@ def test_a_missing_job_is_a_404_page(client):
 def register(queue, worker_id: str, queues: list[str]) -> None:
     """A worker's row in the registry, as the worker writes it (alive for a minute)."""
     assert WorkerRegistration(queue.core, WorkerDescription.of_this_process(
-        worker_id, queues, queue.task_names(), 4, timedelta(minutes=1))).register()
+        worker_id, queues, queue.task_names, 4, timedelta(minutes=1))).register()
 
 
 def test_workers_page_shows_the_registry_idle_busy_and_dead(client, dash_queue, dash_engine):
@@ -131,9 +131,10 @@ def test_workers_page_shows_the_registry_idle_busy_and_dead(client, dash_queue, 
     assert page.status_code == 200
     rows = table_rows(page.text, "workers")
     assert list(rows) == ["host-7:99:aa", "host-8:12:bb", "host-9:5:cc"]  # live first
-    assert rows["host-7:99:aa"][0] == "running" and str(job_id) in rows["host-7:99:aa"][6]
-    assert "default images" in rows["host-7:99:aa"][5]
-    assert rows["host-8:12:bb"][0] == "running" and rows["host-8:12:bb"][6] == "idle"
+    # cells after the id: status, host, pid, version, queues, running now, concurrency, last seen, started
+    assert rows["host-7:99:aa"][0] == "running" and rows["host-7:99:aa"][5] == str(job_id)
+    assert rows["host-7:99:aa"][4] == "default images"
+    assert rows["host-8:12:bb"][0] == "running" and rows["host-8:12:bb"][5] == "idle"
     assert rows["host-9:5:cc"][0] == "dead" and 'verdict-fail">dead' in row_html(page.text, "host-9:5:cc")
     assert ">2 live<" in page.text and ">1 dead<" in page.text
 

@@ -187,7 +187,7 @@ def test_the_worker_claims_records_renews_recovers_ticks_samples_and_prunes(role
 
     # Its row in the worker registry: written at start and on each beat, deleted at exit.
     registration = WorkerRegistration(worker_queue.core, WorkerDescription.of_this_process(
-        "role-worker", ["working"], worker_queue.task_names(), 2, timedelta(minutes=1)))
+        "role-worker", ["working"], worker_queue.task_names, 2, timedelta(minutes=1)))
     assert registration.register() and registration.beat()
     assert [w.worker_id for w in admin.workers()] == ["role-worker"]
     assert registration.remove() and admin.workers() == []
