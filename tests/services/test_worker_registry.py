@@ -1,7 +1,8 @@
 """The worker registry on real PostgreSQL: a worker's row from start to clean exit, its
 heartbeat on the lease keeper's beat, a worker killed without a clean exit shown dead once its
 lease has passed, the sweep of long-dead rows, and a registry that cannot be written never
-stopping a worker. Each test has a database of its own, so no other test's worker appears."""
+stopping a worker, and doctor against a real worker. Each test has a database of its own, so no
+other test's worker appears."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 from sqlalchemy import text
 
 import sqla_queue as sq
+from sqla_queue.ops.doctor import Check, Doctor, Verdict
 from sqla_queue.services.registry import WorkerDescription, WorkerRegistration
 
 from waiting import wait_until
@@ -154,3 +156,24 @@ def test_a_beat_brings_back_a_row_someone_deleted(registry_db):
     assert registration.beat()
     assert [(w.worker_id, w.alive, w.concurrency) for w in queue.workers()] == [("w-1", True, 2)]
     assert registration.remove() and queue.workers() == []
+
+
+def test_doctor_is_red_with_no_worker_and_green_while_a_real_worker_serves_the_queue(registry_db):
+    _, _, queue = registry_db
+    release = threading.Event()
+    queue.task(name="slow", queue="emails")(lambda payload, ctx: release.wait(60))
+    queue.enqueue_many([{"task": "slow", "payload": {"n": n}} for n in range(5)])
+
+    def unserved() -> Check:
+        return {c.name: c for c in Doctor(queue).run().checks}["unserved queues"]
+
+    assert unserved().verdict is Verdict.FAIL and unserved().summary.endswith("serves: emails")
+    worker, thread = running_worker(queue, queues=["emails"], concurrency=1, prefetch=0)
+    try:
+        wait_until(lambda: queue.workers() and queue.workers()[0].running_job_ids, "a job running")
+        check = unserved()  # four jobs still wait, on a queue a live worker serves
+        assert check.verdict is Verdict.OK, check
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(timeout=60)
