@@ -37,6 +37,7 @@ from .types import (
     Outcome,
     QueueState,
     QueueStats,
+    WorkerInfo,
     WorkerSeen,
 )
 
@@ -290,6 +291,10 @@ class Queue:
     def workers_seen(self, *, within: timedelta | float = DEFAULT_WORKERS_WITHIN) -> list[WorkerSeen]:
         """The workers holding jobs now or that finished one within `within`."""
         return self.core.operations.workers_seen(within)
+
+    def workers(self, *, include_dead: bool = True) -> list[WorkerInfo]:
+        """The worker registry, live workers first (dead ones: ``alive=False``)."""
+        return self.core.operations.workers(include_dead)
 
     def pause(self, queue_name: str) -> QueueState:
         """Stop every worker claiming from `queue_name` until `resume` (cluster-wide)."""

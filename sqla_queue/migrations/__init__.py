@@ -39,7 +39,7 @@ BASE = f"{BRANCH_LABEL}@base"
 PREVIOUS = f"{BRANCH_LABEL}@-1"
 QUEUE_TABLES = frozenset({
     "sqla_queue_jobs", "sqla_queue_jobs_counters", "sqla_queue_jobs_queues", "sqla_queue_jobs_schedules",
-    "sqla_queue_jobs_samples",
+    "sqla_queue_jobs_samples", "sqla_queue_jobs_workers",
 })
 """Tables the packaged revisions create (a host's own `JobMixin` tables are the host's); a test
 fails when a revision creates one that is not listed here."""

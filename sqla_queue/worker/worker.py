@@ -49,6 +49,7 @@ from ..services.lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperR
 from ..services.listener import Listener, ListenerConfig
 from ..services.pruning import Pruner
 from ..services.recovery import Recoverer, RecoveryConfig
+from ..services.registry import WorkerDescription, WorkerRegistration
 from ..services.sampling import Sampler
 from ..services.scheduler import Scheduler
 from ..sql.claim import DEFAULT_ORDER
@@ -102,8 +103,14 @@ class Worker:
         self.claim_loop = ClaimLoop(self.core, self.config, self.worker_id, self.slots, self.runs,
                                     self._periodic_services(), self._scheduler,
                                     wake=self._wake, stopping=self._stopping)
+        # Its row in the worker registry: inserted at start, refreshed on the lease keeper's beat,
+        # deleted on a clean exit.
+        self.registration = WorkerRegistration(self.core, WorkerDescription.of_this_process(
+            self.worker_id, self.config.queues, core.tasks.names(), self.config.concurrency, self.config.lease,
+        ), stopping=self._stopping)
         self._lease_keeper = LeaseKeeper(self.core, LeaseKeeperConfig(lease=self.config.lease),
-                                         self.slots.snapshot, owner=f"worker {self.worker_id}")
+                                         self.slots.snapshot, owner=f"worker {self.worker_id}",
+                                         heartbeat=self.registration.beat)
         self._listener: Listener | None = None
 
     def _periodic_services(self) -> Looper:
@@ -167,6 +174,7 @@ class Worker:
         self._done.clear()
         self._denied = None
         self.runs.handler_loop = handler_loop
+        self.registration.register()
         with self._signal_handlers(), self._threads():
             logger.info("worker %s serving %s with concurrency %s", self.worker_id,
                         ",".join(self.config.queues), self.config.concurrency)
@@ -175,6 +183,7 @@ class Worker:
             except PermissionDeniedError as exc:
                 self._halt(exc)
             self._drain()
+        self.registration.remove()
         # A stopped worker holds no connection (the engine reconnects if it runs again); one a
         # thread left behind still uses is closed when that thread gives it back.
         self.core.executor.close_round_connection()
