@@ -108,8 +108,8 @@ def sqla_queue_retry_delay(
         plugin, which is left out, and the remaining registered plugins decide that failure: a
         broken plugin never strands a job.
 
-    The built-in default (``sqla_queue.backoff``) is exponential backoff with full jitter,
-    capped at one hour. A per-task ``@queue.task(retry_delay=...)`` is asked before any plugin.
+    The built-in default (``sqla_queue.backoff``) is exponential backoff with equal jitter,
+    capped at one hour (docs/explanation/retries.md). A per-task ``@queue.task(retry_delay=...)`` is asked before any plugin.
     """
 
 
