@@ -127,6 +127,9 @@ def sqla_queue_is_retryable(job: ClaimedJob, error: BaseException) -> bool | Non
         as a `PluginError` naming the plugin, which is left out, and the remaining registered
         plugins decide that failure. The built-in default (``sqla_queue.retryable``) retries
         everything except `sqla_queue.NonRetryableError` and unknown tasks.
+
+    Not asked for an error that the task's own ``retry_on=`` / ``no_retry_on=`` rule out: the
+    job fails at once (docs/explanation/retries.md).
     """
 
 
