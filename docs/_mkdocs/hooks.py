@@ -3,7 +3,9 @@
 - README.md, CONTRIBUTING.md and CHANGELOG.md live at the repository's root, outside docs/, and
   docs pages link to them as ``../CHANGELOG.md``: the site carries them as pages of its own, and
   each link that leaves docs/ for one of them (or, from them, points into docs/) is rewritten to
-  the site's page, so the same relative links work on GitHub and on the site.
+  the site's page, so the same relative links work on GitHub and on the site. A link to another
+  file of the repository (an example's source) stays a link on GitHub and is plain text on the
+  site, which does not carry that file.
 - Lists are read as GitHub reads them: Python-Markdown nests a list item only when it is
   indented by four spaces and starts a list only after a blank line, where GitHub nests at two
   and lets a bullet (or ``1.``) interrupt a paragraph. `_github_lists` rewrites those two cases
@@ -33,7 +35,7 @@ ITEM = re.compile(r"^(?P<indent> *)(?:[-*+]|\d+\.) +\S")
 INTERRUPTS = re.compile(r"^(?:[-*+]|1\.) +\S")
 """A list item that may interrupt a paragraph on GitHub (CommonMark): a bullet, or an ordered list
 starting at 1."""
-LINK = re.compile(r"(\]\()([^)\s#]+)((?:#[^)\s]*)?\))")
+LINK = re.compile(r"(?P<image>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
@@ -51,7 +53,7 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     lines = []
     for line, fenced in _with_fences(markdown):
         if not fenced:
-            line = LINK.sub(lambda m: m[1] + _site_target(m[2], origin, page.file.src_uri) + m[3], line)
+            line = LINK.sub(lambda link: _site_link(link, origin, page.file.src_uri), line)
         lines.append(line)
     return _github_lists("".join(lines))
 
@@ -101,15 +103,23 @@ def _origin_in_repository(src_uri: str) -> str:
     return by_page.get(src_uri, f"docs/{src_uri}")
 
 
-def _site_target(target: str, origin: str, src_uri: str) -> str:
-    """The link as the site must write it: unchanged unless it crosses docs/'s edge."""
+def _site_link(link: re.Match[str], origin: str, src_uri: str) -> str:
+    """The link as the site must write it: unchanged unless it crosses docs/'s edge. A link to
+    a file of the repository the site does not carry (``examples/...``) keeps only its text;
+    a link to nothing at all is left for the strict build to report."""
+    target = link["target"]
     if "://" in target or target.startswith(("/", "mailto:")):
-        return target
+        return link[0]
     in_repository = posixpath.normpath(posixpath.join(posixpath.dirname(origin), target))
     if in_repository in ROOT_PAGES:
         site_path = ROOT_PAGES[in_repository]
-    elif in_repository.startswith("docs/") and not origin.startswith("docs/"):
+    elif in_repository.startswith("docs/"):
+        if origin.startswith("docs/"):
+            return link[0]
         site_path = in_repository.removeprefix("docs/")
+    elif (ROOT / in_repository).exists() and not link["image"]:
+        return link["text"]
     else:
-        return target
-    return posixpath.relpath(site_path, posixpath.dirname(src_uri) or ".")
+        return link[0]
+    relative = posixpath.relpath(site_path, posixpath.dirname(src_uri) or ".")
+    return f"{link['image']}[{link['text']}]({relative}{link['anchor'] or ''})"

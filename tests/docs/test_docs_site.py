@@ -116,6 +116,20 @@ def test_lists_are_rewritten_only_where_github_reads_them_otherwise(github, pyth
     assert hooks_module()._github_lists(github) == python_markdown
 
 
+@pytest.mark.parametrize(("markdown", "origin", "site"), [
+    ("[c](../../CONTRIBUTING.md#where-does-x-go)", "docs/reference/api.md", "[c](../contributing.md#where-does-x-go)"),
+    ("[r](run-workers.md#leases) ![i](../images/a.png)", "docs/how-to/x.md", "[r](run-workers.md#leases) ![i](../images/a.png)"),
+    ("[t](docs/tutorial.md#start) [c](CONTRIBUTING.md)", "README.md", "[t](tutorial.md#start) [c](contributing.md)"),
+    ("[the shop](examples/flask_shop/README.md)", "README.md", "the shop"),
+    ("[the shop](../../examples/flask_shop/)", "docs/how-to/x.md", "the shop"),
+    ("[gone](nope.md) [web](https://example.org/a.md)", "README.md", "[gone](nope.md) [web](https://example.org/a.md)"),
+])
+def test_links_are_rewritten_only_where_they_cross_the_edge_of_docs(markdown, origin, site):
+    hooks = hooks_module()
+    src_uri = hooks.ROOT_PAGES.get(origin, origin.removeprefix("docs/"))
+    assert hooks.LINK.sub(lambda link: hooks._site_link(link, origin, src_uri), markdown) == site
+
+
 def contributing_command(marker: str) -> str:
     """The line after ``<!-- ci: MARKER -->`` in CONTRIBUTING.md (fence lines skipped), as .ci/run reads it."""
     lines = (ROOT / "CONTRIBUTING.md").read_text().splitlines()
