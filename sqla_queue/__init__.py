@@ -48,6 +48,7 @@ from .types import (
     QueueHealth,
     QueueState,
     QueueStats,
+    WorkerInfo,
     WorkerSeen,
 )
 
@@ -122,6 +123,7 @@ __all__ = [
     "Task",
     "UnknownTaskError",
     "WaitTimeoutError",
+    "WorkerInfo",
     "WorkerSeen",
     "errors",
     "hookimpl",

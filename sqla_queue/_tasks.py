@@ -6,26 +6,56 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, Literal, TypedDict, Union
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypedDict, TypeVar, Union, Unpack
 
 from . import _validate
 from .errors import ConfigurationError, DuplicateTaskError, PluginError, UnknownTaskError
+from .types import JobContext
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.orm import Session
 
 Handler = Callable[..., Any]
+P = TypeVar("P", bound=Mapping[str, Any])
+"""A task's payload type, as its handler's first parameter declares it."""
+ExceptionTypes = tuple[type[BaseException], ...]
 RetryDelay = Union[timedelta, Callable[[int, BaseException], "timedelta | Literal[False] | None"]]
 """A fixed delay between attempts, or ``(attempt, error) -> timedelta | False | None``."""
 KeyFunction = Callable[[Mapping[str, Any]], "str | None"]
 """``payload -> key or None``: the task's own dedupe key."""
 
 
+class EnqueueOptions(TypedDict, total=False):
+    """The per-job options of `Queue.enqueue` (and its asyncio face, `Task.enqueue`, and each
+    `enqueue_many` item), one definition for all of them.
+
+    `queue` and `max_attempts` (default: the task's); `run_at` (a timezone-aware datetime) or
+    `delay` (a timedelta or seconds) for a later due time; `idempotency_key` (while an active
+    job holds it, enqueue returns that job's id); `priority` (-32768 to 32767, default the
+    task's: higher is claimed first); `meta` (a mapping of string keys to JSON values stored
+    with the job and read by its handler as ``ctx.meta``, over what the `sqla_queue_job_meta`
+    hooks add)."""
+
+    queue: str | None
+    run_at: datetime | None
+    delay: timedelta | float | None
+    max_attempts: int | None
+    idempotency_key: str | None
+    priority: int | None
+    meta: Mapping[str, Any] | None
+
+
 @dataclass(frozen=True)
-class Task:
-    """A registered handler. Calling it calls the handler directly (handy in tests)."""
+class Task(Generic[P]):
+    """A registered handler, typed by its payload: ``task.enqueue(payload)`` is checked against
+    the handler's first parameter. Calling it calls the handler directly (handy in tests)."""
 
     name: str
-    handler: Handler
+    handler: Callable[[P, JobContext], Any]
     queue: str
     max_attempts: int
     timeout: timedelta | None = None
@@ -42,9 +72,39 @@ class Task:
     session_factory: Callable[[], Any] | None = None
     """Makes the session of ``ctx.transaction()`` (a ``sessionmaker``, an
     ``async_sessionmaker`` for an async handler); None: one on the queue's engine."""
+    retry_on: ExceptionTypes | None = None
+    """Only these exceptions may be retried (None: any); another fails the job at once."""
+    no_retry_on: ExceptionTypes = ()
+    """These exceptions fail the job at once, even inside `retry_on`."""
+    owner: Any = field(default=None, repr=False, compare=False)
+    """The Queue that registered this task: where `enqueue` puts its jobs."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.handler(*args, **kwargs)
+
+    def enqueue(self, payload: P, *, session: Session | None = None, connection: Connection | None = None,
+                **options: Unpack[EnqueueOptions]) -> int:
+        """`Queue.enqueue` of this task: ``send_email.enqueue({"to": ...})``."""
+        return self._owner("enqueue").enqueue(self, payload, session=session, connection=connection, **options)
+
+    async def enqueue_async(self, payload: P, *, session: AsyncSession | None = None,
+                            connection: AsyncConnection | None = None, **options: Unpack[EnqueueOptions]) -> int:
+        """`Queue.enqueue_async` of this task."""
+        return await self._owner("enqueue_async").enqueue_async(
+            self, payload, session=session, connection=connection, **options)
+
+    def _owner(self, method: str) -> Any:
+        if self.owner is None:
+            raise ConfigurationError(f"task {self.name!r} belongs to no Queue: use queue.{method}(task, payload)")
+        return self.owner
+
+    def own_retryable(self, error: BaseException) -> Literal[False] | None:
+        """False when ``retry_on=``/``no_retry_on=`` rule `error` out; None defers to the plugins."""
+        if isinstance(error, self.no_retry_on):
+            return False
+        if self.retry_on is not None and not isinstance(error, self.retry_on):
+            return False
+        return None
 
     def own_retry_delay(self, attempt: int, error: BaseException) -> timedelta | Literal[False] | None:
         """This task's ``retry_delay=`` for a failed attempt; None defers to the plugins.
@@ -90,7 +150,9 @@ class TaskOptions(TypedDict, total=False):
     timedelta | False | None``) and `idempotency_key` (``payload -> str | None``) are its own
     strategies, asked before any plugin; `max_payload_bytes` replaces the queue's limit;
     `priority` is its jobs' priority when `enqueue` names none; `max_snoozes` bounds how often
-    one job may snooze; `session_factory` makes the session of ``ctx.transaction()``."""
+    one job may snooze; `session_factory` makes the session of ``ctx.transaction()``;
+    `retry_on` (exception classes) are the only errors worth a retry and `no_retry_on` the
+    errors never worth one: either fails the job on that attempt."""
 
     name: str | None
     queue: str
@@ -102,11 +164,20 @@ class TaskOptions(TypedDict, total=False):
     priority: int
     max_snoozes: int
     session_factory: Callable[[], Any] | None
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
+    no_retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
 
 
 TASK_DEFAULTS: TaskOptions = {"name": None, "queue": "default", "max_attempts": 5, "timeout": None,
                               "retry_delay": None, "idempotency_key": None, "max_payload_bytes": None,
-                              "priority": 0, "max_snoozes": _validate.DEFAULT_MAX_SNOOZES, "session_factory": None}
+                              "priority": 0, "max_snoozes": _validate.DEFAULT_MAX_SNOOZES, "session_factory": None,
+                              "retry_on": None, "no_retry_on": None}
+
+
+class TaskDecorator(Protocol):
+    """What ``@queue.task(...)`` returns: registers a handler, keeping its payload type."""
+
+    def __call__(self, func: Callable[[P, JobContext], Any], /) -> Task[P]: ...
 
 
 def task_options(options: dict[str, Any], *, where: str = "@queue.task()") -> dict[str, Any]:
@@ -119,7 +190,7 @@ def task_options(options: dict[str, Any], *, where: str = "@queue.task()") -> di
 
 class TaskRegistry:
     def __init__(self) -> None:
-        self._tasks: dict[str, Task] = {}
+        self._tasks: dict[str, Task[Any]] = {}
 
     def register(
         self,
@@ -135,7 +206,10 @@ class TaskRegistry:
         priority: int = 0,
         max_snoozes: int = _validate.DEFAULT_MAX_SNOOZES,
         session_factory: Callable[[], Any] | None = None,
-    ) -> Task:
+        retry_on: Any = None,
+        no_retry_on: Any = None,
+        owner: Any = None,
+    ) -> Task[Any]:
         if not callable(handler):
             raise TypeError(f"@queue.task needs a callable, got {type(handler).__name__}")
         _refuse_async_generator(handler, name)
@@ -160,11 +234,13 @@ class TaskRegistry:
             max_snoozes=_validate.as_config(_validate.non_negative_int, max_snoozes,
                                             f"max_snoozes of task {task_name!r}"),
             session_factory=_session_factory_option(session_factory, task_name),
+            **_retry_classes(retry_on, no_retry_on, task_name),
+            owner=owner,
         )
         self._tasks[task_name] = task
         return task
 
-    def resolve(self, task_or_name: Task | Handler | str) -> Task:
+    def resolve(self, task_or_name: Task[Any] | Handler | str) -> Task[Any]:
         """The registered task for a Task, a name, or the decorated function itself."""
         if isinstance(task_or_name, Task):
             name = task_or_name.name
@@ -180,7 +256,7 @@ class TaskRegistry:
             known = ", ".join(sorted(self._tasks)) or "none"
             raise UnknownTaskError(f"unknown task {name!r} (registered: {known})") from None
 
-    def get(self, name: str) -> Task | None:
+    def get(self, name: str) -> Task[Any] | None:
         return self._tasks.get(name)
 
     def names(self) -> list[str]:
@@ -239,6 +315,38 @@ def _retry_delay_option(value: Any, task_name: str) -> RetryDelay | None:
         raise ConfigurationError(
             f"{exc}; or pass a callable (attempt, error) -> timedelta | False | None"
         ) from None
+
+
+def _retry_classes(retry_on: Any, no_retry_on: Any, task_name: str) -> dict[str, Any]:
+    """``retry_on``/``no_retry_on`` as tuples of exception classes, refused when they would
+    retry nothing (``max_attempts=1`` says that) or name something that is not an exception."""
+    only = None if retry_on is None else _exception_classes(retry_on, f"retry_on of task {task_name!r}")
+    never = () if no_retry_on is None else _exception_classes(no_retry_on, f"no_retry_on of task {task_name!r}")
+    if only == ():
+        raise ConfigurationError(
+            f"retry_on of task {task_name!r} is empty, so no error would be retried: "
+            "use max_attempts=1 to never retry"
+        )
+    if only and never and all(issubclass(kind, never) for kind in only):
+        raise ConfigurationError(
+            f"every class in retry_on of task {task_name!r} is also in no_retry_on, so no error "
+            "would be retried: use max_attempts=1 to never retry"
+        )
+    return {"retry_on": only, "no_retry_on": never}
+
+
+def _exception_classes(value: Any, label: str) -> ExceptionTypes:
+    """One exception class, or a tuple / list / set of them, as a tuple."""
+    items = tuple(value) if isinstance(value, (tuple, list, set, frozenset)) else (value,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            got = f"{item.__name__} (not an exception)" if isinstance(item, type) else \
+                f"{type(item).__name__} {item!r:.40}"
+            raise ConfigurationError(
+                f"{label} must be an exception class or a tuple of them, such as (TimeoutError, "
+                f"ConnectionError); got {got}"
+            )
+    return items
 
 
 def _key_option(value: Any, task_name: str) -> KeyFunction | None:

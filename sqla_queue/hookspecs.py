@@ -108,8 +108,8 @@ def sqla_queue_retry_delay(
         plugin, which is left out, and the remaining registered plugins decide that failure: a
         broken plugin never strands a job.
 
-    The built-in default (``sqla_queue.backoff``) is exponential backoff with full jitter,
-    capped at one hour. A per-task ``@queue.task(retry_delay=...)`` is asked before any plugin.
+    The built-in default (``sqla_queue.backoff``) is exponential backoff with equal jitter,
+    capped at one hour (docs/explanation/retries.md). A per-task ``@queue.task(retry_delay=...)`` is asked before any plugin.
     """
 
 
@@ -127,6 +127,9 @@ def sqla_queue_is_retryable(job: ClaimedJob, error: BaseException) -> bool | Non
         as a `PluginError` naming the plugin, which is left out, and the remaining registered
         plugins decide that failure. The built-in default (``sqla_queue.retryable``) retries
         everything except `sqla_queue.NonRetryableError` and unknown tasks.
+
+    Not asked for an error that the task's own ``retry_on=`` / ``no_retry_on=`` rule out: the
+    job fails at once (docs/explanation/retries.md).
     """
 
 

@@ -27,11 +27,13 @@ from .tables import (
     queues_table,
     samples_table,
     schedules_table,
+    workers_table,
 )
 
 __all__ = [
     "NAMING_CONVENTION", "SAMPLE_COUNTS", "Base", "Job", "JobMixin", "companion_tables", "counters_table",
     "job_table_of", "metadata", "queues_table", "samples_table", "schedules_table",
+    "workers_table",
 ]
 
 
@@ -40,7 +42,7 @@ class JobMixin:
 
     Index and constraint names derive from ``__tablename__``, so two job tables in one database
     do not collide. Mapping a class declares its companion tables too (counters, queues,
-    schedules, samples: `tables.companion_tables`), so ``create_all`` and autogenerate see them.
+    schedules, samples, workers: `tables.companion_tables`), so ``create_all`` and autogenerate see them.
     The columns are `tables.job_columns`' (what each holds is said there); the annotations
     below are their Python types.
     """

@@ -6,16 +6,17 @@ schedules, all on one executor. docs/reference/api.md documents every member.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Unpack, overload
 
 from sqlalchemy import Connection, Engine
 
 from . import _validate, sql
-from ._tasks import Handler, Task, TaskOptions, TaskRegistry, task_options
+from ._tasks import P, Handler, Task, TaskDecorator, TaskOptions, TaskRegistry, task_options
 from .core import Core, waiter
-from .core.enqueue import EnqueueOptions, enqueue_options
+from ._tasks import EnqueueOptions
+from .core.enqueue import enqueue_options
 from .core.operations import DEFAULT_BULK_LIMIT, DEFAULT_HISTORY, DEFAULT_SAMPLE_RETENTION, DEFAULT_WORKERS_WITHIN
 from .core.schedules import PeriodicOptions, Schedule, Schedules
 from .db.executor import Executor
@@ -25,20 +26,8 @@ from .plugins.calls import configure
 from .plugins.manager import build_plugin_manager
 from .services import pruning
 from .sql.claim import DEFAULT_ORDER, ClaimOrder
-from .types import (
-    DEFAULT_LEASE,
-    DEFAULT_STATS_WINDOW,
-    BulkResult,
-    ClaimedJob,
-    HistoryPoint,
-    JobPage,
-    JobStatus,
-    JobView,
-    Outcome,
-    QueueState,
-    QueueStats,
-    WorkerSeen,
-)
+from .types import (DEFAULT_LEASE, DEFAULT_STATS_WINDOW, BulkResult, ClaimedJob, HistoryPoint, JobContext, JobPage,
+                    JobStatus, JobView, Outcome, QueueState, QueueStats, WorkerInfo, WorkerSeen)
 
 if TYPE_CHECKING:  # never imported at run time: a worker has no use for the ORM (`db.kinds`)
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -50,7 +39,6 @@ DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_RECOVERY_LIMIT = 100
 
-H = TypeVar("H", bound=Handler)
 
 
 class Queue:
@@ -74,7 +62,7 @@ class Queue:
                                                    blocked=blocked_plugins, tasks=tasks)
         self.core = Core(Executor.adopt(engine, self.table, claim_order), tasks, Schedules(tasks),
                          self.plugin_manager, max_payload_bytes=max_payload_bytes, max_result_bytes=max_result_bytes)
-        self._inline = None if testing is None else _inline_runner(self.core, testing)
+        self._inline = None if testing is None else _inline_runner(lambda: self.core, testing)  # `core` may change
         configure(self.plugin_manager, self)
 
     def on_engine(self, engine: Engine, *, call_timeout: float | None = None) -> Queue:
@@ -112,14 +100,20 @@ class Queue:
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def task(self, func: H | None = None, **options: Unpack[TaskOptions]) -> Any:
+    @overload
+    def task(self, func: Callable[[P, JobContext], Any]) -> Task[P]: ...
+    @overload
+    def task(self, func: None = None, **options: Unpack[TaskOptions]) -> TaskDecorator: ...
+
+    def task(self, func: Handler | None = None, **options: Unpack[TaskOptions]) -> Any:
         """Register a handler ``(payload, ctx)``: ``@queue.task`` or ``@queue.task(...)`` with
-        `TaskOptions` (name, queue, max_attempts, timeout, retry_delay, idempotency_key,
-        max_payload_bytes, priority, max_snoozes, session_factory)."""
+        `TaskOptions` (name, queue, max_attempts, timeout, retry_delay, retry_on, no_retry_on,
+        idempotency_key, max_payload_bytes, priority, max_snoozes, session_factory). Returns a
+        `Task` typed by the handler's payload, whose ``enqueue`` a type checker checks."""
         chosen = task_options(dict(options))
 
-        def register(handler: H) -> Task:
-            return self.core.tasks.register(handler, **chosen)
+        def register(handler: Handler) -> Task[Any]:
+            return self.core.tasks.register(handler, **chosen, owner=self)
 
         return register(func) if func is not None else register
 
@@ -291,6 +285,10 @@ class Queue:
         """The workers holding jobs now or that finished one within `within`."""
         return self.core.operations.workers_seen(within)
 
+    def workers(self, *, include_dead: bool = True) -> list[WorkerInfo]:
+        """The worker registry, live workers first (dead ones: ``alive=False``)."""
+        return self.core.operations.workers(include_dead)
+
     def pause(self, queue_name: str) -> QueueState:
         """Stop every worker claiming from `queue_name` until `resume` (cluster-wide)."""
         return self.core.operations.pause(queue_name)
@@ -341,7 +339,7 @@ class Queue:
                                      "testing= and run the jobs with sqla_queue.testing.drain_async")
 
 
-def _inline_runner(core: Core, mode: Any) -> Any:
+def _inline_runner(core: Callable[[], Core], mode: Any) -> Any:
     """The testing aid behind ``testing="inline"``, imported only when asked for."""
     from .worker.inline import InlineRunner, testing_mode
 

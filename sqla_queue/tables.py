@@ -31,7 +31,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from .errors import ConfigurationError
 from .states import FINISHED, active_predicate_sql, check_constraint_sql
@@ -179,10 +179,10 @@ def job_table_of(model: Any) -> Table:
     return table
 
 
-def companion_tables(job_table: Table) -> tuple[Table, Table, Table, Table]:
-    """The tables that live beside a job table: counters, queues, schedules and samples."""
+def companion_tables(job_table: Table) -> tuple[Table, Table, Table, Table, Table]:
+    """The tables that live beside a job table: counters, queues, schedules, samples and workers."""
     return (counters_table(job_table), queues_table(job_table), schedules_table(job_table),
-            samples_table(job_table))
+            samples_table(job_table), workers_table(job_table))
 
 
 def counters_table(job_table: Table) -> Table:
@@ -254,6 +254,39 @@ def schedules_table(job_table: Table) -> Table:
         Column("name", Text, primary_key=True),
         Column("last_tick", DateTime(timezone=True), nullable=False),
         Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    )
+
+
+WORKER_STATES = ("running", "stopping")
+"""What a worker writes about itself; "dead" is never written: a worker whose ``expires_at``
+passed without a heartbeat is dead, whatever its row says."""
+
+
+def workers_table(job_table: Table) -> Table:
+    """``<job table>_workers``: the worker registry (revision sqlaq_0010), one row per worker
+    process serving this job table.
+
+    A worker inserts its row when it starts, rewrites ``heartbeat_at`` and ``expires_at`` on
+    every beat of its lease keeper (one statement, `sqla_queue.sql.workers`) and deletes the row
+    on a clean exit. A row whose ``expires_at`` has passed belongs to a worker that died without
+    one (``kill -9``, a lost host): it is shown as dead, and deleted a day later by the next
+    worker that starts. ``expires_at`` is the last beat plus the worker's own lease, the time
+    after which its jobs' leases have run out too.
+    """
+    return _companion(
+        job_table, "workers",
+        Column("id", Text, primary_key=True),
+        Column("host", Text, nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("version", Text, nullable=False),
+        Column("queues", ARRAY(Text), nullable=False),
+        Column("tasks", ARRAY(Text), nullable=False),
+        Column("concurrency", Integer, nullable=False),
+        Column("state", Text, nullable=False, server_default=text("'running'")),
+        Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        Column("expires_at", DateTime(timezone=True), nullable=False),
+        CheckConstraint(f"state IN ({', '.join(repr(state) for state in WORKER_STATES)})", name="state"),
     )
 
 

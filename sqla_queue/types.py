@@ -459,6 +459,30 @@ class WorkerSeen:
 
 
 @dataclass(frozen=True)
+class WorkerInfo:
+    """A worker process in the worker registry (`Queue.workers`): what it said at its last beat.
+    Not `alive` once `expires_at` (last heartbeat plus its lease) passed: it died without a
+    clean exit. `state` is what it wrote (``running``, ``stopping`` while it drains); `status`
+    is ``dead`` for a worker that is not alive, else its state (docs/reference/api.md)."""
+
+    worker_id: str
+    host: str
+    pid: int
+    version: str
+    queues: tuple[str, ...]
+    tasks: tuple[str, ...]
+    concurrency: int
+    state: str
+    started_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    alive: bool
+    status: str
+    running_job_ids: tuple[int, ...] = ()
+    measured_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class BulkResult:
     """What a bulk operator action (`Queue.retry_jobs`, `Queue.cancel_jobs`) changed: the ids
     of the jobs it changed, and how many matching jobs it left alone (held by another

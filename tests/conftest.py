@@ -221,3 +221,13 @@ def count_jobs(read_jobs):
             return conn.execute(text(f"SELECT count(*) FROM sqla_queue_jobs WHERE {where}")).scalar_one()
 
     return count
+
+
+@pytest.fixture(autouse=True)
+def _fresh_completion_budget(monkeypatch):
+    """Each test starts with this second's budget of completion log records unspent (it is
+    per process, and tests in one process may follow each other within a second)."""
+    from sqla_queue.plugins.builtins import logging as builtin_logging
+
+    monkeypatch.setattr(builtin_logging, "completion_budget",
+                        builtin_logging.CompletionBudget(builtin_logging.COMPLETIONS_PER_SECOND))

@@ -44,15 +44,18 @@ def alembic_group() -> None:
 @_REV_ID
 @_MESSAGE
 @_VERSION_PATH
+@click.option("--force", is_flag=True,
+              help="Write the revision even if env.py's target_metadata leaves the queue's tables out (warns).")
 @click.pass_obj
 def install(
     obj: CliContext, config_path: str, to: str | None, rev_id: str | None, message: str | None,
-    version_path: str | None,
+    version_path: str | None, force: bool,
 ) -> None:
     """Write one revision creating the queue's schema, on your history's head.
 
     Then `alembic upgrade head` applies it. The revision imports only alembic and sqlalchemy:
-    review it and commit it like any of yours.
+    review it and commit it like any of yours. Refuses an env.py whose target_metadata leaves
+    the queue's tables out: the next `alembic revision --autogenerate` would drop them.
     """
     with _host_errors():
         config = host.host_config(config_path)
@@ -65,6 +68,7 @@ def install(
                 "`sqla-queue alembic update` brings it up to date"
             )
         _refuse_stamped_database(obj)
+        _check_env(config, scripts, force)
         target = to or _library_head()
         script = host.write(
             config, after=None, to=target, rev_id=rev_id, version_path=version_path,
@@ -105,6 +109,35 @@ def update(
             message=message or f"update sqla_queue schema to {target}",
         )
     _report(script, target)
+
+
+def _check_env(config, scripts, force: bool) -> None:
+    """Refuse (with `force`, warn about) an env.py whose autogenerate would drop the queue's
+    tables; note when it does not pass the queue's guard."""
+    try:
+        options = host.env_options(config, scripts)
+    except CommandError as exc:
+        _refuse_or_warn(str(exc), force)
+        return
+    missing = host.unprotected_queue_tables(options)
+    if missing:
+        _refuse_or_warn(
+            f"your env.py's target_metadata leaves out the queue's tables ({', '.join(missing)}): the next "
+            "`alembic revision --autogenerate` would drop them. Add it: target_metadata = "
+            "[Base.metadata, sqla_queue.metadata]", force,
+        )
+    elif not host.passes_guard(options):
+        click.echo(
+            "note: pass process_revision_directives=sqla_queue.migrations.process_revision_directives to "
+            "context.configure in env.py: it refuses an autogenerate revision that would drop or change "
+            "the queue's tables", err=True,
+        )
+
+
+def _refuse_or_warn(message: str, force: bool) -> None:
+    if not force:
+        raise MigrationError(f"{message}; nothing was written (--force writes it anyway)")
+    click.echo(f"warning: {message}; writing the revision anyway (--force)", err=True)
 
 
 def _library_head() -> str:

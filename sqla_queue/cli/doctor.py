@@ -36,15 +36,17 @@ from .root import EXIT_PROBLEM, CliContext, main
               help="Dead tuples fail above this and above 20%% of the live ones.")
 @click.option("--max-failed", type=click.IntRange(min=0),
               help="More failed jobs than this in the last hour fail (default: they only warn).")
+@click.option("--max-latency", type=DURATION, default="5m", show_default=True,
+              help=f"A queue whose oldest eligible job has waited longer than this fails. {DURATION_HELP}")
 @click.pass_obj
 def doctor(obj: CliContext, as_json: bool, strict: bool, queue_name: str, lease: timedelta,
            max_transaction_age: timedelta, max_lock_wait: timedelta, max_xmin_age: int,
-           dead_tuples_min: int, max_failed: int | None) -> None:
+           dead_tuples_min: int, max_failed: int | None, max_latency: timedelta) -> None:
     """Check the queue's database for what makes PostgreSQL queues degrade; exit 1 if a check fails."""
     config = DoctorConfig(
         lease=lease, max_transaction_age=max_transaction_age, max_lock_wait=max_lock_wait,
         max_xmin_age=max_xmin_age, dead_tuples_min=dead_tuples_min, max_failed=max_failed,
-        claim_queue=queue_name,
+        max_latency=max_latency, claim_queue=queue_name,
     )
     report = Doctor(obj.queue(), config).run()
     if as_json:

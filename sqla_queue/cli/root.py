@@ -139,7 +139,7 @@ def _restore_env(name: str, value: str | None) -> None:
 COMMAND_MODULES = {
     "alembic": "alembic_cmd", "dashboard": "dashboard", "db": "db", "doctor": "doctor", "enqueue": "enqueue",
     "jobs": "jobs", "plugins": "plugins", "prune": "prune", "queues": "queues", "recover": "recover",
-    "schedules": "schedules", "stats": "stats", "worker": "worker",
+    "schedules": "schedules", "stats": "stats", "worker": "worker", "workers": "workers",
 }
 
 

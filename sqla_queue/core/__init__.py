@@ -57,6 +57,13 @@ class Core:
                     self.plugin_manager, max_payload_bytes=self.enqueuer.max_payload_bytes,
                     max_result_bytes=self.outcomes.max_result_bytes, throttle=self.counters.throttle)
 
+    def rebound(self, engine_or_url: Any) -> Core:
+        """The same queue on another database, `engine_or_url` adopted as `Queue` adopts its
+        engine (an Engine, an AsyncEngine or a URL): what `sqla_queue.testing.bind` runs on."""
+        return Core(Executor.adopt(engine_or_url, self.table, self.executor.order), self.tasks, self.schedules,
+                    self.plugin_manager, max_payload_bytes=self.enqueuer.max_payload_bytes,
+                    max_result_bytes=self.outcomes.max_result_bytes, throttle=self.counters.throttle)
+
     @property
     def table(self) -> Table:
         return self.executor.table

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 from sqlalchemy.pool import PoolProxiedConnection
 
 from .. import _validate
-from .._tasks import Handler, Task, TaskRegistry
+from .._tasks import EnqueueOptions, Handler, Task, TaskRegistry
 from ..db.engine import database_errors
 from ..db.executor import ARRAY_PARAMS, DriverStatements, Executor
 from ..db.notifier import Notifier
@@ -41,26 +41,6 @@ _ENQUEUE_OPTIONS = frozenset(
 )
 
 _NO_DELAY = timedelta(0)
-
-
-class EnqueueOptions(TypedDict, total=False):
-    """The per-job options of `Queue.enqueue` (and its asyncio face, `Task.enqueue`, and each
-    `enqueue_many` item), one definition for all of them.
-
-    `queue` and `max_attempts` (default: the task's); `run_at` (a timezone-aware datetime) or
-    `delay` (a timedelta or seconds) for a later due time; `idempotency_key` (while an active
-    job holds it, enqueue returns that job's id); `priority` (-32768 to 32767, default the
-    task's: higher is claimed first); `meta` (a mapping of string keys to JSON values stored
-    with the job and read by its handler as ``ctx.meta``, over what the `sqla_queue_job_meta`
-    hooks add)."""
-
-    queue: str | None
-    run_at: datetime | None
-    delay: timedelta | float | None
-    max_attempts: int | None
-    idempotency_key: str | None
-    priority: int | None
-    meta: Mapping[str, Any] | None
 
 
 def enqueue_options(options: dict[str, Any], where: str) -> dict[str, Any]:

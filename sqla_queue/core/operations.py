@@ -36,6 +36,7 @@ from ..types import (
     QueueHealth,
     QueueState,
     QueueStats,
+    WorkerInfo,
     WorkerSeen,
 )
 from .counters import EMPTY_CLAIM_CLASSIFY_INTERVAL  # noqa: F401  (documented as operations.…)
@@ -269,6 +270,14 @@ class Operations:
                            running_job_ids=tuple(row.running_job_ids), finished_recently=row.finished_recently)
                 for row in rows]
 
+    def workers(self, include_dead: bool = True) -> list[WorkerInfo]:
+        """The worker registry: live workers first, then dead ones (unless not `include_dead`),
+        each by start time."""
+        with self.executor.connection() as conn:
+            rows = conn.execute(self.statements.list_workers).all()
+        found = [worker_info(row) for row in rows]
+        return found if include_dead else [w for w in found if w.alive]
+
     # -- queue control -------------------------------------------------------------------
 
     def pause(self, queue_name: str) -> QueueState:
@@ -293,6 +302,17 @@ class Operations:
         """Every queue with active jobs or a pause row, by name."""
         with self.executor.connection() as conn:
             return [_queue_state(row) for row in conn.execute(self.statements.queue_states).all()]
+
+
+def worker_info(row: Any) -> WorkerInfo:
+    """A row of `sql.workers.list_workers` as a `WorkerInfo`."""
+    return WorkerInfo(
+        worker_id=row.id, host=row.host, pid=row.pid, version=row.version, queues=tuple(row.queues),
+        tasks=tuple(row.tasks), concurrency=row.concurrency, state=row.state, started_at=row.started_at,
+        heartbeat_at=row.heartbeat_at, expires_at=row.expires_at, alive=bool(row.alive),
+        status=row.state if row.alive else "dead", running_job_ids=tuple(row.running_job_ids or ()),
+        measured_at=row.now,
+    )
 
 
 def _queue_state(row: Any) -> QueueState:

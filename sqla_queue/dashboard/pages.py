@@ -7,7 +7,7 @@ Each page reads through the Queue's public methods, the same index-served statem
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .rendering import Dashboard
 
 PAGE_SIZE = 50
-WORKERS_WITHIN = timedelta(minutes=15)
+WORKER_STATUS_CLASS = {"running": "verdict-ok", "stopping": "verdict-warn", "dead": "verdict-fail"}
 ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING)
 
 
@@ -147,8 +147,11 @@ class Pages:
                                    now=datetime.now(timezone.utc))
 
     async def workers(self, request: Request) -> Response:
-        seen = await self.d.call(self.queue.workers_seen, within=WORKERS_WITHIN)
-        return await self.d.render(request, "workers.html", workers=seen, within=WORKERS_WITHIN,
+        """The worker registry: live workers first (idle ones too), dead ones marked."""
+        registered = await self.d.call(self.queue.workers)
+        live_count = sum(1 for w in registered if w.alive)
+        return await self.d.render(request, "workers.html", workers=registered, live_count=live_count,
+                                   dead_count=len(registered) - live_count, status_class=WORKER_STATUS_CLASS,
                                    now=datetime.now(timezone.utc), live=True, nav="workers")
 
     async def doctor(self, request: Request) -> Response:

@@ -17,7 +17,7 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 
 from .. import sql
-from ..tables import counters_table, queues_table, samples_table
+from ..tables import counters_table, queues_table, samples_table, workers_table
 from ..sql import catalog, time_travel
 from ..sql import counters as counter_sql
 from ..sql import jobs as job_sql
@@ -27,6 +27,7 @@ from ..sql import queues as queues_sql
 from ..sql import samples as samples_sql
 from ..sql import schedules as schedule_sql
 from ..sql import stats as stats_sql
+from ..sql import workers as workers_sql
 from ..sql.claim import DEFAULT_ORDER, ClaimOrder, claim_job_by_id
 from ..sql.enqueue import INPUT_COLUMNS
 from ..sql.notify import listen_finished
@@ -71,6 +72,7 @@ class Statements:
     counters = _Built(lambda s: counters_table(s.table))
     queues = _Built(lambda s: queues_table(s.table))
     samples = _Built(lambda s: samples_table(s.table))
+    workers = _Built(lambda s: workers_table(s.table))
 
     # enqueue
     insert = _Built(lambda s: sql.insert_jobs(s.table))
@@ -122,6 +124,12 @@ class Statements:
     history = _Built(lambda s: samples_sql.history(s.samples))
     queue_history = _Built(lambda s: samples_sql.history(s.samples, by_queue=True))
     workers_seen = _Built(lambda s: stats_sql.workers_seen(s.table))
+    # the worker registry: each worker's own row, the operators' list, doctor's question
+    register_worker = _Built(lambda s: workers_sql.register(s.workers))
+    beat_worker = _Built(lambda s: workers_sql.beat(s.workers))
+    remove_worker = _Built(lambda s: workers_sql.remove(s.workers))
+    list_workers = _Built(lambda s: workers_sql.list_workers(s.table, s.workers))
+    eligible_demand = _Built(lambda s: workers_sql.eligible_demand(s.table, s.workers, s.queues))
     # schedules
     advance_schedule = _Built(lambda s: schedule_sql.advance_schedule(s.table))
     schedule_last_tick_locked = _Built(lambda s: schedule_sql.last_tick_locked(s.table))

@@ -100,6 +100,8 @@ class DoctorConfig:
     :param failed_window: how far back to count terminal failures. Default one hour.
     :param max_failed: more failures than this in the window fail; with None (the default)
         failures only warn: a failing job is the application's business, not an outage.
+    :param max_latency: a queue whose oldest eligible job has waited longer than this fails
+        (the queue latency check). Default 5 minutes.
     :param claim_queue: the queue whose claim is planned. Default ``"default"``.
     :param small_table_rows: below this many live rows a sequential scan is a fine claim plan,
         so the planner is asked again with sequential scans off. Default 10,000.
@@ -114,13 +116,15 @@ class DoctorConfig:
     dead_tuples_ratio: float = 0.2
     failed_window: timedelta = timedelta(hours=1)
     max_failed: int | None = None
+    max_latency: timedelta = timedelta(minutes=5)
     claim_queue: str = "default"
     small_table_rows: int = 10_000
     statement_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         for name, positive in (("lease", True), ("max_transaction_age", False),
-                               ("max_lock_wait", False), ("failed_window", True)):
+                               ("max_lock_wait", False), ("failed_window", True),
+                               ("max_latency", False)):
             value = _config(_validate.duration, getattr(self, name), name, positive=positive)
             object.__setattr__(self, name, value)
         for name in ("max_xmin_age", "dead_tuples_min", "small_table_rows"):
@@ -164,11 +168,14 @@ class Doctor:
             ("vacuum horizon", self.check_vacuum_horizon),
             ("stuck jobs", self.check_stuck_jobs),
             ("recent failures", self.check_recent_failures),
+            ("unserved queues", self.check_unserved_queues),
+            ("unregistered tasks", self.check_unregistered_tasks),
+            ("queue latency", self.check_queue_latency),
         ]
 
     def run(self) -> Report:
         """Every check, in order. A database that cannot be reached at all raises
-        `DatabaseError` (the CLI exits 1) rather than failing seven checks one by one."""
+        `DatabaseError` (the CLI exits 1) rather than failing every check one by one."""
         with self._transaction() as conn:
             conn.execute(stats_sql.database_now())
         return Report(tuple(self._run_one(name, check) for name, check in self.checks()))
@@ -371,6 +378,72 @@ class Doctor:
         verdict = Verdict.FAIL if limit is not None and total > limit else Verdict.WARN
         return Check("recent failures", verdict, f"{total} job(s) failed for good in the last {window}",
                      hint, details)
+
+    # -- work nobody takes: the worker registry against the eligible jobs ----------------
+
+    def _demand(self, conn: Connection) -> list[Any]:
+        """Eligible jobs per (queue, task) with whether a live worker serves the queue and one
+        registers the task for it; paused queues left out (`sql.workers.eligible_demand`)."""
+        return conn.execute(self.queue.core.statements.eligible_demand).all()
+
+    def check_unserved_queues(self, conn: Connection) -> Check:
+        """Eligible jobs on a queue that no live worker serves will wait until one starts."""
+        unserved: dict[str, list[Any]] = {}
+        for row in self._demand(conn):
+            if not row.queue_served:
+                unserved.setdefault(row.queue_name, []).append(row)
+        if not unserved:
+            return Check("unserved queues", Verdict.OK, "every queue with eligible jobs has a live worker serving it")
+        names = ", ".join(unserved)
+        return Check(
+            "unserved queues", Verdict.FAIL,
+            f"eligible jobs wait on {len(unserved)} queue(s) that no live worker serves: {names}",
+            "Start a worker that serves them (`sqla-queue worker --queues NAME`, or a worker whose app "
+            "registers their tasks), or pause a queue on purpose (`sqla-queue queues pause NAME`). "
+            "`sqla-queue workers` lists the live workers and the queues each serves.",
+            tuple(f"queue {name}: {sum(r.jobs for r in rows)} eligible job(s), oldest waiting "
+                  f"{format_duration(max(r.oldest_age for r in rows))}" for name, rows in unserved.items()),
+        )
+
+    def check_unregistered_tasks(self, conn: Connection) -> Check:
+        """Deploy skew: the queue is served, but no live worker serving it registers the task
+        (old workers still running after a deploy added the task, or a task left in one app)."""
+        skewed = [row for row in self._demand(conn) if row.queue_served and not row.task_served]
+        if not skewed:
+            return Check("unregistered tasks", Verdict.OK,
+                         "every eligible job's task is registered by a live worker serving its queue")
+        return Check(
+            "unregistered tasks", Verdict.FAIL,
+            f"{sum(r.jobs for r in skewed)} eligible job(s) of {len({r.task for r in skewed})} task(s) that "
+            "no live worker serving their queue registers",
+            "Deploy skew: the workers that serve these queues run code without these tasks. Finish the "
+            "deploy (restart the workers with the new code), or start a worker whose app registers "
+            "them; `sqla-queue workers --json` shows each worker's tasks.",
+            tuple(f"task {r.task}: {r.jobs} job(s), no live worker registers it (queue {r.queue_name})"
+                  for r in skewed),
+        )
+
+    def check_queue_latency(self, conn: Connection) -> Check:
+        """The oldest eligible job's wait per queue against `max_latency`: the symptom users
+        feel, whatever the cause (too few workers, slow handlers, nobody serving the queue)."""
+        limit = self.config.max_latency
+        ages: dict[str, timedelta] = {}
+        for row in self._demand(conn):
+            ages[row.queue_name] = max(ages.get(row.queue_name, row.oldest_age), row.oldest_age)
+        late = {name: age for name, age in ages.items() if age > limit}
+        if not late:
+            oldest = f"; oldest eligible job waited {format_duration(max(ages.values()))}" if ages else ""
+            return Check("queue latency", Verdict.OK,
+                         f"no queue's oldest eligible job has waited more than {format_duration(limit)}{oldest}")
+        return Check(
+            "queue latency", Verdict.FAIL,
+            f"{len(late)} queue(s) whose oldest eligible job waited more than {format_duration(limit)}: "
+            f"{', '.join(late)}",
+            "Jobs are due but not claimed fast enough: check that workers serve the queue (the "
+            "unserved queues check), then add workers or concurrency (`sqla-queue stats` shows the "
+            "backlog; docs/how-to/operations.md).",
+            tuple(f"queue {name}: oldest eligible job waiting {format_duration(age)}" for name, age in late.items()),
+        )
 
 
 # -- formatting ----------------------------------------------------------------------------

@@ -131,11 +131,15 @@ def failure_decision(
 ) -> timedelta | Literal[False]:
     """For a job whose handler raised: the delay before its next attempt, or False to fail it.
 
+    The task's ``retry_on=``/``no_retry_on=`` can only say no, before any plugin is asked.
     No opinion from anyone means retryable, and retry at once. A plugin that raises or answers
     outside its contract is logged as a `PluginError` naming it and left out of this decision:
     the remaining registered plugins decide (a blocked built-in is not among them). Raising
     into the worker would leave the job running until its lease expired.
     """
+    task = _task_of(pm, job)
+    if task is not None and task.own_retryable(error) is False:
+        return False  # the task's retry_on / no_retry_on rule it out: no plugin is asked
     retryable = _decide(pm, "sqla_queue_is_retryable", job=job, error=error)
     if retryable is False or job.is_last_attempt:
         return False
@@ -145,9 +149,13 @@ def failure_decision(
     return NO_DELAY if delay is None else delay
 
 
+def _task_of(pm: QueuePluginManager, job: ClaimedJob) -> Task[Any] | None:
+    return pm.tasks.get(job.task) if pm.tasks is not None else None
+
+
 def _task_retry_delay(pm: QueuePluginManager, job: ClaimedJob, error: BaseException) -> Any:
     """The task's own ``retry_delay=``, asked before any plugin; a broken one defers to them."""
-    task = pm.tasks.get(job.task) if pm.tasks is not None else None
+    task = _task_of(pm, job)
     if task is None:
         return None
     try:

@@ -11,6 +11,10 @@ pass its thread's `Looper` makes every tick (timeouts every tick, renewal every 
 3``). The keeper only decides: it gives up each job it cannot keep (`Leased.give_up`) and says so
 in the result; the worker that holds the jobs records their outcomes and reports them.
 
+The same beat then refreshes the worker's row in the worker registry (`heartbeat`, one
+statement; `services.registry`), whether or not the worker holds jobs, so a worker that stops
+beating is seen dead one lease later, when its jobs' leases have run out too.
+
 Why ``lease / 3``: two renewals can fail in a row (each under the worker's call deadline) and
 the lease still holds. Why fence: once a lease may have expired, recovery may hand the job to
 another worker, so this one must stop treating it as its own (self-fencing).
@@ -83,6 +87,7 @@ class LeaseKeeperResult:
     no longer this worker's (the heartbeat already reported it). ``fenced``: the renewal failed and the lease
     may have expired, so the job was given up. ``timed_out``: the handler outlived its task's
     timeout; the job is settled here and its outcome is the worker's to record.
+    ``renewal_failed``: the renewal statement failed (the database did not answer in time).
     """
 
     renewed: tuple[Leased, ...] = ()
@@ -90,26 +95,29 @@ class LeaseKeeperResult:
     lost: tuple[Leased, ...] = ()
     fenced: tuple[Leased, ...] = ()
     timed_out: tuple[Leased, ...] = ()
+    renewal_failed: bool = False
 
 
 class LeaseKeeper:
     """Keeps the leases of the jobs `held` returns (a snapshot, called once per pass); `owner`
-    names the holder in log lines."""
+    names the holder in log lines; `heartbeat` (if given) is called on every renewal beat and
+    must not raise (`WorkerRegistration.beat`)."""
 
     def __init__(self, core: Core, config: LeaseKeeperConfig, held: Callable[[], Iterable[Leased]],
-                 *, owner: str = "worker") -> None:
+                 *, owner: str = "worker", heartbeat: Callable[[], object] | None = None) -> None:
         if not isinstance(config, LeaseKeeperConfig):
             raise ConfigurationError(f"config must be a LeaseKeeperConfig, got {type(config).__name__}")
         self.outcomes = core.outcomes
         self.config = config
         self._held = held
         self.owner = owner
+        self._heartbeat = heartbeat
         self._next_renewal = time.monotonic() + config.renew_every
 
     def run_once(self) -> LeaseKeeperResult:
-        """Enforce timeouts, then renew every running job's lease now."""
+        """Enforce timeouts, then beat: renew every running job's lease now."""
         timed_out = self._enforce_timeouts()
-        return self._renew(timed_out)
+        return self._beat(timed_out)
 
     def run_if_due(self) -> LeaseKeeperResult:
         """Enforce timeouts; renew only when ``lease / 3`` has passed since the last renewal."""
@@ -118,7 +126,16 @@ class LeaseKeeper:
         if now < self._next_renewal:
             return LeaseKeeperResult(timed_out=timed_out)
         self._next_renewal = now + self.config.renew_every
-        return self._renew(timed_out)
+        return self._beat(timed_out)
+
+    def _beat(self, timed_out: tuple[Leased, ...]) -> LeaseKeeperResult:
+        """Renew, then refresh the registry row. Not after a renewal that failed: the database
+        is not answering, and a heartbeat waiting out its call deadline too would push the next
+        renewal towards the end of the leases."""
+        result = self._renew(timed_out)
+        if self._heartbeat is not None and not result.renewal_failed:
+            self._heartbeat()
+        return result
 
     def next_due(self) -> float:
         """Every tick (its `Looper` sleeps at most that long)."""
@@ -142,7 +159,7 @@ class LeaseKeeper:
             raise  # no later renewal can succeed: the worker stops (its looper's `halt`)
         except DatabaseError as exc:
             logger.warning("%s: lease renewal failed: %s", self.owner, exc)
-            return LeaseKeeperResult(fenced=self._fence_expired(held), timed_out=timed_out)
+            return LeaseKeeperResult(fenced=self._fence_expired(held), timed_out=timed_out, renewal_failed=True)
         renewed, cancelling, lost = [], [], []
         for h in held:
             if h.job.id in renewed_ids:

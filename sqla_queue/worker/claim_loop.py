@@ -119,7 +119,7 @@ class ClaimLoop:
                 logger.warning("worker %s: database error, retrying in %.1fs: %s", self.worker_id, delay, exc)
                 self.stopping.wait(delay)
                 continue
-            rest = self._rest()
+            rest = self._rest(until_empty)
             if warming:
                 rest = min(rest, max(0.0, warm_until - time.monotonic()))
             if rest > 0:
@@ -162,9 +162,13 @@ class ClaimLoop:
         return (self.slots.finished_count() >= self.slots.flush_size()
                 or time.monotonic() >= first + FLUSH_DELAY)
 
-    def _rest(self) -> float:
+    def _rest(self, until_empty: bool = False) -> float:
         """Seconds until something is due without a wake-up: the oldest completion's flush,
-        the oldest buffered job's TTL, the next claim on an empty queue, the periodic services."""
+        the oldest buffered job's TTL, the next claim on an empty queue, the periodic services.
+        None with `until_empty` once the queue looked empty and the last held job is settled:
+        the last look comes at once, not a poll interval later."""
+        if until_empty and self.empty and self.slots.held_count() == 0:
+            return 0.0
         now = time.monotonic()
         due = [now + self._idle_wait()]
         first = self.slots.first_finished_at()

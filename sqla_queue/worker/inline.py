@@ -26,7 +26,7 @@ import asyncio
 import os
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, event
@@ -63,11 +63,17 @@ def testing_mode(value: Any) -> str | None:
 
 
 class InlineRunner:
-    """Runs the jobs `core`'s queue enqueues once their transaction commits (module docstring)."""
+    """Runs the jobs a queue enqueues once their transaction commits (module docstring), on the
+    queue's current core, which `core()` returns."""
 
-    def __init__(self, core: Core) -> None:
-        self.core = core
+    def __init__(self, core: Callable[[], Core]) -> None:
+        self._core = core
         self._state = threading.local()
+
+    @property
+    def core(self) -> Core:
+        """The queue's core now (`sqla_queue.testing.bind` may point the queue elsewhere)."""
+        return self._core()
 
     def enqueued(self, ids: Sequence[int], session: Session | None, connection: Connection | None) -> None:
         """`Queue.enqueue` / `enqueue_many` wrote `ids` in the caller's transaction (or its own)."""

@@ -57,6 +57,8 @@ class WorkerRuns(JobRuns):
         # Jobs for the handler threads of this run: a C-level queue, so handing a job over and
         # waking a thread costs no Python-level lock juggling. ``None`` tells one thread to end.
         self._work: queue_module.SimpleQueue[HeldJob | None] = queue_module.SimpleQueue()
+        # Per handler thread: its run's queue (``work``) and the job it runs next (``next``).
+        self._mine = threading.local()
         self._threads: list[threading.Thread] = []
         self._outcomes: queue_module.SimpleQueue[Callable[[], None] | None] = queue_module.SimpleQueue()
         self._coroutines: set[asyncio.Task] = set()
@@ -75,7 +77,13 @@ class WorkerRuns(JobRuns):
             self.handler_loop.call_soon(self._start_coroutines, coroutines)
         if threaded:
             self._start_threads()
-            put = self._work.put
+            work, mine = self._work, self._mine
+            if getattr(mine, "work", None) is work and mine.next is None:
+                # A handler thread of this run freed its slot: it runs the first job itself,
+                # next, instead of waking another thread for it (a wake-up per job costs more
+                # than a no-op handler).
+                mine.next, threaded = threaded[0], threaded[1:]
+            put = work.put
             for h in threaded:
                 put(h)
 
@@ -111,10 +119,16 @@ class WorkerRuns(JobRuns):
 
     def _handler_thread(self, work: queue_module.SimpleQueue[HeldJob | None]) -> None:
         get = work.get
+        mine = self._mine
+        mine.work, mine.next = work, None
         while True:
-            held = get()
-            if held is None:  # the run ended (`wake_threads`)
-                return
+            held = mine.next
+            if held is None:
+                held = get()
+                if held is None:  # the run ended (`wake_threads`)
+                    return
+            else:
+                mine.next = None
             if self.stopping.is_set() or not held.running:
                 continue  # shutting down: not started, so it is released, not run
             held.started = True

@@ -14,6 +14,7 @@ method is thread-safe.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
@@ -233,7 +234,9 @@ class Slots:
             starting, dropped = self._take_buffered(now)
             low = len(self._buffer) < self.concurrency
         self._started(starting, dropped)
-        if waiting == 1 or waiting >= self.flush_size() or low:
+        if (waiting == 1 or waiting >= self.flush_size() or low) and not self._wake.is_set():
+            # Set already: the claim loop has not looked yet (it clears before it looks), so it
+            # sees this job; setting it again would cost a lock and a notify per job.
             self._wake.set()
 
     def flush_size(self) -> int:
@@ -269,6 +272,11 @@ class Slots:
             return self._first_finished_at if self._finished else None
 
     # -- the tally --------------------------------------------------------------------------
+
+    def tally(self) -> WorkerSummary:
+        """A copy of the summary, consistent (taken under the lock)."""
+        with self._lock:
+            return dataclasses.replace(self.summary)
 
     def count(self, name: str, n: int = 1) -> None:
         """Add `n` to the summary's `name` (``completed``, ``lost``, ...)."""

@@ -29,6 +29,7 @@ any of these parts, stops the worker: it drains like a stopped worker and `run` 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -49,6 +50,7 @@ from ..services.lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperR
 from ..services.listener import Listener, ListenerConfig
 from ..services.pruning import Pruner
 from ..services.recovery import Recoverer, RecoveryConfig
+from ..services.registry import WorkerDescription, WorkerRegistration
 from ..services.sampling import Sampler
 from ..services.scheduler import Scheduler
 from ..sql.claim import DEFAULT_ORDER
@@ -57,6 +59,7 @@ from .claim_loop import ClaimLoop
 from .config import WorkerConfig, WorkerSummary
 from .handler_loop import HandlerLoop
 from .held_job import HeldJob
+from .progress import Progress
 from .runs import WorkerRuns, timed_out
 from .slots import Nudger, Slots
 
@@ -101,15 +104,21 @@ class Worker:
         self.claim_loop = ClaimLoop(self.core, self.config, self.worker_id, self.slots, self.runs,
                                     self._periodic_services(), self._scheduler,
                                     wake=self._wake, stopping=self._stopping)
+        # Its row in the worker registry: inserted at start, refreshed on the lease keeper's beat,
+        # deleted on a clean exit.
+        self.registration = WorkerRegistration(self.core, WorkerDescription.of_this_process(
+            self.worker_id, self.config.queues or (), core.tasks.names(), self.config.concurrency, self.config.lease,
+        ), stopping=self._stopping)
         self._lease_keeper = LeaseKeeper(self.core, LeaseKeeperConfig(lease=self.config.lease),
-                                         self.slots.snapshot, owner=f"worker {self.worker_id}")
+                                         self.slots.snapshot, owner=f"worker {self.worker_id}",
+                                         heartbeat=self.registration.beat)
         self._listener: Listener | None = None
         self.queues: tuple[str, ...] = self.config.queues or ()
         """The queues this worker serves: `config.queues`, or settled when it runs."""
 
     def _periodic_services(self) -> Looper:
         """What the claim loop runs between rounds: recovery, pruning (if configured), the
-        scheduler and the per-minute sample (unless turned off)."""
+        scheduler, the per-minute sample (unless turned off) and the progress line."""
         config = self.config
         services: list[Any] = [Recoverer(self.core, RecoveryConfig(lease=config.lease, interval=config.recovery_interval))]
         if config.pruning is not None:
@@ -117,6 +126,7 @@ class Worker:
         services.append(self._scheduler)
         if config.sample_interval is not None:
             services.append(Sampler(self.core, retention=config.sample_retention, interval=config.sample_interval))
+        services.append(Progress(self.worker_id, self.slots.tally))
         return Looper(services)
 
     @property
@@ -168,6 +178,7 @@ class Worker:
         self._denied = None
         self.runs.handler_loop = handler_loop
         self._serve()
+        self.registration.register()
         with self._signal_handlers(), self._threads():
             logger.info("worker %s serving %s%s with concurrency %s", self.worker_id, ",".join(self.queues),
                         " (every queue with a registered task)" if self.config.queues is None else "",
@@ -177,6 +188,7 @@ class Worker:
             except PermissionDeniedError as exc:
                 self._halt(exc)
             self._drain()
+        self.registration.remove()
         # A stopped worker holds no connection (the engine reconnects if it runs again); one a
         # thread left behind still uses is closed when that thread gives it back.
         self.core.executor.close_round_connection()
@@ -198,8 +210,11 @@ class Worker:
                 "the worker has no queue to serve: this queue has no registered task; register one with "
                 "@queue.task, or name the queues with queues=[...] (--queues)")
         self.queues = queues
-        self.claim_loop.serve(queues, self.core.tasks.names())
+        tasks = self.core.tasks.names()
+        self.claim_loop.serve(queues, tasks)
         self._scheduler.serve(queues)
+        self.registration.description = dataclasses.replace(
+            self.registration.description, queues=queues, tasks=tuple(sorted(tasks)))
 
     def stop(self) -> None:
         """Ask `run` to stop claiming and shut down gracefully (thread-safe)."""

@@ -18,12 +18,14 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from sqla_queue.dashboard import create_app
+from sqla_queue.services.registry import WorkerDescription, WorkerRegistration
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
@@ -219,13 +221,16 @@ def test_filter_open_a_failed_job_retry_it_and_watch_it_complete(browser, served
 
 def test_jobs_workers_and_doctor_pages(browser, served, dash_queue, failed_job, screenshots):
     seed(dash_queue, failed_job)
-    dash_queue.claim("default", worker_id="web-1:pid-4242", limit=2)
+    for worker_id, queues in (("web-1:4242:5f3a9c", ["default", "images"]), ("web-2:4243:0b71e2", ["images"])):
+        assert WorkerRegistration(dash_queue.core, WorkerDescription.of_this_process(
+            worker_id, queues, dash_queue.task_names, 8, timedelta(minutes=1))).register()
+    dash_queue.claim("default", worker_id="web-1:4242:5f3a9c", limit=2)
     sign_in(browser, served)
     browser.get(served + "/jobs")
     assert len(wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#jobs tbody tr"))) == 21
     screenshot(browser, screenshots, "jobs")
     browser.get(served + "/workers")
-    wait(browser, lambda b: any("web-1:pid-4242" in row for row in texts(b, "#workers tbody tr")))
+    wait(browser, lambda b: any("web-1:4242:5f3a9c" in row for row in texts(b, "#workers tbody tr")))
     screenshot(browser, screenshots, "workers")
     browser.get(served + "/doctor")
     assert len(wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#checks section.check"))) >= 5

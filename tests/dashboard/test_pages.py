@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from sqla_queue.dashboard import create_app
+from sqla_queue.services.registry import WorkerDescription, WorkerRegistration
 
 
 @pytest.fixture
@@ -110,12 +112,44 @@ def test_a_missing_job_is_a_404_page(client):
     assert page.status_code == 404 and "No job 424242" in page.text
 
 
-def test_workers_page_lists_who_holds_which_job(client, dash_queue):
+def register(queue, worker_id: str, queues: list[str]) -> None:
+    """A worker's row in the registry, as the worker writes it (alive for a minute)."""
+    assert WorkerRegistration(queue.core, WorkerDescription.of_this_process(
+        worker_id, queues, queue.task_names, 4, timedelta(minutes=1))).register()
+
+
+def test_workers_page_shows_the_registry_idle_busy_and_dead(client, dash_queue, dash_engine):
     job_id = dash_queue.enqueue("send_email", {"to": "a"})
-    dash_queue.claim("default", worker_id="host-7:pid-99", limit=1)
+    register(dash_queue, "host-7:99:aa", ["default", "images"])
+    register(dash_queue, "host-8:12:bb", ["images"])  # idle: never claimed anything
+    register(dash_queue, "host-9:5:cc", ["default"])
+    dash_queue.claim("default", worker_id="host-7:99:aa", limit=1)
+    with dash_engine.begin() as conn:  # host-9 stopped beating a minute ago
+        conn.execute(text("UPDATE sqla_queue_jobs_workers SET expires_at = now() - interval '1 minute' "
+                          "WHERE id = 'host-9:5:cc'"))
     page = client.get("/workers")
-    row = row_html(page.text, "host-7:pid-99")
-    assert f">{job_id}</a>" in row and "default" in row
+    assert page.status_code == 200
+    rows = table_rows(page.text, "workers")
+    assert list(rows) == ["host-7:99:aa", "host-8:12:bb", "host-9:5:cc"]  # live first
+    # cells after the id: status, host, pid, version, queues, running now, concurrency, last seen, started
+    assert rows["host-7:99:aa"][0] == "running" and rows["host-7:99:aa"][5] == str(job_id)
+    assert rows["host-7:99:aa"][4] == "default images"
+    assert rows["host-8:12:bb"][0] == "running" and rows["host-8:12:bb"][5] == "idle"
+    assert rows["host-9:5:cc"][0] == "dead" and 'verdict-fail">dead' in row_html(page.text, "host-9:5:cc")
+    assert ">2 live<" in page.text and ">1 dead<" in page.text
+
+
+def test_workers_page_says_when_no_worker_is_registered(client):
+    assert "No worker is registered" in client.get("/workers").text
+
+
+def test_doctor_page_is_red_naming_a_queue_no_live_worker_serves(client, dash_queue):
+    for n in range(5):
+        dash_queue.enqueue("resize", {"image": n})
+    page = client.get("/doctor")
+    assert '<span class="badge verdict-fail">FAIL</span>' in page.text
+    section = next(part for part in page.text.split("<section") if "unserved queues" in part)
+    assert "check-fail" in section and "no live worker serves: images" in section
 
 
 def test_doctor_page_shows_each_check_with_its_verdict(client):

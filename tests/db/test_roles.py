@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 import sqla_queue as sq
 from sqla_queue.ops.doctor import Doctor, Verdict
+from sqla_queue.services.registry import WorkerDescription, WorkerRegistration
 from sqla_queue.services.pruning import PruneConfig
 from sqla_queue.services.scheduler import Scheduler, last_ticks
 
@@ -184,6 +185,13 @@ def test_the_worker_claims_records_renews_recovers_ticks_samples_and_prunes(role
     assert worker_queue.renew([held]) == {held.id: False}
     assert worker_queue.release([held]) == [held.id]
 
+    # Its row in the worker registry: written at start and on each beat, deleted at exit.
+    registration = WorkerRegistration(worker_queue.core, WorkerDescription.of_this_process(
+        "role-worker", ["working"], worker_queue.task_names, 2, timedelta(minutes=1)))
+    assert registration.register() and registration.beat()
+    assert [w.worker_id for w in admin.workers()] == ["role-worker"]
+    assert registration.remove() and admin.workers() == []
+
     refused(lambda: worker_queue.pause("working"), lambda: worker_queue.resume("working"))
 
 
@@ -197,6 +205,7 @@ def test_the_observer_reads_everything_and_writes_nothing(roles):
     assert [job.id for job in observer.list_jobs(queue="observed").jobs] == [job_id]
     assert isinstance(observer.history(queue_name="observed"), list)
     assert isinstance(observer.workers_seen(), list)
+    assert isinstance(observer.workers(), list)
     assert "observed" in {state.name for state in observer.list_queues()}
 
     with roles.admin.connect() as other_role:  # a transaction another role keeps open

@@ -22,6 +22,7 @@ PAGES = [
     "explanation/state-machine.md",
     "explanation/delivery-semantics.md",
     "explanation/priorities.md",
+    "explanation/retries.md",
     "explanation/scaling.md",
     "explanation/prefetch.md",
     "reference/api.md",

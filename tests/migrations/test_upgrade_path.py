@@ -255,3 +255,27 @@ def test_downgrading_job_control_deletes_cancelled_jobs_the_old_schema_cannot_ho
 
     assert [row["id"] for row in all_rows(empty_engine, reflected_jobs(empty_engine))] == [kept]
     assert stamped(empty_engine) == {"sqlaq_0004"}
+
+
+def test_revision_10_adds_the_worker_registry_beside_live_jobs_and_its_downgrade_drops_it(empty_engine):
+    """sqlaq_0010 is one new table: the jobs are untouched, a worker registers in it at once,
+    and downgrade removes it (and only it)."""
+    upgrade(empty_engine, "sqlaq_0009")
+    with empty_engine.begin() as conn:
+        conn.execute(insert(reflected_jobs(empty_engine)).values(queue_name="default", task="send_email", payload={}))
+    before = all_rows(empty_engine, reflected_jobs(empty_engine))
+
+    upgrade(empty_engine, "sqlaq_0010")
+    assert all_rows(empty_engine, reflected_jobs(empty_engine)) == before
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    assert queue.worker(queues=["default"]).run(until_empty=True).completed == 1
+    assert queue.workers() == []  # it registered, and removed its row on the way out
+    assert "sqla_queue_jobs_workers" in schema_catalog(empty_engine)
+
+    downgrade(empty_engine, "sqlaq_0009")
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT to_regclass('sqla_queue_jobs_workers')")).scalar() is None
+    assert [row["id"] for row in all_rows(empty_engine, reflected_jobs(empty_engine))] == [before[0]["id"]]
+    upgrade(empty_engine)
+    assert stamped(empty_engine) == {HEAD_ID}

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, create_engine, text
 
 import sqla_queue as sq
 from sqla_queue.ops.doctor import Doctor, DoctorConfig, Verdict
+from sqla_queue.services.registry import WorkerDescription, WorkerRegistration
 
 from waiting import wait_until
 
@@ -47,7 +48,8 @@ def test_a_fresh_queue_database_passes_every_check(db):
     assert {c.name: c.verdict for c in report.checks} == {
         "claim plan": Verdict.OK, "long transactions": Verdict.OK, "lock waits": Verdict.OK,
         "dead tuples": Verdict.OK, "vacuum horizon": Verdict.OK, "stuck jobs": Verdict.OK,
-        "recent failures": Verdict.OK,
+        "recent failures": Verdict.OK, "unserved queues": Verdict.OK, "unregistered tasks": Verdict.OK,
+        "queue latency": Verdict.OK,
     }
     assert report.worst() is Verdict.OK
 
@@ -291,3 +293,85 @@ def test_other_sessions_sql_is_shown_without_its_literals(db):
         conn.rollback()
     assert "hunter2" not in line and "4111111111111111" not in line
     assert "SELECT ? AS password, ? AS card" in line
+
+
+# -- work that no worker takes: the worker registry against the eligible jobs ---------------
+
+
+def live_worker(queue: sq.Queue, worker_id: str, queues: list[str], tasks: list[str]) -> WorkerRegistration:
+    """A worker's row in the registry, written as a worker writes it (alive for a minute)."""
+    registration = WorkerRegistration(queue.core, WorkerDescription.of_this_process(
+        worker_id, queues, tasks, 1, timedelta(minutes=1)))
+    assert registration.register()
+    return registration
+
+
+def test_eligible_jobs_with_no_worker_running_fail_naming_their_queue(db):
+    queue, _ = db
+    queue.enqueue_many([{"task": "send_email", "payload": {"n": n}, "queue": "emails"} for n in range(5)])
+    report = Doctor(queue).run()
+    check = {c.name: c for c in report.checks}["unserved queues"]
+    assert check.verdict is Verdict.FAIL and report.worst() is Verdict.FAIL
+    assert "no live worker serves: emails" in check.summary
+    assert check.details[0].startswith("queue emails: 5 eligible job(s), oldest waiting")
+
+
+def test_a_live_worker_serving_the_queue_turns_it_green(db):
+    queue, _ = db
+    queue.enqueue_many([{"task": "send_email", "payload": {"n": n}, "queue": "emails"} for n in range(5)])
+    live_worker(queue, "w-1", ["emails"], ["send_email"])
+    found = verdicts(queue)
+    assert (found["unserved queues"], found["unregistered tasks"], found["queue latency"]) == (Verdict.OK,) * 3
+
+
+def test_a_dead_worker_serves_nothing_and_a_paused_queue_waits_on_purpose(db):
+    queue, engine = db
+    queue.enqueue("send_email", {}, queue="emails")
+    queue.enqueue("send_email", {}, queue="held")
+    queue.pause("held")
+    live_worker(queue, "w-dead", ["emails", "held"], ["send_email"])
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE sqla_queue_jobs_workers SET expires_at = now() - interval '1 second'"))
+    check = checks(queue)["unserved queues"]
+    assert check.verdict is Verdict.FAIL and check.summary.endswith("serves: emails")  # not the paused one
+
+
+def test_scheduled_jobs_are_not_waiting_on_anyone(db):
+    queue, _ = db
+    queue.enqueue("send_email", {}, queue="emails", delay=timedelta(hours=1))
+    assert verdicts(queue)["unserved queues"] is Verdict.OK
+
+
+def test_deploy_skew_names_the_task_that_no_live_worker_registers(db):
+    queue, _ = db
+    queue.task(lambda payload, ctx: None, name="send_invoice")  # new code enqueues a new task
+    queue.enqueue_many([{"task": "send_invoice", "payload": {}, "queue": "emails"}] * 3
+                       + [{"task": "send_email", "payload": {}, "queue": "emails"}])
+    live_worker(queue, "old-worker", ["emails"], ["send_email"])
+    found = checks(queue)
+    assert found["unserved queues"].verdict is Verdict.OK
+    skew = found["unregistered tasks"]
+    assert skew.verdict is Verdict.FAIL
+    assert skew.details == ("task send_invoice: 3 job(s), no live worker registers it (queue emails)",)
+    live_worker(queue, "new-worker", ["emails"], ["send_email", "send_invoice"])
+    assert verdicts(queue)["unregistered tasks"] is Verdict.OK
+
+
+def test_queue_latency_fails_when_the_oldest_eligible_job_waited_longer_than_max_latency(db):
+    queue, engine = db
+    queue.enqueue("send_email", {})
+    queue.enqueue("send_email", {}, queue="emails")
+    live_worker(queue, "w-1", ["default", "emails"], ["send_email"])
+    with engine.begin() as conn:  # the default queue's job has been due for ten minutes
+        conn.execute(text("UPDATE sqla_queue_jobs SET run_at = now() - interval '10 minutes' "
+                          "WHERE queue_name = 'default'"))
+    check = checks(queue)["queue latency"]
+    assert check.verdict is Verdict.FAIL
+    assert "more than 5m00s: default" in check.summary and len(check.details) == 1
+    assert checks(queue, max_latency=timedelta(minutes=15))["queue latency"].verdict is Verdict.OK
+
+
+def test_max_latency_must_be_a_duration(db):
+    queue, _ = db
+    with pytest.raises(sq.ConfigurationError, match="max_latency"):
+        Doctor(queue, max_latency="soon")

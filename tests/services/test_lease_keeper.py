@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 
 import sqla_queue as sq
 from sqla_queue.worker.held_job import HeldJob
-from sqla_queue.services.lease_keeper import LeaseKeeper, LeaseKeeperConfig
+from sqla_queue.services.lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
 from sqla_queue.errors import ConfigurationError
 
 
@@ -151,3 +151,32 @@ def test_renewal_waits_for_its_schedule_between_passes(leased, engine):
     result = keeper_for(queue, held).run_if_due()  # a third of a minute has not passed
 
     assert result.renewed == () and lease_age(engine, held[0].job.id) >= timedelta(minutes=10)
+
+
+def test_each_beat_renews_then_refreshes_the_registry_even_with_nothing_held(leased):
+    queue, hold = leased
+    beats: list[str] = []
+    keeper = LeaseKeeper(queue.core, LeaseKeeperConfig(lease=timedelta(seconds=60)), lambda: list(held),
+                         heartbeat=lambda: beats.append("beat"))
+    held: list[HeldJob] = []
+    assert keeper.run_once() == LeaseKeeperResult() and beats == ["beat"]
+    held.extend(hold())
+    assert keeper.run_once().renewed == tuple(held) and beats == ["beat", "beat"]
+    assert keeper.run_if_due().renewed == () and beats == ["beat", "beat"]  # not due: no beat either
+
+
+def test_no_heartbeat_after_a_failed_renewal(leased, database_url):
+    """The database did not answer the renewal: a heartbeat waiting out its own deadline too
+    would only push the next renewal later."""
+    queue, hold = leased
+    held = hold()
+    nothing_listens = make_url(database_url).set(host="127.0.0.1", port=1, query={})
+    unreachable = create_engine(nothing_listens, connect_args={"connect_timeout": 2})
+    beats: list[str] = []
+    cut_off = sq.Queue(unreachable, load_entrypoints=False)
+    try:
+        result = LeaseKeeper(cut_off.core, LeaseKeeperConfig(lease=timedelta(seconds=60)), lambda: held,
+                             heartbeat=lambda: beats.append("beat")).run_once()
+    finally:
+        unreachable.dispose()
+    assert result.renewal_failed and beats == []

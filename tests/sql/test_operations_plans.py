@@ -11,8 +11,8 @@ from plan_helpers import indexes_used, plan_of, seq_scanned
 from sqlalchemy import create_engine, text
 
 import sqla_queue as sq
-from sqla_queue.models import counters_table, samples_table
-from sqla_queue.sql import catalog, counters, operator_actions, prune, recover, samples, stats
+from sqla_queue.models import counters_table, queues_table, samples_table, workers_table
+from sqla_queue.sql import catalog, counters, operator_actions, prune, recover, samples, stats, workers
 
 JOBS = sq.Job.__table__
 COUNTERS = counters_table(JOBS)
@@ -132,6 +132,19 @@ def test_a_sample_reads_what_stats_reads_bounded_to_one_minute(big):
 def test_history_is_a_range_on_the_samples_primary_key(big, by_queue):
     params = {"since": timedelta(days=1), "queue": "images"}
     assert_served_by(plan_of(big, samples.history(SAMPLES, by_queue=by_queue), params), "pk_sqla_queue_jobs_samples")
+
+
+def test_doctors_eligible_demand_reads_only_pending_rows_through_a_partial_index(big):
+    """The unserved-queue, deploy-skew and latency checks: the eligible jobs are aggregated
+    through a partial index of active rows, never by a scan of the finished ones."""
+    plan = plan_of(big, workers.eligible_demand(JOBS, workers_table(JOBS), queues_table(JOBS)))
+    assert indexes_used(plan) & {"sqla_queue_jobs_pending_claim_idx", "sqla_queue_jobs_active_key_idx"}, plan
+    assert not seq_scanned(plan) & {"sqla_queue_jobs"}, plan
+
+
+def test_the_worker_list_reads_each_workers_running_jobs_through_the_running_index(big):
+    plan = plan_of(big, workers.list_workers(JOBS, workers_table(JOBS)))
+    assert not seq_scanned(plan) & {"sqla_queue_jobs"}, plan
 
 
 def test_workers_seen_reads_running_jobs_and_ranges_of_finished_ones(big):

@@ -9,8 +9,8 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import DeclarativeBase
 
 import sqla_queue as sq
-from sqla_queue.models import counters_table
-from sqla_queue.sql import catalog, counters, operator_actions, prune, stats
+from sqla_queue.models import counters_table, queues_table, workers_table
+from sqla_queue.sql import catalog, counters, operator_actions, prune, stats, workers
 
 JOBS = sq.Job.__table__
 COUNTERS = counters_table(JOBS)
@@ -171,3 +171,32 @@ def test_workers_seen_bounds_each_finished_state_by_its_own_time():
         assert (f"sqla_queue_jobs.status = '{status}' AND sqla_queue_jobs.locked_by IS NOT NULL AND "
                 f"sqla_queue_jobs.{column} >= now() - %(within)s") in text
     assert "sqla_queue_jobs.status = 'running' AND sqla_queue_jobs.locked_by IS NOT NULL UNION ALL" in text
+
+
+WORKERS = workers_table(JOBS)
+
+
+def test_a_workers_beat_is_one_upsert_on_its_id_timed_by_the_database():
+    text = rendered(workers.beat(WORKERS))
+    assert text.startswith("INSERT INTO sqla_queue_jobs_workers")
+    assert "ON CONFLICT (id) DO UPDATE SET" in text and "started_at" not in text.split("DO UPDATE")[1]
+    assert "heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at" in text
+    assert "now(), now(), (now() + %(lease)s))" in text
+
+
+def test_registering_sweeps_long_dead_workers_in_the_same_statement():
+    text = rendered(workers.register(WORKERS))
+    assert text.startswith("WITH pruned AS (DELETE FROM sqla_queue_jobs_workers WHERE "
+                           "sqla_queue_jobs_workers.expires_at < now() - %(retention)s")
+    assert "INSERT INTO sqla_queue_jobs_workers" in text
+
+
+def test_eligible_demand_aggregates_the_claims_predicate_before_reading_the_registry():
+    text = rendered(workers.eligible_demand(JOBS, WORKERS, queues_table(JOBS)))
+    demand = text.split("FROM (", 1)[1]
+    assert ("WHERE sqla_queue_jobs.status = 'pending' AND sqla_queue_jobs.run_at <= now() AND "
+            "sqla_queue_jobs.attempts < sqla_queue_jobs.max_attempts GROUP BY sqla_queue_jobs.queue_name, "
+            "sqla_queue_jobs.task) AS demand") in demand
+    assert "sqla_queue_jobs_workers.expires_at > now() AND demand.queue_name = ANY (sqla_queue_jobs_workers.queues)" in text
+    assert "demand.task = ANY (sqla_queue_jobs_workers.tasks)" in text
+    assert "sqla_queue_jobs_queues.paused_at IS NOT NULL" in text

@@ -66,6 +66,8 @@ COMMITS_PER_EMPTY_CLAIM = 3
 COMMITS_PER_RECOVERY = 2  # a checkout ping and the recovery statement
 SAMPLE_INTERVAL = 60.0  # sqla_queue.services.sampling.DEFAULT_SAMPLE_INTERVAL
 COMMITS_PER_SAMPLE = 2  # a checkout ping and the sample statement
+COMMITS_PER_BEAT = 2  # a checkout ping and the worker registry's heartbeat, every lease / 3
+COMMITS_AT_EXIT = 2  # a checkout ping and the registry row's removal (the window ends after the exit)
 # Start-up work whose counts a backend may still hold when the window opens (a backend reports
 # at most once a second): opening each pooled connection, LISTEN, the first claims.
 START_UP_SLACK = 15
@@ -150,14 +152,16 @@ def idle_app(tmp_path: Path, create_database, server_url: str) -> Iterator[IdleA
 
 def commits_bound(seconds: float, poll_interval: float, lease_seconds: float) -> int:
     """What a resting worker may commit in `seconds`: one empty claim per poll interval, a
-    recovery pass every ``lease / 2`` (at least 1 s), a sample every minute, a listener probe
-    every 5 s (one more of each for the window's edges), and what start-up left unreported."""
+    recovery pass every ``lease / 2`` (at least 1 s), a registry heartbeat every ``lease / 3``,
+    a sample every minute, a listener probe every 5 s (one more of each for the window's edges),
+    what start-up left unreported and the registry row's removal at exit."""
     claims = math.ceil(seconds / poll_interval) + 1
     recoveries = math.ceil(seconds / max(1.0, lease_seconds / 2)) + 1
     samples = math.ceil(seconds / SAMPLE_INTERVAL) + 1
     probes = math.ceil(seconds / LISTENER_PROBE_EVERY) + 1
+    beats = math.ceil(seconds / (lease_seconds / 3)) + 1
     return (claims * COMMITS_PER_EMPTY_CLAIM + recoveries * COMMITS_PER_RECOVERY + samples * COMMITS_PER_SAMPLE
-            + probes + START_UP_SLACK)
+            + beats * COMMITS_PER_BEAT + probes + START_UP_SLACK + COMMITS_AT_EXIT)
 
 
 def test_an_idle_worker_commits_a_handful_of_transactions_and_uses_next_to_no_cpu(idle_app):

@@ -6,6 +6,7 @@ on a `threading.Condition`."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -111,3 +112,33 @@ def test_the_worker_gives_each_run_one_context_whose_transaction_works(queue, en
     assert summary.completed == 3
     assert sorted(ctx.job_id for ctx in seen) == sorted(ids)
     assert all(not ctx.cancel_requested for ctx in seen)
+
+
+def test_a_handler_thread_that_frees_its_slot_runs_the_next_buffered_job_itself(queue, monkeypatch):
+    """Jobs waiting in the buffer go to the thread whose handler just ended, without a wake-up
+    through the queue: only jobs for handlers that were idle are put on it."""
+    import queue as queue_module
+
+    from sqla_queue.worker import runs
+
+    put: list[object] = []
+
+    class CountingQueue(queue_module.SimpleQueue):
+        def put(self, item, *args, **kwargs):
+            if item is not None:
+                put.append(item)
+            super().put(item, *args, **kwargs)
+
+    monkeypatch.setattr(runs.queue_module, "SimpleQueue", CountingQueue)
+    ran_on: dict[int, str] = {}
+
+    @queue.task(name="short")
+    def short(payload, ctx):
+        ran_on[ctx.job_id] = threading.current_thread().name
+        time.sleep(0.002)  # long enough for the buffer to hold jobs when a handler ends
+
+    queue.enqueue_many([{"task": "short", "payload": {"n": n}} for n in range(JOBS)])
+    summary = queue.worker(concurrency=4, prefetch=16, **FAST).run(until_empty=True)
+
+    assert summary.completed == JOBS == len(ran_on)
+    assert len(put) < JOBS // 2, len(put)

@@ -335,3 +335,20 @@ def test_until_empty_stops_only_after_a_claim_from_the_start_finds_nothing(queue
 
     assert summary.completed == 1
     assert queue.get_job(job_id).status is sq.JobStatus.COMPLETED
+
+
+def test_until_empty_ends_without_waiting_a_poll_interval_after_the_last_job(queue):
+    """The last look for more comes once the last held job is settled, not a poll interval
+    later: a script's ``--until-empty`` worker exits when its work is done."""
+    import time as time_module
+
+    @queue.task(name="brief")
+    def brief(payload, ctx):
+        return None
+
+    queue.enqueue("brief", {})
+    started = time_module.monotonic()
+    summary = queue.worker(concurrency=2, poll_interval=30,
+                           lease=timedelta(seconds=6)).run(until_empty=True)
+    assert summary.completed == 1
+    assert time_module.monotonic() - started < 15  # a poll interval is 30 s

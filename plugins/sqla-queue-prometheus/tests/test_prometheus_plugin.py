@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from prometheus_client import CollectorRegistry
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 import sqla_queue as sq
@@ -123,9 +124,29 @@ def test_every_number_queue_stats_returns_becomes_a_gauge(queue, metrics):
     health = queue.stats()[name]
     numbers = [f.name for f in dataclasses.fields(health)
                if isinstance(getattr(health, f.name), (int, float, timedelta)) or f.name == "oldest_eligible_age"]
-    samples = [sample for family in metrics.health.collect() for sample in family.samples
-               if sample.labels.get("queue") == name]
+    samples = [sample for family in metrics.health.collect() if family.name != "sqla_queue_live_workers"
+               for sample in family.samples if sample.labels.get("queue") == name]
     assert len(samples) == len(numbers) >= 7
+
+
+def test_live_workers_per_queue_come_from_the_worker_registry(queue, metrics, engine):
+    served, unserved = f"served-{uuid.uuid4().hex[:8]}", f"unserved-{uuid.uuid4().hex[:8]}"
+    queue.task(name="ok")(lambda payload, ctx: None)
+    queue.enqueue("ok", {}, queue=unserved)
+    with engine.begin() as conn:  # three workers' rows as they write them; one stopped beating
+        for worker_id, expires in ((f"{served}-a", "1 minute"), (f"{served}-b", "1 minute"),
+                                   (f"{served}-dead", "-1 second")):
+            conn.execute(text(
+                "INSERT INTO sqla_queue_jobs_workers (id, host, pid, version, queues, tasks, concurrency, "
+                "expires_at) VALUES (:id, 'h', 1, 'v', ARRAY[:queue], ARRAY['ok'], 1, "
+                "now() + CAST(:expires AS interval))"), {"id": worker_id, "queue": served, "expires": expires})
+    value = metrics.registry.get_sample_value
+    try:
+        assert value("sqla_queue_live_workers", {"queue": served}) == 2  # the dead one does not count
+        assert value("sqla_queue_live_workers", {"queue": unserved}) == 0  # jobs, and nobody serving them
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM sqla_queue_jobs_workers WHERE id LIKE :prefix"), {"prefix": f"{served}-%"})
 
 
 def test_a_queue_built_from_an_async_engine_is_scraped_too(engine, metrics):

@@ -11,6 +11,8 @@ quote the payload) and an unbounded stack.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from ...hookspecs import hookimpl
 from ...types import (
@@ -43,11 +45,58 @@ LEVELS = {
 """The level each hook below logs its event at."""
 
 
+COMPLETIONS_PER_SECOND = 20
+"""At ``INFO``, at most this many completions a second are logged one by one; the worker's
+progress line (every `worker.progress.PROGRESS_EVERY` seconds) counts them all. A record per
+completion at thousands of jobs a second costs a third of a worker's CPU and floods a log
+shipper; ``DEBUG`` logs every one."""
+
+
+class CompletionBudget:
+    """How many completion records the current second has left (thread-safe)."""
+
+    def __init__(self, per_second: int, clock=time.monotonic) -> None:
+        self.per_second = per_second
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._second = -1
+        self._used = 0
+
+    def left(self) -> bool:
+        """True while this second's budget is not spent (it may be overspent by one batch)."""
+        second = int(self._clock())
+        return second != self._second or self._used < self.per_second
+
+    def spend(self) -> bool:
+        """Take one record from this second's budget; False when none is left."""
+        second = int(self._clock())
+        with self._lock:
+            if second != self._second:
+                self._second, self._used = second, 0
+            if self._used >= self.per_second:
+                return False
+            self._used += 1
+            return True
+
+
+completion_budget = CompletionBudget(COMPLETIONS_PER_SECOND)
+
+
 def ignores(hook_name: str) -> bool:
     """True when this plugin would drop `hook_name`'s event unread now: its level is not
-    enabled on the ``sqla_queue`` logger (`plugins.calls.heard` then builds no event)."""
+    enabled on the ``sqla_queue`` logger, or (completions at ``INFO``) this second's budget of
+    completion records is spent. `plugins.calls.heard` then builds no event."""
     level = LEVELS.get(hook_name)
-    return level is not None and not logger.isEnabledFor(level)
+    if level is None:
+        return False
+    if not logger.isEnabledFor(level):
+        return True
+    return hook_name == "sqla_queue_job_completed" and not _each_completion() and not completion_budget.left()
+
+
+def _each_completion() -> bool:
+    """``DEBUG`` on: every completion gets its record, whatever the rate."""
+    return logger.isEnabledFor(logging.DEBUG)
 
 
 def _seconds(value) -> float | None:
@@ -81,6 +130,8 @@ def sqla_queue_job_claimed(event: JobClaimed) -> None:
 def sqla_queue_job_completed(event: JobCompleted) -> None:
     if not logger.isEnabledFor(logging.INFO):  # per-job events: skip building the record
         return
+    if not _each_completion() and not completion_budget.spend():
+        return  # counted in the worker's progress line
     logger.info(
         "completed job %s (%s on %s), attempt %s", event.job_id, event.task, event.queue, event.attempt,
         extra={"job_id": event.job_id, "task": event.task, "queue": event.queue,

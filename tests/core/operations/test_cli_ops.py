@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
 
 import sqla_queue as sq
+from sqla_queue.services.registry import WorkerDescription, WorkerRegistration
 
 
 @pytest.fixture
@@ -163,3 +165,63 @@ def test_doctor_strict_fails_on_warnings(cli, own_database):
     strict = cli("doctor", "--strict", url=url)
     assert strict.returncode == 1 and "WARN" in strict.stdout
     assert cli("doctor", "--max-failed", "0", url=url).returncode == 1
+
+
+def register(queue: sq.Queue, worker_id: str, queues: list[str], tasks: list[str]) -> WorkerRegistration:
+    """A worker's row, written as the worker writes it (alive for a minute)."""
+    registration = WorkerRegistration(queue.core, WorkerDescription.of_this_process(
+        worker_id, queues, tasks, 4, timedelta(minutes=1)))
+    assert registration.register()
+    return registration
+
+
+def test_workers_lists_the_registry_as_a_table_and_as_json(cli, own_database):
+    url, engine = own_database
+    queue = sq.Queue(engine, load_entrypoints=False)
+    assert "no worker registered" in cli("workers", url=url).stdout
+    register(queue, "web-1:4242:ab12", ["emails", "default"], ["send_email"])
+    register(queue, "web-2:77:cd34", ["images"], ["resize"])
+    with engine.begin() as conn:  # web-2 stopped beating a minute ago: dead
+        conn.execute(text("UPDATE sqla_queue_jobs_workers SET expires_at = now() - interval '1 minute' "
+                          "WHERE id = 'web-2:77:cd34'"))
+
+    table = cli("workers", url=url)
+    assert table.returncode == 0, table.stderr
+    [live_row] = [line for line in table.stdout.splitlines() if "web-1:4242:ab12" in line]
+    [dead_row] = [line for line in table.stdout.splitlines() if "web-2:77:cd34" in line]
+    assert "running" in live_row and "emails, default" in live_row and "send_email" in live_row
+    assert "dead" in dead_row and "images" in dead_row
+    assert table.stdout.index("web-1") < table.stdout.index("web-2")  # live ones first
+
+    as_json = cli("workers", "--json", url=url)
+    assert as_json.returncode == 0, as_json.stderr
+    [live, dead] = json.loads(as_json.stdout)
+    assert {k: live[k] for k in ("id", "status", "alive", "queues", "tasks", "concurrency", "running_job_ids")} == {
+        "id": "web-1:4242:ab12", "status": "running", "alive": True, "queues": ["emails", "default"],
+        "tasks": ["send_email"], "concurrency": 4, "running_job_ids": []}
+    assert (dead["id"], dead["status"], dead["alive"]) == ("web-2:77:cd34", "dead", False)
+    assert {"host", "pid", "version", "started_at", "heartbeat_at", "expires_at"} <= set(live)
+    assert [w["id"] for w in json.loads(cli("workers", "--json", "--live", url=url).stdout)] == ["web-1:4242:ab12"]
+
+
+def test_doctor_fails_naming_the_queue_no_live_worker_serves_and_passes_once_one_does(cli, own_database):
+    url, engine = own_database
+    queue = sq.Queue(engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    queue.enqueue_many([{"task": "send_email", "payload": {"n": n}, "queue": "emails"} for n in range(5)])
+
+    sick = cli("doctor", "--json", url=url)
+    assert sick.returncode == 1, sick.stdout + sick.stderr
+    [unserved] = [c for c in json.loads(sick.stdout)["checks"] if c["name"] == "unserved queues"]
+    assert unserved["verdict"] == "fail" and unserved["summary"].endswith("no live worker serves: emails")
+    assert "unserved queues" in cli("doctor", url=url).stdout
+
+    register(queue, "w-1", ["emails"], ["send_email"])
+    healthy = cli("doctor", url=url)
+    assert healthy.returncode == 0, healthy.stdout
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE sqla_queue_jobs SET run_at = now() - interval '10 minutes'"))
+    late = cli("doctor", "--json", "--max-latency", "5m", url=url)
+    [latency] = [c for c in json.loads(late.stdout)["checks"] if c["name"] == "queue latency"]
+    assert late.returncode == 1 and latency["verdict"] == "fail" and latency["summary"].endswith(": emails")
+    assert cli("doctor", "--max-latency", "1h", url=url).returncode == 0

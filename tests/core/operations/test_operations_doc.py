@@ -10,10 +10,14 @@ import shlex
 import signal
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+
+import sqla_queue as sq
+from sqla_queue.services.registry import WorkerDescription, WorkerRegistration
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "how-to" / "operations.md"
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
@@ -23,6 +27,7 @@ COMMANDS = {  # every command on the page, in page order, with the exit status i
     f"{APP} stats": 0,
     f"{APP} stats --json --window 1h": 0,
     f"{APP} stats --watch 5s": 0,
+    f"{APP} workers": 0,
     f"{APP} doctor": 1,
     f"{APP} prune --completed-older-than 7d --failed-older-than 30d --cancelled-older-than 7d": 0,
     f"{APP} jobs list --status failed": 0,
@@ -75,6 +80,12 @@ def build_scenario(url: str) -> None:
     sql("UPDATE sqla_queue_jobs SET run_at = now() - interval '3 minutes' WHERE id = 8")
     assert [job.id for job in queue.claim("images", worker_id="crashed-worker")] == [8]
     sql("UPDATE sqla_queue_jobs SET lease_expires_at = NULL, locked_at = now() - interval '10 minutes' WHERE id = 8")
+    # The images worker's row in the worker registry, as it left it when it was killed.
+    assert WorkerRegistration(queue.core, WorkerDescription(
+        worker_id="crashed-worker", queues=("images",), tasks=("resize", "send_email"), concurrency=4,
+        lease=timedelta(seconds=60), host="worker-2", pid=4711, version=sq.__version__)).register()
+    sql("UPDATE sqla_queue_jobs_workers SET started_at = now() - interval '2 hours', "
+        "heartbeat_at = now() - interval '10 minutes', expires_at = now() - interval '9 minutes'")
     queue.enqueue("send_email", {"to": "later@example.com"}, delay=3600)  # job 10
     assert queue.claim("emails", worker_id="idle-worker") == []  # only scheduled emails
     assert queue.claim("reports", worker_id="idle-worker") == []  # no such jobs at all

@@ -7,6 +7,10 @@ table.
 Every number `sqla_queue.QueueHealth` carries becomes a gauge: the ones named below with their
 documented names, any field a later sqla_queue adds as ``sqla_queue_health_<field>`` (with
 ``_seconds`` for durations), so upgrading sqla_queue never silently drops a signal.
+
+``sqla_queue_live_workers{queue}`` counts the live workers serving each queue, from the worker
+registry (`Queue.workers`): each queue with jobs is listed, at 0 when nobody serves it, so an
+alert on ``== 0`` fires for the queue that has work and no worker.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ NAMED_FIELDS = {
         "sqla_queue_near_max_attempts_jobs", "Active jobs with at most one attempt left."),
     "paused": ("sqla_queue_paused", "1 while the queue is paused (workers claim none of its jobs), else 0."),
 }
+LIVE_WORKERS = ("sqla_queue_live_workers", "Live workers serving the queue (the worker registry).")
 ZERO_WHEN_MISSING = {"oldest_eligible_age"}
 """A missing age means "nothing waits": 0 keeps the series (and its alert) continuous."""
 
@@ -67,13 +72,16 @@ class QueueHealthCollector:
                 # A scrape is synchronous code; a queue built from an AsyncEngine refuses
                 # synchronous calls, so read through its synchronous engine explicitly (for any
                 # other queue that is the engine its own calls use).
-                stats = queue.on_engine(queue.engine).stats()
+                readable = queue.on_engine(queue.engine)
+                stats = readable.stats()
+                workers = readable.workers(include_dead=False)
             except Exception as exc:
                 up = 0
                 logger.warning("could not read queue health for %s: %s", queue.table.fullname, exc)
                 continue
             for health in stats:
                 _add(families, health)
+            _add_live_workers(families, [h.queue for h in stats], workers)
         yield from families.values()
         yield GaugeMetricFamily("sqla_queue_health_up", "1 if every queue table answered the last scrape.", up)
 
@@ -94,6 +102,17 @@ def _add(families: dict[str, GaugeMetricFamily], health: Any) -> None:
         else:
             name, documentation = _name(field.name, value)
             _family(families, name, documentation, ["queue"]).add_metric([health.queue], number)
+
+
+def _add_live_workers(families: dict[str, GaugeMetricFamily], queues: list[str], workers: list[Any]) -> None:
+    """One series per queue with jobs or a live worker: how many live workers serve it."""
+    served: dict[str, int] = dict.fromkeys(queues, 0)
+    for worker in workers:
+        for name in worker.queues:
+            served[name] = served.get(name, 0) + 1
+    family = _family(families, *LIVE_WORKERS, ["queue"])
+    for name, count in sorted(served.items()):
+        family.add_metric([name], count)
 
 
 def _number(value: Any) -> float | None:
