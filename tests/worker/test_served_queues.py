@@ -161,3 +161,18 @@ def test_the_cli_refuses_an_app_with_no_task_when_told_no_queues(make_queue, mon
     assert result.exit_code == 2
     assert ("the app registers no task, so the worker has no queue to serve: register one with @queue.task, "
             "or name the queues with --queues") in " ".join(result.output.split())
+
+
+def test_the_registry_row_names_the_queues_a_worker_told_no_queues_settled_on(queue):
+    """The worker registry (doctor's unserved-queue and deploy-skew checks read it) gets the
+    queues and tasks the worker found when it started, not the None it was given."""
+    seen = []
+
+    @queue.task(queue="emails")
+    def look(payload, ctx):
+        seen.extend((w.queues, w.tasks) for w in queue.workers() if w.worker_id == worker.worker_id)
+
+    queue.enqueue(look, {})
+    worker = queue.worker(**FAST)
+    worker.run(until_empty=True)
+    assert seen == [(("default", "emails", "images"), ("look", "resize", "send_email"))]
