@@ -78,8 +78,12 @@ BULK_BATCH = 1_000
 PGQUEUER_DRAINS = {
     "1x10": {"processes": 1, "batch_size": 10},
     "2x10": {"processes": 2, "batch_size": 10},
+    "defaults": {"processes": 1},  # `pgq run` as its quick start shows it: no tuning flags
     "best": {"processes": 2, "batch_size": 100},
 }
+DEFAULTS = "defaults"
+"""The row of each system's worker command with no tuning flags, as a user first runs it:
+``sqla-queue worker`` (one process per core, each forking its workers) against ``pgq run``."""
 # sqla_queue's own configuration for many short jobs (docs/how-to/run-workers.md, "Many short
 # jobs"): one process per core, a high --concurrency so each round claims and completes many
 # jobs; measured beside its equal-settings rows.
@@ -170,9 +174,14 @@ def describe_sqla_queue(processes: int, concurrency: int) -> str:
             "--until-empty`")
 
 
+def describe_sqla_queue_defaults() -> str:
+    return ("1 x `sqla-queue --app APP worker --until-empty` (no tuning flags: one worker process per usable "
+            "core, --concurrency 4, adaptive prefetch)")
+
+
 def describe_pgqueuer(config: dict) -> str:
-    return (f"{config['processes']} x `pgq run pgqueuer_app:create_pgqueuer --mode drain "
-            f"--batch-size {config['batch_size']}`")
+    batch = f" --batch-size {config['batch_size']}" if "batch_size" in config else ""
+    return f"{config['processes']} x `pgq run pgqueuer_app:create_pgqueuer --mode drain{batch}`"
 
 
 def describe_graphile(config: dict) -> str:
@@ -259,9 +268,16 @@ class Peers(CliRuns):
         argv = self.worker_argv(concurrency)
         return self._drain_from_table("sqla_queue", jobs, [(argv, self.work, self.env())] * processes)
 
+    def drain_sqla_queue_defaults(self, jobs: int) -> dict:
+        """``sqla-queue worker`` with no tuning flags: one command, which starts its own
+        worker processes (one per usable core)."""
+        argv = [*self.sqla_queue_cli(), "--app", f"{APP_MODULE}:queue", "worker", "--until-empty"]
+        return self._drain_from_table("sqla_queue", jobs, [(argv, self.work, self.env())])
+
     def drain_pgqueuer(self, jobs: int, config: dict) -> dict:
-        argv = [str(self.pgqueuer.pgq), "run", "pgqueuer_app:create_pgqueuer", "--mode", "drain",
-                "--batch-size", str(config["batch_size"])]
+        argv = [str(self.pgqueuer.pgq), "run", "pgqueuer_app:create_pgqueuer", "--mode", "drain"]
+        if "batch_size" in config:
+            argv += ["--batch-size", str(config["batch_size"])]
         return self._drain_from_table("pgqueuer", jobs, [(argv, SCRIPTS, self.env())] * config["processes"])
 
     def _drain_from_table(self, system: str, jobs: int, commands: list) -> dict:
@@ -361,7 +377,7 @@ def run(db: Database, size: Size, log) -> dict:
     jobs = size.drain_jobs
     cli_configs = [(p, c) for p in size.drain_processes for c in size.drain_concurrency]
     cli_configs += [SQLA_QUEUE_BEST] if SQLA_QUEUE_BEST not in cli_configs else []
-    drains: dict = {"sqla_queue": {f"{p}x{c}": [] for p, c in cli_configs},
+    drains: dict = {"sqla_queue": {**{f"{p}x{c}": [] for p, c in cli_configs}, DEFAULTS: []},
                     "pgqueuer": {k: [] for k in PGQUEUER_DRAINS}, "graphile-worker": {k: [] for k in GRAPHILE_DRAINS}}
     enqueues: dict = {s: {"bulk": [], "single": []} for s in SYSTEMS}
     latencies: dict = {s: {"p50_ms": [], "p99_ms": [], "call_p50_ms": [], "samples_ms": []} for s in SYSTEMS}
@@ -387,12 +403,15 @@ def run(db: Database, size: Size, log) -> dict:
             # Equal settings side by side, then the rest of the CLI rows, then each one's best.
             order = [("sqla_queue", "1x10"), ("pgqueuer", "1x10"), ("graphile-worker", "1x10"),
                      ("sqla_queue", "2x10"), ("pgqueuer", "2x10"), ("graphile-worker", "2x10"),
-                     *[("sqla_queue", k) for k in drains["sqla_queue"] if k not in ("1x10", "2x10")],
+                     ("sqla_queue", DEFAULTS), ("pgqueuer", DEFAULTS),
+                     *[("sqla_queue", k) for k in drains["sqla_queue"] if k not in ("1x10", "2x10", DEFAULTS)],
                      ("pgqueuer", "best"), ("graphile-worker", "best")]
             for system, key in order:
                 if key not in drains[system]:
                     continue
-                if system == "sqla_queue":
+                if system == "sqla_queue" and key == DEFAULTS:
+                    out = peers.drain_sqla_queue_defaults(jobs)
+                elif system == "sqla_queue":
                     p, c = (int(x) for x in key.split("x"))
                     out = peers.drain_sqla_queue(jobs, p, c)
                 elif system == "pgqueuer":
@@ -418,7 +437,8 @@ def run(db: Database, size: Size, log) -> dict:
         "jobs": jobs, "bulk_batch": min(BULK_BATCH, jobs), "import_floor_s": summary(floors),
         "versions": {"pgqueuer": pgq.versions, "graphile-worker": graphile.versions},
         "configs": {
-            "sqla_queue": {f"{p}x{c}": describe_sqla_queue(p, c) for p, c in cli_configs},
+            "sqla_queue": {**{f"{p}x{c}": describe_sqla_queue(p, c) for p, c in cli_configs},
+                           DEFAULTS: describe_sqla_queue_defaults()},
             "pgqueuer": {k: describe_pgqueuer(v) for k, v in PGQUEUER_DRAINS.items()},
             "graphile-worker": {k: describe_graphile(v) for k, v in GRAPHILE_DRAINS.items()},
         },

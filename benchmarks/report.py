@@ -426,9 +426,9 @@ def _peers_section(results: dict) -> list[str]:
     drains, enq, jobs = peers["drain"], peers["enqueue"], peers["jobs"]
     systems = [s for s in ("sqla_queue", "pgqueuer", "graphile-worker") if s in drains]
     best_key, _ = targets.best_cli_drain(peers)
-    keys = {"sqla_queue": {"1x10": "1x10", "2x10": "2x10", "best": best_key},
-            "pgqueuer": {"1x10": "1x10", "2x10": "2x10", "best": "best"},
-            "graphile-worker": {"1x10": "1x10", "2x10": "2x10", "best": "best"}}
+    keys = {"sqla_queue": {"1x10": "1x10", "2x10": "2x10", "defaults": "defaults", "best": best_key},
+            "pgqueuer": {"1x10": "1x10", "2x10": "2x10", "defaults": "defaults", "best": "best"},
+            "graphile-worker": {"1x10": "1x10", "2x10": "2x10", "defaults": None, "best": "best"}}
     versions = peers.get("versions") or {}
     lines = ["## 9. Peers: sqla_queue beside pgqueuer and graphile-worker", "",
              f"{jobs:,} no-op jobs on the same server in the same run, every worker a fresh process started from its own "
@@ -457,6 +457,7 @@ def _peers_section(results: dict) -> list[str]:
 
     for which, label in (("1x10", "drain 1 process x 10, from process start"),
                          ("2x10", "drain 2 processes x 10, from process start"),
+                         ("defaults", "drain with the worker command's defaults (no tuning flags), from process start"),
                          ("best", "best config, from process start")):
         lines.append(f"| {label} | " + " | ".join(cell(s, which, "jobs_per_s") for s in systems) + " |")
         lines.append("| same, steady | " + " | ".join(cell(s, which, "steady_per_s") for s in systems) + " |")

@@ -210,6 +210,11 @@ def peer_rows(results: dict) -> list[dict]:
                          lambda r: r >= 1, "{:.2f}x",
                          note=_vs_note(a, b, f"pgqueuer {pgq_version}".strip()),
                          why=_why_vs_pgqueuer(results, key)))
+    a, b = _median(ours.get("defaults") or {}, "jobs_per_s"), _median(pgq.get("defaults") or {}, "jobs_per_s")
+    value = ratio(a, b)
+    rows.append(_row(f"`sqla-queue worker` with no tuning flags, from process start >= {PEER_FACTOR:g}x `pgq run` "
+                     "with none, same run", value, value and value / PEER_FACTOR, lambda r: r >= 1, "{:.2f}x",
+                     note=_vs_note(a, b, f"pgqueuer {pgq_version}".strip()), why=WHY_DEFAULTS))
     best_key, best = best_cli_drain(peers)
     for field, label in (("jobs_per_s", "from process start"), ("steady_per_s", "steady")):
         a, b = _median(best, field), _median(gw.get("best") or {}, field)
@@ -358,6 +363,11 @@ def _why_vs_pgqueuer(results: dict, key: str) -> str | None:
             f"in the worker{cpu_text}, which is Python thread handoffs here and asyncio tasks in pgqueuer.")
 
 
+WHY_DEFAULTS = (
+    "The two defaults differ in kind: `sqla-queue worker` starts one process per core at concurrency 4 (its prefetch "
+    "adapting to the handlers), `pgq run` one process that fetches 10 jobs at a time and starts a task for each; "
+    "with no-op jobs the figure is mostly start-up (the supervisor and its worker processes each import the stack) "
+    "and the rounds' commits.")
 WHY_CLAIM_COST = (
     "Claimed and completed rows leave dead entries at the head of the pending index until VACUUM removes them; "
     "the worker's claims start from where the previous one got to, but this figure times claims from the head, "

@@ -112,6 +112,10 @@ def test_configurations_are_described_as_run():
     best = peers.describe_graphile(peers.GRAPHILE_DRAINS["best"])
     assert "localQueue.size 500" in best and "--jobs 24" in best
     assert peers.describe_graphile(peers.GRAPHILE_DRAINS["1x10"]) == "1 x `graphile-worker --once --jobs 10`"
+    # Each worker command with no tuning flags, as a user first runs it.
+    assert peers.describe_pgqueuer(peers.PGQUEUER_DRAINS[peers.DEFAULTS]) == (
+        "1 x `pgq run pgqueuer_app:create_pgqueuer --mode drain`")
+    assert peers.describe_sqla_queue_defaults().startswith("1 x `sqla-queue --app APP worker --until-empty`")
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
@@ -173,8 +177,9 @@ def fake_peers() -> dict:
                     "pgqueuer": {"1x10": "d", "2x10": "e", "best": "f"},
                     "graphile-worker": {"1x10": "g", "2x10": "h", "best": "i"}},
         "drain": {"sqla_queue": {"1x10": drain(5_000, 6_000), "2x10": drain(6_000, 7_000),
-                                 "1x50": drain(9_000, 10_000)},
-                  "pgqueuer": {"1x10": drain(2_000, 2_500), "2x10": drain(4_000, 4_500), "best": drain(7_000, 8_000)},
+                                 "1x50": drain(9_000, 10_000), "defaults": drain(7_000, 8_000)},
+                  "pgqueuer": {"1x10": drain(2_000, 2_500), "2x10": drain(4_000, 4_500), "best": drain(7_000, 8_000),
+                               "defaults": drain(4_000, 4_200)},
                   "graphile-worker": {"1x10": drain(2_000, 2_100), "2x10": drain(2_500, 2_600),
                                       "best": drain(8_000, 14_000)}},
         "enqueue": {"sqla_queue": enqueue(40_000), "pgqueuer": enqueue(30_000), "graphile-worker": enqueue(50_000)},
@@ -186,12 +191,14 @@ def fake_peers() -> dict:
 
 def test_the_issues_side_by_side_targets():
     rows = targets.peer_rows({"peers": fake_peers()})
-    assert [row["met"] for row in rows] == [True, False, True, False, False, False]
+    assert [row["met"] for row in rows] == [True, False, False, True, False, False, False]
     assert rows[0]["measured"] == "2.50x" and rows[0]["ratio"] == pytest.approx(1.25)  # 2.5x of the 2x asked
-    assert "sqla_queue 1 x 50" in rows[2]["note"]  # the best CLI row, named
-    assert rows[4]["ratio"] == pytest.approx(0.8)
-    assert rows[5]["measured"] == "500 ms" and rows[5]["ratio"] == pytest.approx(0.5 / 0.3)  # start-up
-    assert rows[5]["note"] == "import floor (`python -c 'import sqlalchemy, psycopg'`) 250 ms; pgqueuer 500 ms"
+    assert rows[2]["target"].startswith("`sqla-queue worker` with no tuning flags")
+    assert rows[2]["measured"] == "1.75x" and rows[2]["ratio"] == pytest.approx(0.875)  # 7,000 vs 4,000
+    assert "sqla_queue 1 x 50" in rows[3]["note"]  # the best CLI row, named
+    assert rows[5]["ratio"] == pytest.approx(0.8)
+    assert rows[6]["measured"] == "500 ms" and rows[6]["ratio"] == pytest.approx(0.5 / 0.3)  # start-up
+    assert rows[6]["note"] == "import floor (`python -c 'import sqlalchemy, psycopg'`) 250 ms; pgqueuer 500 ms"
     assert all(row["met"] is None for row in targets.peer_rows({}))  # not run: not measured
 
 
@@ -204,6 +211,7 @@ def test_the_report_has_the_peers_side_by_side():
         assert "| 20,000 no-op jobs, jobs/s | sqla_queue (CLI) | pgqueuer 1.6.0 | graphile-worker 0.17.3 |" in text
         assert "| drain 1 process x 10, from process start | 5,000 | 2,000 | 2,000 |" in text
         assert "| best config, from process start | 9,000 | 7,000 | 8,000 |" in text
+        assert "| drain with the worker command's defaults (no tuning flags), from process start | 7,000 | 4,000 | – |" in text
         assert "pgqueuer 1.6.0 (asyncpg 0.32.0)" in text
         assert "| 1 x 10 | 5,000 | 6,000 | 0.50 s | 4.20 s |" in text  # the CLI row beside section 3's
         assert "CLI drain, 1 process x 10, from process start >= 2x pgqueuer's" in text
