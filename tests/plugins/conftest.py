@@ -8,6 +8,7 @@ missing plugin is a failure of the setup this suite exists to prove.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import fields
 from datetime import datetime, timedelta
@@ -67,3 +68,12 @@ def drain() -> Callable[..., WorkerSummary]:
         return WorkerSummary(**{f.name: sum(getattr(r, f.name) for r in runs) for f in fields(WorkerSummary)})
 
     return run
+
+
+@pytest.fixture
+def library_logger():
+    """The ``sqla_queue`` logger at the level a test sets, put back afterwards."""
+    logger = logging.getLogger("sqla_queue")
+    before = logger.level
+    yield logger
+    logger.setLevel(before)

@@ -41,14 +41,6 @@ def test_the_budget_allows_so_many_a_second_and_starts_again_the_next():
 
 
 @pytest.fixture
-def library_logger():
-    logger = logging.getLogger("sqla_queue")
-    before = logger.level
-    yield logger
-    logger.setLevel(before)
-
-
-@pytest.fixture
 def built(monkeypatch) -> Counter:
     counts: Counter = Counter()
     original = types.JobCompleted.__init__

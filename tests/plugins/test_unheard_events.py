@@ -39,15 +39,6 @@ def built(monkeypatch) -> Counter:
     return counts
 
 
-@pytest.fixture
-def library_logger():
-    """The ``sqla_queue`` logger at the level a test sets, put back afterwards."""
-    logger = logging.getLogger("sqla_queue")
-    before = logger.level
-    yield logger
-    logger.setLevel(before)
-
-
 def _drain(queue: sq.Queue, jobs: int):
     @queue.task(name="noop")
     def noop(payload, ctx):
