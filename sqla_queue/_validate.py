@@ -159,10 +159,17 @@ def duration(value: Any, what: str, *, positive: bool = False) -> timedelta:
     if not isinstance(value, timedelta):
         raise InvalidInputError(f"{what} must be a timedelta or seconds, got {type(value).__name__}")
     if value < timedelta(0) or (positive and value == timedelta(0)):
-        raise InvalidInputError(f"{what} must be {'positive' if positive else 'non-negative'}, got {value}")
+        raise InvalidInputError(f"{what} must be {'positive' if positive else 'non-negative'}, "
+                                f"got {_in_seconds(value)}")
     if value > MAX_DURATION:
         raise InvalidInputError(f"{what} of {value.days:,} days is over the limit of 100 years")
     return value
+
+
+def _in_seconds(value: timedelta) -> str:
+    """``-1 second``, ``-1.5 seconds``: how a user typed it (``str()`` says ``-1 day, 23:59:59``)."""
+    seconds = value.total_seconds()
+    return f"{seconds:g} second{'' if abs(seconds) == 1 else 's'}"
 
 
 def schedule(run_at: Any, delay: Any) -> tuple[datetime | None, timedelta]:
