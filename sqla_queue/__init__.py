@@ -33,6 +33,7 @@ from .errors import (
     UnknownTaskError,
     WaitTimeoutError,
 )
+from ._validate import json_value
 from .hookspecs import hookimpl
 from .queue import Queue
 from .tables import metadata
@@ -127,5 +128,6 @@ __all__ = [
     "WorkerSeen",
     "errors",
     "hookimpl",
+    "json_value",
     "metadata",
 ]

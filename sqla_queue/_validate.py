@@ -13,8 +13,11 @@ import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from enum import Enum
 from typing import Any
+from uuid import UUID
 
 from .errors import ConfigurationError, InvalidInputError, PayloadError, ResultError, SqlaQueueError
 
@@ -102,7 +105,7 @@ def result_json(value: Any, whose: str, limit: int) -> str:
     """
     try:
         _reject_nul(value)
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), default=json_value)
     except (PayloadError, ValueError, TypeError, RecursionError) as exc:
         raise ResultError(f"the return value of {whose} cannot be stored as JSON: {_why(exc)}") from None
     if len(text) > limit:
@@ -159,10 +162,17 @@ def duration(value: Any, what: str, *, positive: bool = False) -> timedelta:
     if not isinstance(value, timedelta):
         raise InvalidInputError(f"{what} must be a timedelta or seconds, got {type(value).__name__}")
     if value < timedelta(0) or (positive and value == timedelta(0)):
-        raise InvalidInputError(f"{what} must be {'positive' if positive else 'non-negative'}, got {value}")
+        raise InvalidInputError(f"{what} must be {'positive' if positive else 'non-negative'}, "
+                                f"got {_in_seconds(value)}")
     if value > MAX_DURATION:
         raise InvalidInputError(f"{what} of {value.days:,} days is over the limit of 100 years")
     return value
+
+
+def _in_seconds(value: timedelta) -> str:
+    """``-1 second``, ``-1.5 seconds``: how a user typed it (``str()`` says ``-1 day, 23:59:59``)."""
+    seconds = value.total_seconds()
+    return f"{seconds:g} second{'' if abs(seconds) == 1 else 's'}"
 
 
 def schedule(run_at: Any, delay: Any) -> tuple[datetime | None, timedelta]:
@@ -196,6 +206,36 @@ def payload_json(payload: Any) -> str:
     return text
 
 
+def json_value(value: Any) -> Any:
+    """The JSON form of the values applications pass that JSON has no type for (the encoder's
+    ``default``): a datetime, date or time as ISO 8601 text (``datetime.isoformat()``, offset
+    kept; read back with ``fromisoformat``), a Decimal as its exact text (``"12.50"``), a UUID as
+    its hyphenated text, an Enum member as its value. Anything else stays refused."""
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, (Decimal, UUID)):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.value
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _unencodable_at(value: Any, path: str = "") -> str | None:
+    """Where in `value` the first value `json_value` refuses sits (``['items'][2]['at']``)."""
+    if isinstance(value, dict):
+        return next((found for key, item in value.items()
+                     if (found := _unencodable_at(item, f"{path}[{key!r}]")) is not None), None)
+    if isinstance(value, (list, tuple)):
+        return next((found for n, item in enumerate(value)
+                     if (found := _unencodable_at(item, f"{path}[{n}]")) is not None), None)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return None
+    try:
+        return _unencodable_at(json_value(value), path)
+    except TypeError:
+        return f"{path} ({type(value).__name__})"
+
+
 def payload_too_large(task: str, size: int, limit: int) -> PayloadError:
     """The error for a payload whose encoded JSON (`payload_json`'s text, ASCII, so its length
     is its size in bytes) is over the task's limit."""
@@ -213,11 +253,10 @@ def _encoder() -> Callable[[dict], str]:
     """
     from json.encoder import c_make_encoder, encode_basestring_ascii
 
-    reference = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
     if c_make_encoder is None:  # a Python without the json accelerator
-        return reference.encode
+        return json.JSONEncoder(allow_nan=False, separators=(",", ":"), default=json_value).encode
     encode = c_make_encoder(
-        None, reference.default, encode_basestring_ascii, None, ":", ",", False, False, False
+        None, json_value, encode_basestring_ascii, None, ":", ",", False, False, False
     )
     return lambda payload: "".join(encode(payload, 0))
 
@@ -232,14 +271,16 @@ _COERCED_KEY = re.compile(r'"(?:-?[0-9][0-9.eE+-]*|true|false|null|-?Infinity|Na
 def _checked_payload_json(payload: dict) -> str:
     _reject_nul(payload)
     try:
-        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"), default=json_value)
     except ValueError as exc:
         if _is_huge_int(exc):
             raise PayloadError(f"payload contains an integer of more than {sys.get_int_max_str_digits():,} digits, "
                                "which Python will not convert to text (store it as a string)") from exc
         raise PayloadError("payload contains NaN or Infinity, which JSON cannot represent") from exc
     except TypeError as exc:
-        raise PayloadError(f"payload is not JSON-serializable: {exc}") from exc
+        where = _unencodable_at(payload)
+        raise PayloadError(f"payload{where or ''} is not JSON-serializable: {exc} (JSON types, datetime, "
+                           "date, time, Decimal, UUID and Enum are encoded; convert anything else)") from exc
     except RecursionError as exc:
         raise PayloadError("payload is nested too deeply (or contains a cycle)") from exc
 
@@ -267,6 +308,8 @@ def _reject_nul(value: Any, depth: int = 0) -> None:
     elif isinstance(value, (list, tuple)):
         for item in value:
             _reject_nul(item, depth + 1)
+    elif isinstance(value, Enum):
+        _reject_nul(value.value, depth + 1)  # encoded as its value (`json_value`)
 
 
 def is_whole_number_text(text: str) -> bool:

@@ -241,9 +241,21 @@ class Queue:
     def get_job(self, job_id: int) -> JobView | None:
         return self.core.operations.get_job(job_id)
 
+    async def get_job_async(self, job_id: int, *, session: AsyncSession | None = None,
+                            connection: AsyncConnection | None = None) -> JobView | None:
+        """`get_job` for asyncio code, in the caller's `AsyncSession` or `AsyncConnection`, or on
+        the queue's asyncio engine (as `enqueue_async`)."""
+        return await self.core.operations.get_job_async(job_id, session, connection)
+
     def stats(self, *, window: timedelta | float = DEFAULT_STATS_WINDOW) -> QueueStats:
         """Every queue's health signals: active jobs now, finished jobs and events in `window`."""
         return self.core.operations.stats(window)
+
+    async def stats_async(self, *, window: timedelta | float = DEFAULT_STATS_WINDOW,
+                          session: AsyncSession | None = None,
+                          connection: AsyncConnection | None = None) -> QueueStats:
+        """`stats` for asyncio code (see `get_job_async`)."""
+        return await self.core.operations.stats_async(window, session, connection)
 
     def list_jobs(self, *, status: JobStatus | str | None = None, queue: str | None = None, task: str | None = None,
                   limit: int = 50, before_id: int | None = None, created_after: datetime | None = None,
@@ -252,6 +264,16 @@ class Queue:
         return self.core.operations.list_jobs(status=status, queue_name=queue, task=task, limit=limit,
                                               before_id=before_id, created_after=created_after,
                                               created_before=created_before)
+
+    async def list_jobs_async(self, *, status: JobStatus | str | None = None, queue: str | None = None,
+                              task: str | None = None, limit: int = 50, before_id: int | None = None,
+                              created_after: datetime | None = None, created_before: datetime | None = None,
+                              session: AsyncSession | None = None,
+                              connection: AsyncConnection | None = None) -> JobPage:
+        """`list_jobs` for asyncio code (see `get_job_async`)."""
+        return await self.core.operations.list_jobs_async(
+            session, connection, status=status, queue_name=queue, task=task, limit=limit, before_id=before_id,
+            created_after=created_after, created_before=created_before)
 
     def retry_now(self, job_id: int) -> JobView:
         """A failed job pending and due now, with at least one attempt left."""

@@ -38,7 +38,10 @@ class Duration(click.ParamType):
     def convert(self, value, param, ctx) -> timedelta:
         if isinstance(value, timedelta):
             return value
-        match = _DURATION.fullmatch(str(value).strip().lower())
+        text = str(value).strip().lower()
+        if text.startswith("-") and _DURATION.fullmatch(text[1:]):
+            self.fail(f"{value!r} is negative; a duration is {FORMAT}", param, ctx)
+        match = _DURATION.fullmatch(text)
         if match is None:
             self.fail(f"{value!r} is not a duration; use {FORMAT}", param, ctx)
         seconds = float(match[1]) * _UNITS[match[2] or "s"]

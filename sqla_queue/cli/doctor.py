@@ -33,7 +33,7 @@ from .root import EXIT_PROBLEM, CliContext, main
 @click.option("--max-xmin-age", type=click.IntRange(min=0), default=1_000_000, show_default=True,
               help="Replication slots or standbys holding the horizon back more transactions than this fail.")
 @click.option("--dead-tuples", "dead_tuples_min", type=click.IntRange(min=0), default=10_000, show_default=True,
-              help="Dead tuples fail above this and above 20%% of the live ones.")
+              help="Dead tuples fail above this and above 20% of the live ones.")
 @click.option("--max-failed", type=click.IntRange(min=0),
               help="More failed jobs than this in the last hour fail (default: they only warn).")
 @click.option("--max-latency", type=DURATION, default="5m", show_default=True,

@@ -56,10 +56,24 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
               show_default=True, help="Least severe record written to stderr (DEBUG adds claims and enqueues).")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
               help="text: time, level, logger, message; json: one object per line with the job's fields.")
+@click.option("--reload", is_flag=True,
+              help="Development: restart the worker when a Python file under --reload-dir changes (needs "
+                   "watchfiles: pip install 'sqla-queue[reload]').")
+@click.option("--reload-dir", "reload_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="A directory --reload watches (repeatable; default: the current directory).")
 @click.pass_obj
 def worker(obj: CliContext, queues, processes, concurrency, batch_size, prefetch, prefetch_ttl, lease, poll_interval, grace, no_listen,
-           pgbouncer, listen_url, until_empty, log_level, log_format) -> None:
+           pgbouncer, listen_url, until_empty, log_level, log_format, reload, reload_dirs) -> None:
     """Claim and run jobs. First SIGTERM/SIGINT: finish running jobs, release the rest; second: exit now."""
+    if reload_dirs and not reload:
+        raise click.UsageError("--reload-dir needs --reload")
+    if reload:
+        if until_empty:
+            raise click.UsageError("--reload and --until-empty contradict each other: pick one")
+        from .reload import run_reloading
+
+        run_reloading(reload_dirs, grace.total_seconds())
+        return
     if listen_url and no_listen:
         raise click.UsageError("--listen-url and --no-listen contradict each other: pick one")
     if processes > 1 and not hasattr(os, "fork"):

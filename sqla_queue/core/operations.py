@@ -62,6 +62,11 @@ _KIND_FIELDS = {
 _VIEW_COLUMNS = {"queue": "queue_name"}
 
 
+def _job_page(rows: list[Any], limit: int) -> JobPage:
+    jobs = [job_view(row) for row in rows[:limit]]
+    return JobPage(jobs=jobs, next_before=jobs[-1].id if len(rows) > limit else None)
+
+
 def job_view(row: Any) -> JobView:
     """A job row (every column `JobView` names; the queue as ``queue_name``) as a `JobView`."""
     values = {f.name: getattr(row, _VIEW_COLUMNS.get(f.name, f.name)) for f in fields(JobView)}
@@ -85,14 +90,22 @@ class Operations:
         A paused queue is listed with the queues that have jobs, even when it has none.
         """
         window = _validate.duration(window, "window", positive=True)
+        with self.executor.transaction() as conn:
+            return self.read_stats(window, conn)
+
+    async def stats_async(self, window: timedelta | float, session: Any, connection: Any) -> QueueStats:
+        window = _validate.duration(window, "window", positive=True)
+        return await self.executor.run_async(lambda conn, _fast: self.read_stats(window, conn), session, connection)
+
+    def read_stats(self, window: timedelta, conn: Connection) -> QueueStats:
+        """`stats` inside the transaction of `conn` (either face's)."""
         s = self.statements
         params = {"window": window}
-        with self.executor.transaction() as conn:
-            measured_at = conn.execute(s.now).scalar_one()
-            sources = [conn.execute(statement, params).all()
-                       for statement in (s.health, s.completed_in_window, s.failed_in_window,
-                                         s.cancelled_in_window, s.paused_queues)]
-            counted = conn.execute(s.counted_in_window, params).all()
+        measured_at = conn.execute(s.now).scalar_one()
+        sources = [conn.execute(statement, params).all()
+                   for statement in (s.health, s.completed_in_window, s.failed_in_window,
+                                     s.cancelled_in_window, s.paused_queues)]
+        counted = conn.execute(s.counted_in_window, params).all()
         signals: dict[str, dict[str, Any]] = defaultdict(dict)
         for rows in sources:
             for row in rows:
@@ -111,11 +124,32 @@ class Operations:
         )
 
     def get_job(self, job_id: int) -> JobView | None:
+        job_id = _validate.job_id(job_id)
         with self.executor.connection() as conn:
-            row = conn.execute(self.statements.select_job, {"job_id": _validate.job_id(job_id)}).first()
+            return self.read_job(job_id, conn)
+
+    async def get_job_async(self, job_id: int, session: Any, connection: Any) -> JobView | None:
+        job_id = _validate.job_id(job_id)
+        return await self.executor.run_async(lambda conn, _fast: self.read_job(job_id, conn), session, connection)
+
+    def read_job(self, job_id: int, conn: Connection) -> JobView | None:
+        row = conn.execute(self.statements.select_job, {"job_id": job_id}).first()
         return None if row is None else job_view(row)
 
-    def list_jobs(
+    def list_jobs(self, **filters: Any) -> JobPage:
+        """A page of jobs, newest first, filtered by status, queue, task and creation time
+        (``created_after <= created_at < created_before``; all optional)."""
+        statement, params, limit = self._job_page_query(**filters)
+        with self.executor.connection() as conn:
+            return _job_page(conn.execute(statement, params).all(), limit)
+
+    async def list_jobs_async(self, session: Any, connection: Any, **filters: Any) -> JobPage:
+        statement, params, limit = self._job_page_query(**filters)
+        rows = await self.executor.run_async(lambda conn, _fast: conn.execute(statement, params).all(),
+                                             session, connection)
+        return _job_page(rows, limit)
+
+    def _job_page_query(
         self,
         *,
         status: JobStatus | str | None = None,
@@ -125,9 +159,8 @@ class Operations:
         before_id: int | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
-    ) -> JobPage:
-        """A page of jobs, newest first, filtered by status, queue, task and creation time
-        (``created_after <= created_at < created_before``; all optional)."""
+    ) -> tuple[Any, dict[str, Any], int]:
+        """The checked filters of `list_jobs` as (statement, params, page size)."""
         status = _status(status)
         limit = _page_size(limit)
         params: dict[str, Any] = {"limit": limit + 1}
@@ -143,10 +176,7 @@ class Operations:
         statement = self.statements.list_jobs(status, queue_name is not None, task is not None,
                                                before_id is not None, created_after is not None,
                                                created_before is not None)
-        with self.executor.connection() as conn:
-            rows = conn.execute(statement, params).all()
-        jobs = [job_view(row) for row in rows[:limit]]
-        return JobPage(jobs=jobs, next_before=jobs[-1].id if len(rows) > limit else None)
+        return statement, params, limit
 
     def retry_now(self, job_id: int) -> JobView:
         """Make failed job `job_id` pending and due now, with at least one attempt left.

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from .. import _validate
-from ..errors import InvalidInputError, SqlaQueueError, WaitTimeoutError
+from ..errors import ConfigurationError, InvalidInputError, SqlaQueueError, WaitTimeoutError
 from ..states import FINISHED_STATUSES
 from ..types import JobView
 from .operations import job_view
@@ -49,6 +49,12 @@ POLL_INTERVAL = 1.0
 """Seconds between two reads of the waited-for row when no notification names it: the longest
 a lost notification (or a pooler that drops LISTEN) delays `wait`. One primary-key read per
 second per waiter is nothing next to what a worker does."""
+
+_NO_ASYNC_WAIT = (
+    "wait_async waits on the queue's asyncio engine, and this Queue was built from a synchronous "
+    "Engine: build it from a database URL (it serves both faces) or an AsyncEngine, or wait in a "
+    "thread with `await asyncio.to_thread(queue.wait, job_id)`"
+)
 
 
 class _Deadline:
@@ -113,6 +119,8 @@ async def wait_async(core: Any, job_id: int, timeout: timedelta | float | None) 
     """`Queue.wait_async`: `wait` on the queue's asyncio engine, awaiting on the event loop."""
     state = _Deadline(job_id, timeout)
     executor: Executor = core.executor
+    if executor.asyncio_engine_missing:
+        raise ConfigurationError(_NO_ASYNC_WAIT)
     read = partial(executor.run_async, partial(_read_job, executor.statements, state.job_id), None, None)
     done = state.finished(await read())
     if done is not None:

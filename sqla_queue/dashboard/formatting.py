@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from ..ops.formatting import PAYLOAD_PREVIEW_CHARS, format_duration, payload_size, payload_text, timestamp
 
 __all__ = ["PAYLOAD_PREVIEW_CHARS", "age", "duration", "payload_size", "payload_text", "per_minute",
@@ -40,6 +42,16 @@ def per_minute(count: int, window: timedelta) -> str:
 def percent(part: int, whole: int) -> str:
     """``part`` of ``whole`` as a percentage; ``-`` when nothing finished."""
     return "-" if whole == 0 else f"{100 * part / whole:.1f}%"
+
+
+def code_spans(text: str) -> Markup:
+    """Doctor's text with its `backticked` commands as <code>, the rest escaped: the same
+    strings the command line prints, where backticks read as markdown."""
+    parts = str(escape(text)).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: show it as it is
+        return escape(text)
+    return Markup("".join(f"<code>{part}</code>" if odd else part for odd, part in
+                          ((n % 2 == 1, part) for n, part in enumerate(parts))))
 
 
 def compact(value: Any) -> str:

@@ -65,6 +65,7 @@ class Dashboard:
         self.templates.filters.update(
             timestamp=formatting.timestamp, duration=formatting.duration, compact=formatting.compact,
             payload=formatting.payload_text, payload_size=formatting.payload_size,
+            code_spans=formatting.code_spans,
         )
         self.templates.globals.update(age=formatting.age, per_minute=formatting.per_minute,
                                       percent=formatting.percent)

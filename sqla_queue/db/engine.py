@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import select
+import socket
 import threading
 import time
 import weakref
@@ -99,6 +101,7 @@ def make_engine(url: str | URL) -> Engine:
         engine = create_engine(parsed, hide_parameters=True, connect_args=driver_options(parsed))
     except (sa_exc.ArgumentError, ImportError) as exc:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
+    event.listen(engine, "do_connect", name_connection)
     event.listen(engine, "connect", note_default_isolation)
     event.listen(engine, "checkin", note_checkin)
     event.listen(engine, "checkout", _ping_if_idle_or_signalled)
@@ -125,9 +128,35 @@ def make_async_engine(url: str | URL) -> AsyncEngine:
         raise ConfigurationError(f"cannot use {parsed.drivername}: {exc}") from None
     # The same checkout ping as `make_engine`'s: SQLAlchemy runs pool events of an asyncio
     # engine in its greenlet, where the adapted DBAPI connection answers like a synchronous one.
+    event.listen(engine.sync_engine, "do_connect", name_connection)
     event.listen(engine.sync_engine, "checkin", note_checkin)
     event.listen(engine.sync_engine, "checkout", _ping_if_idle_or_signalled)
     return engine
+
+
+APPLICATION_NAME_PREFIX = "sqla-queue"
+"""What our default ``application_name`` starts with: a name that does not was the user's."""
+_NAMEABLE_DRIVERS = ("psycopg", "psycopg_async", "psycopg2")
+
+
+def application_name(role: str = "") -> str:
+    """``sqla-queue [role ]host:pid``, as PostgreSQL keeps it (63 bytes at most), computed at
+    connect time so a forked process names its own connections."""
+    name = " ".join(part for part in (APPLICATION_NAME_PREFIX, role, f"{socket.gethostname()}:{os.getpid()}") if part)
+    return name.encode()[:63].decode(errors="ignore")
+
+
+def names_its_own(current: str | None) -> bool:
+    """True when `current` (a session's application_name) was set by the user, not by us: the
+    URL's ``?application_name=``, ``connect_args`` or ``PGAPPNAME``."""
+    return bool(current) and not current.startswith(APPLICATION_NAME_PREFIX)
+
+
+def name_connection(dialect, conn_rec, cargs, cparams) -> None:
+    """Connections of an engine we built from a URL say whose they are in ``pg_stat_activity``,
+    unless the URL (``?application_name=``) or ``PGAPPNAME`` already names them."""
+    if dialect.driver in _NAMEABLE_DRIVERS and "application_name" not in cparams and not os.environ.get("PGAPPNAME"):
+        cparams["application_name"] = application_name()
 
 
 PREPARE_THRESHOLD = "prepare_threshold"

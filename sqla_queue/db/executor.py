@@ -153,6 +153,11 @@ class Executor:
         return None if self._asyncio is None else self._asyncio.engine
 
     @property
+    def asyncio_engine_missing(self) -> bool:
+        """True for a queue built from a synchronous Engine: no asyncio engine of its own."""
+        return self._asyncio is None
+
+    @property
     def sync_refused(self) -> bool:
         """True for a queue built from an AsyncEngine: its synchronous calls are refused (the
         command line runs them `on_engine(engine)`, connected like its worker)."""

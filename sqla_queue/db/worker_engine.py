@@ -16,13 +16,17 @@ from sqlalchemy import exc as sa_exc
 
 from .._sanitize import error_text
 from ..errors import ConfigurationError
+from ..sql import session as session_sql
+from ..sql.session import parameterized_text
 from .deadline import driver_deadline
 from .engine import (
     PROBE,
     READS_COMMITTED,
     WORKER_SESSION_DEFAULTS,
     Capabilities,
+    application_name,
     has_pending_input,
+    names_its_own,
     note_checkin,
     note_default_isolation,
     record_capabilities,
@@ -114,12 +118,30 @@ def _connections_like(engine: Engine, *, call_timeout: float, prepared_statement
             keep_alive(dbapi_connection, call_timeout)
             if not prepared_statements:
                 dbapi_connection.prepare_threshold = None  # PgBouncer (transaction mode) before 1.21
+            else:
+                name_worker_connection(dbapi_connection)
         except BaseException:
             dbapi_connection.close()
             raise
         return dbapi_connection
 
     return connect
+
+
+_SET_NAME, _SET_NAME_PARAMS = parameterized_text(session_sql.set_application_name())
+
+
+def name_worker_connection(dbapi_connection) -> None:
+    """``sqla-queue worker host:pid`` in ``pg_stat_activity``, unless the application named its
+    connections (URL, ``connect_args``, ``PGAPPNAME``). The server reports the name on connect,
+    so reading it costs nothing; setting it is one statement per new connection. Not behind
+    PgBouncer in transaction mode, where a session setting would stay on a server connection
+    that other clients then use."""
+    if names_its_own(dbapi_connection.info.parameter_status("application_name")):
+        return
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute(_SET_NAME, {**_SET_NAME_PARAMS, "name": application_name("worker")})
+    dbapi_connection.commit()
 
 
 def connect_within(seconds: float, make, timed_out: type[Exception]):

@@ -383,10 +383,35 @@ def handle_job(pm: pluggy.PluginManager, job: ClaimedJob, ctx: JobContext, call:
     pluggy has no nesting of plain implementations (its wrappers are refused here, and a
     generator cannot await an async handler), so the chain is built from pluggy's own ordered
     implementations, each called with the arguments it asks for."""
+    if isinstance(pm, QueuePluginManager) and job.task not in pm.key_parity_checked:
+        check_key_parity(pm, job)
     order = _call_order(pm.hook.sqla_queue_handle_job)
     if not order:
         return call()
     return _run_link(order, 0, {"job": job, "ctx": ctx}, call)
+
+
+def check_key_parity(pm: QueuePluginManager, job: ClaimedJob) -> None:
+    """Warn, once per task and process, when a job came without the idempotency key a dedupe
+    plugin enabled *here* gives it: the process that enqueued it lacks the plugin (enabled by
+    ``SQLA_QUEUE_PLUGINS`` on the worker only, say), so its enqueues are not deduplicated. Only
+    the enqueuing side can dedupe, and only the worker sees both sides; a set lookup per job."""
+    pm.key_parity_checked.add(job.task)
+    impls = pm.hook.sqla_queue_idempotency_key.get_hookimpls()
+    if not impls or job.idempotency_key is not None or job.scheduled_at is not None:
+        return
+    options = {"queue": job.queue, "max_attempts": job.max_attempts, "run_at": None, "delay": None}
+    try:
+        key = _ask(pm, "sqla_queue_idempotency_key", {"task": job.task, "payload": job.payload, "options": options})
+    except _ContractBroken:
+        return  # the enqueue side reports a broken plugin; here it only decides nothing
+    if key is None:
+        return
+    names = ", ".join(sorted(str(pm.get_name(impl.plugin)) for impl in impls))
+    logger.warning("job %s (task %r) was enqueued without the idempotency key that dedupe plugin %s, enabled in "
+                   "this worker, gives it: the process that enqueued it does not have the plugin enabled, so its "
+                   "enqueues are not deduplicated. Enable it there too (SQLA_QUEUE_PLUGINS=%s in its "
+                   "environment, or Queue(plugins=[...])). Logged once per task.", job.id, job.task, names, names)
 
 
 @calls_handlers

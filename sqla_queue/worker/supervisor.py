@@ -178,9 +178,9 @@ class _Supervisor:
             self.passed_on += 1
             name = signal.Signals(signum).name
             if self.passed_on == 1:
-                logger.warning("supervisor %s: %s received, telling %d worker process(es) to finish "
-                               "their running jobs; send it again to exit at once",
-                               os.getpid(), name, len(self._live()))
+                logger.info("supervisor %s: %s received, telling %d worker process(es) to finish "
+                            "their running jobs; send it again to exit at once",
+                            os.getpid(), name, len(self._live()))
                 self._cancel_restarts()
                 self._tell_all(f"{_STOP} the supervisor got {name}")
             else:
@@ -389,8 +389,8 @@ def _obey(control: socket.socket, worker: Worker, finished: threading.Event) -> 
             os._exit(128 + int(detail))
         if command == _STOP and not stopping:
             stopping = True
-            logger.warning("worker %s: %s, finishing running jobs (grace %ss)", worker.worker_id, detail,
-                           worker.config.shutdown_grace)
+            logger.info("worker %s: %s, finishing running jobs (grace %ss)", worker.worker_id, detail,
+                        worker.config.shutdown_grace)
             threading.Thread(target=_stop_until_finished, args=(worker, finished), daemon=True).start()
     if not stopping and not finished.is_set():
         logger.warning("worker %s: the supervisor is gone, finishing running jobs (grace %ss)",

@@ -294,9 +294,9 @@ class Worker:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signals += 1
         if self._signals == 1:
-            logger.warning("worker %s: %s received, finishing running jobs (grace %ss); "
-                           "send it again to exit at once", self.worker_id,
-                           signal.Signals(signum).name, self.config.shutdown_grace)
+            logger.info("worker %s: %s received, finishing running jobs (grace %ss); "
+                        "send it again to exit at once", self.worker_id,
+                        signal.Signals(signum).name, self.config.shutdown_grace)
             self.stop()
             return
         logger.error("worker %s: second signal, exiting now; held jobs return when their "

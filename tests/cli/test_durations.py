@@ -85,7 +85,7 @@ def test_each_duration_option_parses_units_and_plain_seconds(path, command, flag
 @pytest.mark.parametrize(
     ("value", "reason"),
     [("abc", "is not a duration; use seconds, or a number with ms, s, m, h or d"),
-     ("-1", "is not a duration"), ("5 parsecs", "is not a duration"), ("1e400", "is not a duration")],
+     ("-1", "is negative; a duration is seconds, or"), ("-5m", "is negative"), ("5 parsecs", "is not a duration"), ("1e400", "is not a duration")],
 )
 def test_each_duration_option_rejects_bad_values_naming_the_option(path, command, flag, name, value, reason):
     with pytest.raises(click.BadParameter) as error:
@@ -160,5 +160,5 @@ def test_a_bad_duration_is_one_line_exit_2(cli, count_jobs):
     assert "Traceback" not in result.stderr
     result = cli("enqueue", "send_email", "{}", "--delay", "-1")
     assert result.returncode == 2
-    assert "Invalid value for '--delay': '-1' is not a duration" in result.stderr
+    assert "Invalid value for '--delay': '-1' is negative; a duration is seconds, or" in result.stderr
     assert count_jobs() == 0

@@ -256,6 +256,25 @@ def test_sigterm_lets_running_jobs_finish_then_exits_with_no_process_left(comman
     assert not any(alive(pid) for pid in workers)
 
 
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_normal_sigterm_logs_no_warning(command, queue, engine, processes):
+    """Stopping a worker is routine (every deploy): INFO says so, WARNING is for trouble."""
+    queue.enqueue("hold", {})
+    command.start("--processes", processes, "--concurrency", "1")
+    if processes == "2":
+        command.workers(2)
+    wait_until(lambda: len(command.running_pids()) == 1, "the job running")
+    os.kill(command.process.pid, signal.SIGTERM)
+    wait_until(lambda: "SIGTERM" in command.stderr(), "the signal to be logged")
+    command.release()
+    code, out, err = command.finish()
+    assert code == 0, err
+    assert out.strip() == "claimed 1, completed 1, retried 0, failed 0, lost 0, released 0"
+    told = [line for line in err.splitlines() if "SIGTERM" in line]
+    assert told and all(" INFO " in line for line in told), err
+    assert [line for line in err.splitlines() if " WARNING " in line or " ERROR " in line] == []
+
+
 def test_sigkill_of_the_supervisor_ends_its_worker_processes(command, queue, engine):
     command.start("--processes", "2")
     workers = command.workers(2)

@@ -152,6 +152,22 @@ def test_doctor_page_is_red_naming_a_queue_no_live_worker_serves(client, dash_qu
     assert "check-fail" in section and "no live worker serves: images" in section
 
 
+def test_doctor_hints_render_backticked_commands_as_code(client, dash_queue):
+    dash_queue.enqueue("explode", {})
+    dash_queue.worker(concurrency=1).run(until_empty=True)
+    section = next(part for part in client.get("/doctor").text.split("<section") if "recent failures" in part)
+    hint = section[section.index('class="hint"'):]
+    assert "<code>sqla-queue jobs list --status failed</code>" in hint
+    assert "`" not in hint
+
+
+def test_code_spans_escape_the_rest_and_leave_an_unpaired_backtick():
+    from sqla_queue.dashboard.formatting import code_spans
+
+    assert code_spans("run `a<b>` & go") == "run <code>a&lt;b&gt;</code> &amp; go"
+    assert code_spans("it's `odd") == "it&#39;s `odd"
+
+
 def test_doctor_page_shows_each_check_with_its_verdict(client):
     page = client.get("/doctor")
     assert page.status_code == 200

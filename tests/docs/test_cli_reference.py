@@ -44,3 +44,13 @@ def test_the_console_script_prints_the_same_help():
     output = subprocess.run([str(script), "jobs", "list", "--help"], capture_output=True, text=True, env=env,
                             timeout=60, check=True).stdout
     assert output.rstrip() == dict(COMMANDS)["sqla-queue jobs list"].rstrip()
+
+
+@pytest.mark.parametrize(("path", "text"), COMMANDS, ids=[path for path, _ in COMMANDS])
+def test_no_help_text_shows_a_doubled_percent_sign(path, text):
+    """click prints help verbatim, so a ``%%`` written for %-formatting shows as "20%%"."""
+    assert "%%" not in text, f"{path} --help prints '%%'"
+
+
+def test_doctor_help_says_20_percent():
+    assert "above 20% of" in dict(COMMANDS)["sqla-queue doctor"]

@@ -246,11 +246,23 @@ def test_wait_async_times_out_and_refuses_unknown_jobs(url_queue):
     asyncio.run(scenario())
 
 
-def test_wait_async_needs_an_asyncio_engine(queue):
+def test_wait_async_on_an_engine_built_queue_gives_advice_it_can_take(queue):
+    """wait_async takes no session=, so the advice names what does work: a URL or AsyncEngine,
+    or the synchronous wait in a thread, which is then shown to work."""
     job_id = queue.enqueue("send_email", {})
 
-    with pytest.raises(sq.ConfigurationError, match="no asyncio engine"):
+    with pytest.raises(sq.ConfigurationError) as refused:
         asyncio.run(queue.wait_async(job_id))
+    message = str(refused.value)
+    assert "session=" not in message
+    assert "database URL" in message and "AsyncEngine" in message
+    assert "asyncio.to_thread(queue.wait, job_id)" in message
+    queue.cancel(job_id)
+
+    async def in_a_thread() -> sq.JobView:
+        return await asyncio.to_thread(queue.wait, job_id)
+
+    assert asyncio.run(in_a_thread()).status == sq.JobStatus.CANCELLED
 
 
 def test_a_broken_listen_connection_leaves_the_wait_to_the_poll(queue, engine, monkeypatch, run_sql, listening):

@@ -60,3 +60,14 @@ def test_installed_it_keys_nothing_until_enabled_by_name(engine, monkeypatch):
     assert sq.Queue(engine, plugins=["content_hash"]).plugin_manager.get_plugin("content_hash") is plugin
     monkeypatch.setenv("SQLA_QUEUE_PLUGINS", "content_hash")
     assert sq.Queue(engine).plugin_manager.get_plugin("content_hash") is plugin
+
+
+def test_payloads_with_encoded_values_get_the_key_of_their_stored_json():
+    """A datetime or Decimal in a payload is stored as text (`sq.json_value`); its key is that
+    text's, so the same payload written either way dedupes to one job."""
+    import datetime
+    import decimal
+
+    at = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+    assert content_key("bill", {"at": at, "total": decimal.Decimal("1.50")}) == content_key(
+        "bill", {"at": "2030-01-01T00:00:00+00:00", "total": "1.50"})

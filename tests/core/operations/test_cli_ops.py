@@ -64,7 +64,7 @@ def test_stats_watch_refreshes_as_many_times_as_asked(cli, busy):
     ("args", "message"),
     [
         (("stats", "--window", "15x"), "'15x' is not a duration"),
-        (("stats", "--window", "-5m"), "'-5m' is not a duration"),
+        (("stats", "--window", "-5m"), "'-5m' is negative"),
         (("stats", "--window", "0s"), "'0s' must be longer than zero"),
         (("stats", "--count", "2"), "--count needs --watch"),
         (("prune",), "give --completed-older-than, --failed-older-than or --cancelled-older-than"),

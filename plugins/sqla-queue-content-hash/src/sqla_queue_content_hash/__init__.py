@@ -26,8 +26,10 @@ PREFIX = "sha256:"
 
 
 def canonical_json(payload: Mapping[str, Any]) -> str:
-    """One spelling per JSON value: sorted keys, no whitespace, non-ASCII kept as is."""
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """One spelling per JSON value: sorted keys, no whitespace, non-ASCII kept as is; datetimes,
+    Decimals, UUIDs and Enums as the queue stores them (`sqla_queue.json_value`)."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                      default=sqla_queue.json_value)
 
 
 def content_key(task: str, payload: Mapping[str, Any]) -> str:
