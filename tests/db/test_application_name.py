@@ -60,7 +60,10 @@ def test_a_worker_on_an_application_engine_names_its_connections(database_url, c
     assert f"sqla-queue worker {HOST_PID}" in names
 
 
-def test_a_name_in_the_url_is_kept_by_the_queue_and_its_worker(database_url, clean_jobs, engine):
+def test_a_name_in_the_url_is_kept_by_the_queue_and_its_worker(own_database):
+    """On a database of its own: other tests' queues in this process keep sessions on the
+    shared one, under their own names."""
+    database_url, engine = own_database
     queue = sq.Queue(_with_query(database_url, "application_name=billing"), load_entrypoints=False)
     try:
         with queue.engine.connect() as conn:
@@ -71,7 +74,8 @@ def test_a_name_in_the_url_is_kept_by_the_queue_and_its_worker(database_url, cle
     assert "billing" in names and not any(name.startswith("sqla-queue") for name in names)
 
 
-def test_a_name_in_connect_args_is_kept_by_the_worker(database_url, clean_jobs, engine):
+def test_a_name_in_connect_args_is_kept_by_the_worker(own_database):
+    database_url, engine = own_database
     app_engine = create_engine(database_url, connect_args={"application_name": "shop-web"})
     queue = sq.Queue(app_engine, load_entrypoints=False)
     try:
