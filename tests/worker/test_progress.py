@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-import pytest
-
 from sqla_queue.worker.config import WorkerSummary
 from sqla_queue.worker.progress import PROGRESS_EVERY, Progress
 
@@ -76,5 +74,12 @@ def test_a_worker_logs_progress_between_rounds(queue, caplog, monkeypatch):
     assert sum(r.completed for r in lines) <= 20
 
 
-def test_the_default_interval():
-    assert PROGRESS_EVERY == pytest.approx(30.0)
+def test_the_logging_docs_state_the_interval_and_the_budget():
+    """docs/how-to/run-workers.md ("Logging") promises both numbers: they are read from the code."""
+    from pathlib import Path
+
+    from sqla_queue.plugins.builtins.logging import COMPLETIONS_PER_SECOND
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "how-to" / "run-workers.md").read_text().split())
+    assert f"up to {COMPLETIONS_PER_SECOND} a second per process" in text
+    assert f"Every {PROGRESS_EVERY:g} seconds in which it finished anything" in text
