@@ -454,7 +454,10 @@ def run(db: Database, size: Size, log) -> dict:
     }
 
 
-IMPORT_FLOOR = "import sqlalchemy, psycopg"  # the worker path imports no ORM (tests/cli/test_worker_imports.py)
+# What any worker of a SQLAlchemy application on psycopg imports before it can connect: the two
+# packages and the dialect `create_engine` loads. The worker path imports no ORM
+# (tests/cli/test_worker_imports.py).
+IMPORT_FLOOR = "import sqlalchemy, psycopg, sqlalchemy.dialects.postgresql.psycopg"
 
 
 def import_floor() -> float:

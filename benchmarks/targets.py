@@ -232,6 +232,8 @@ def peer_rows(results: dict) -> list[dict]:
                      value, value, lambda r: r >= 1, "{:.2f}x", note=_vs_note(a, b, "addJobs"),
                      why=WHY_VS_ADD_JOBS))
     rows.append(startup_row(peers))
+    rows.append(startup_vs_pgqueuer_row(peers))
+    rows.append(single_enqueue_row(peers))
     return rows
 
 
@@ -251,6 +253,31 @@ def startup_row(peers: dict) -> dict:
                 ours and ours * 1000, ratio(ours, STARTUP_LIMIT_S), lambda r: r <= 1, "{:,.0f} ms",
                 note="; ".join(p for p in parts if p) or None, why=_why_startup(ours, floor))
 
+
+
+def startup_vs_pgqueuer_row(peers: dict) -> dict:
+    """The issue's start-up target: the CLI worker's start-up at 1 x 10 no later than pgqueuer's
+    at 1 x 10 in the same run (a ratio above 1 means sqla_queue took longer)."""
+    drains = peers.get("drain") or {}
+    ours = _median((drains.get("sqla_queue") or {}).get("1x10") or {}, "startup_s")
+    pgq = _median((drains.get("pgqueuer") or {}).get("1x10") or {}, "startup_s")
+    floor = _median(peers, "import_floor_s")
+    value = ratio(ours, pgq)
+    note = (f"{ours * 1000:,.0f} vs pgqueuer {pgq * 1000:,.0f} ms" if ours is not None and pgq is not None else None)
+    return _row("CLI worker start-up (process start to first completion, 1 x 10) <= pgqueuer's, same run",
+                value, value, lambda r: r <= 1, "{:.2f}x", note=note, why=_why_startup_vs_pgqueuer(ours, pgq, floor))
+
+
+def single_enqueue_row(peers: dict) -> dict:
+    """One job enqueued from a fresh process: the call (its first connection included) no slower
+    than pgqueuer's in the same run (a ratio above 1 means sqla_queue took longer)."""
+    enq = peers.get("enqueue") or {}
+    ours = _median((enq.get("sqla_queue") or {}).get("single") or {}, "call_ms")
+    pgq = _median((enq.get("pgqueuer") or {}).get("single") or {}, "call_ms")
+    value = ratio(ours, pgq)
+    note = f"{ours:.1f} vs pgqueuer {pgq:.1f} ms" if ours is not None and pgq is not None else None
+    return _row("Single enqueue from a fresh process, the call <= pgqueuer's, same run", value, value,
+                lambda r: r <= 1, "{:.2f}x", note=note)
 
 
 def _vs_note(ours: float | None, theirs: float | None, who: str) -> str | None:
@@ -397,10 +424,23 @@ WHY_VS_ADD_JOBS = (
     "then sends one array per column.")
 
 
+def _why_startup_vs_pgqueuer(ours: float | None, pgq: float | None, floor: float | None) -> str | None:
+    if ours is None or pgq is None or floor is None:
+        return None
+    if floor >= pgq:
+        return (f"Importing SQLAlchemy, psycopg and the psycopg dialect alone (`python -c '{IMPORT_FLOOR}'`) took "
+                f"{floor * 1000:,.0f} ms in this run, longer than pgqueuer's whole start-up ({pgq * 1000:,.0f} ms; it "
+                "imports asyncpg and no SQLAlchemy): no worker that connects through SQLAlchemy can start sooner here. "
+                f"sqla_queue's own part on top of the floor was {(ours - floor) * 1000:,.0f} ms.")
+    return (f"The floor (`python -c '{IMPORT_FLOOR}'`) was {floor * 1000:,.0f} ms and pgqueuer's start-up "
+            f"{pgq * 1000:,.0f} ms; sqla_queue's own part on top of the floor was {(ours - floor) * 1000:,.0f} ms "
+            "(its imports, the application's module, the first connection and claim).")
+
+
 def _why_startup(ours: float | None, floor: float | None) -> str | None:
     if ours is None or floor is None:
         return None
-    floor_text = f"Importing SQLAlchemy and psycopg alone took {floor * 1000:,.0f} ms in this run"
+    floor_text = f"Importing SQLAlchemy, psycopg and its dialect alone took {floor * 1000:,.0f} ms in this run"
     if ours < floor:  # two separate processes on a shared machine: the difference is noise
         return (f"{floor_text}, more than the target and more than the worker's whole start-up measured here "
                 f"({ours * 1000:,.0f} ms, a different process minutes apart): no start-up that imports them "

@@ -7,6 +7,7 @@ section itself at ``--size tiny --peers`` (.ci/run). The figures below are made 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -191,15 +192,29 @@ def fake_peers() -> dict:
 
 def test_the_issues_side_by_side_targets():
     rows = targets.peer_rows({"peers": fake_peers()})
-    assert [row["met"] for row in rows] == [True, False, False, True, False, False, False]
+    assert [row["met"] for row in rows] == [True, False, False, True, False, False, False, True, True]
     assert rows[0]["measured"] == "2.50x" and rows[0]["ratio"] == pytest.approx(1.25)  # 2.5x of the 2x asked
     assert rows[2]["target"].startswith("`sqla-queue worker` with no tuning flags")
     assert rows[2]["measured"] == "1.75x" and rows[2]["ratio"] == pytest.approx(0.875)  # 7,000 vs 4,000
     assert "sqla_queue 1 x 50" in rows[3]["note"]  # the best CLI row, named
     assert rows[5]["ratio"] == pytest.approx(0.8)
     assert rows[6]["measured"] == "500 ms" and rows[6]["ratio"] == pytest.approx(0.5 / 0.3)  # start-up
-    assert rows[6]["note"] == "import floor (`python -c 'import sqlalchemy, psycopg'`) 250 ms; pgqueuer 500 ms"
+    assert rows[6]["note"] == ("import floor (`python -c 'import sqlalchemy, psycopg, sqlalchemy.dialects.postgresql."
+                               "psycopg'`) 250 ms; pgqueuer 500 ms")
+    assert rows[7]["target"].endswith("<= pgqueuer's, same run") and rows[7]["note"] == "500 vs pgqueuer 500 ms"
+    assert rows[8]["target"].startswith("Single enqueue") and rows[8]["measured"] == "1.00x"
     assert all(row["met"] is None for row in targets.peer_rows({}))  # not run: not measured
+
+
+def test_a_start_up_slower_than_pgqueuers_says_whether_the_import_floor_alone_is():
+    peers = fake_peers()
+    peers["drain"]["pgqueuer"]["1x10"]["startup_s"] = _stat(0.2)  # ours 500 ms, the floor 250 ms
+    row = targets.startup_vs_pgqueuer_row(peers)
+    assert row["met"] is False and row["measured"] == "2.50x"
+    assert "took 250 ms in this run, longer than pgqueuer's whole start-up (200 ms" in row["why"]
+    assert "own part on top of the floor was 250 ms" in row["why"]
+    peers["import_floor_s"] = _stat(0.1)
+    assert "longer than" not in targets.startup_vs_pgqueuer_row(peers)["why"]
 
 
 def test_the_report_has_the_peers_side_by_side():
@@ -231,7 +246,7 @@ def test_each_missed_target_says_why_from_the_same_runs_figures():
            if line.startswith("- **")]
     assert missed and why == missed  # every missed target, in the table's order, and nothing else
     # the start-up's reason carries this run's import floor (250 ms) and what sqla_queue added on top
-    assert "Importing SQLAlchemy and psycopg alone took 250 ms in this run" in rest
+    assert "Importing SQLAlchemy, psycopg and its dialect alone took 250 ms in this run" in rest
     assert "own start-up on top of that was 250 ms" in rest
     met = {**results, "peers": {**fake_peers(), "import_floor_s": _stat(0.01)}}
     met["peers"]["drain"]["sqla_queue"]["1x10"]["startup_s"] = _stat(0.2)
@@ -292,3 +307,18 @@ def test_an_update_rederives_the_why_list_for_the_targets_it_measured():
     assert kept and all(line in new_why for line in kept)  # targets this run did not measure keep theirs
     assert new.count(report.WHY_HEADING) == 1
     assert report.update_markdown(new, faster) == new
+
+
+def test_the_cli_runs_use_compiled_bytecode_as_an_installed_package_does(tmp_path):
+    # pip compiles a wheel's modules at install; the peers' packages have their bytecode, so the
+    # benchmark's sqla_queue must too, or its start-up counts compiling sources each time.
+    import sqla_queue
+    from benchmarks.cli_runs import CliRuns
+
+    module = Path(sqla_queue.__file__).parent / "states.py"
+    compiled = Path(importlib.util.cache_from_source(str(module)))
+    compiled.unlink(missing_ok=True)
+
+    CliRuns(db=None, work=tmp_path, log=print)
+
+    assert compiled.exists() and compiled.stat().st_mtime >= module.stat().st_mtime
