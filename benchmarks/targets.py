@@ -444,7 +444,7 @@ def _why_vs_graphile(peers: dict, ours: dict, theirs: dict, field: str, factor: 
         left = jobs / (factor * rate) - (floor or 0.0)
         if left <= 0:
             return (f"graphile-worker drained {jobs:,} jobs from process start in {jobs / rate:.2f} s, less than "
-                    f"importing SQLAlchemy and psycopg takes here ({floor:.2f} s).")
+                    f"importing SQLAlchemy, psycopg and its dialect takes here ({floor:.2f} s).")
         needed = jobs / left
         start = (f"To finish {jobs:,} jobs as soon as graphile-worker did, from process start, sqla_queue would "
                  f"have to run at {needed:,.0f} jobs/s once its imports are done ({floor or 0:.2f} s)")
@@ -453,7 +453,8 @@ def _why_vs_graphile(peers: dict, ours: dict, theirs: dict, field: str, factor: 
     gw_text = (f" (graphile-worker's: {gw_client:,.0f} and {gw_server:,.0f} µs)"
                if gw_client is not None and gw_server is not None else "")
     return (f"{start}, this machine's {cores} cores give the workers and PostgreSQL together {budget:,.0f} µs of "
-            f"CPU per job. sqla_queue's best drain spent {client:,.0f} µs per job in its worker processes and "
+            f"CPU per job. sqla_queue's best drain spent {client:,.0f} µs per job in its worker processes (their "
+            f"start-up included) and "
             f"{server:,.0f} µs in PostgreSQL{gw_text}: PostgreSQL's part alone is {server / budget:.0%} of that "
             "budget. sqla_queue keeps each finished job as history, so its completion writes a new row version and "
             "its index entries; graphile-worker deletes a finished job.")
