@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sentry_sdk
+from sentry_sdk import Scope
 from sentry_sdk.transport import Transport
 from sqlalchemy import Engine, create_engine
 
@@ -62,16 +63,16 @@ def engine() -> Iterator[Engine]:
 def sentry() -> Iterator[CollectingTransport]:
     """``sentry_sdk.init()`` with its defaults (the logging integration among them), sending
     to a collecting transport; the client is closed and removed afterwards."""
-    sentry_sdk.get_isolation_scope().clear()
-    sentry_sdk.get_current_scope().clear()
+    Scope.get_isolation_scope().clear()
+    Scope.get_current_scope().clear()
     transport = CollectingTransport()
     sentry_sdk.init(dsn=DSN, transport=transport)
     try:
         yield transport
     finally:
         sentry_sdk.get_client().close()
-        sentry_sdk.get_global_scope().set_client(None)
-        sentry_sdk.get_isolation_scope().clear()
+        Scope.get_global_scope().set_client(None)
+        Scope.get_isolation_scope().clear()
 
 
 @pytest.fixture

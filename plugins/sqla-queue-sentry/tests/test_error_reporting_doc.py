@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import sentry_sdk
+from sentry_sdk import Scope
 
 import sqla_queue as sq
 from sqla_queue.testing import migrated_database
@@ -24,7 +25,7 @@ def test_the_page_runs_as_written_and_prints_what_it_shows(monkeypatch, capsys):
     monkeypatch.delenv("SENTRY_DSN", raising=False)
     monkeypatch.delenv("SQLA_QUEUE_SENTRY_RETRIES", raising=False)
     namespace: dict = {"__name__": "error_reporting_doc"}
-    sentry_sdk.get_isolation_scope().clear()
+    Scope.get_isolation_scope().clear()
     with migrated_database() as url:
         monkeypatch.setenv("SQLA_QUEUE_DATABASE_URL", url)
         try:
@@ -32,8 +33,8 @@ def test_the_page_runs_as_written_and_prints_what_it_shows(monkeypatch, capsys):
                 exec(compile(block, f"error-reporting.md (python block {number})", "exec"), namespace)
         finally:
             sentry_sdk.get_client().close()
-            sentry_sdk.get_global_scope().set_client(None)
-            sentry_sdk.get_isolation_scope().clear()
+            Scope.get_global_scope().set_client(None)
+            Scope.get_isolation_scope().clear()
             queue = namespace.get("queue")
             if isinstance(queue, sq.Queue):
                 queue.engine.dispose()
