@@ -156,6 +156,27 @@ def test_failures_group_by_task_and_exception_type_not_by_job(engine, sentry, qu
     assert len({e["tags"]["sqla_queue.job_id"] for e in sentry.events}) == 6
 
 
+def test_another_jobs_failure_line_in_the_breadcrumbs_quotes_none_of_its_payload(engine, sentry, queue_name):
+    """Job A's retry is logged on the worker's thread (a breadcrumb there); job B then fails for
+    good on that thread: B's event carries A's line, without A's error text."""
+    queue = sentry_queue(engine)
+    queue.task(name="a", queue=queue_name, max_attempts=2, retry_delay=timedelta(hours=1))(declining_charge)
+    queue.task(name="b", queue=queue_name, max_attempts=1)(declining_charge)
+    first = queue.enqueue("a", {"card": SECRET, "email": EMAIL})
+    queue.enqueue("b", {"card": "5500-0000-0000-0004", "email": "bob@example.com"})
+
+    assert [r.outcome for r in drain(queue, queues=[queue_name])] == ["retried", "failed"]
+
+    (event,) = sentry.events
+    assert event["tags"]["sqla_queue.task"] == "b"
+    (line,) = [c for c in event["breadcrumbs"]["values"] if c.get("category") == "sqla_queue"
+               and c["data"].get("outcome") == "retried"]
+    assert line["message"] == f"job {first} (a on {queue_name}) retried on attempt 1"
+    assert "error" not in line["data"] and "traceback" not in line["data"]
+    text = sentry.everything()
+    assert SECRET not in text and EMAIL not in text and "5500-0000-0000-0004" not in text
+
+
 def test_the_handlers_own_events_carry_the_job_and_are_scrubbed(engine, sentry, queue_name):
     queue = sentry_queue(engine)
 

@@ -1,4 +1,5 @@
-"""One Sentry event per reported outcome, not two.
+"""sqla_queue's own failure log lines in Sentry: one event per reported outcome, not two, and
+breadcrumbs that quote no payload.
 
 sqla_queue's built-in logging plugin logs every retried and failed attempt on the
 ``sqla_queue`` logger, a terminal failure at ``ERROR``; with a default ``sentry_sdk.init()``
@@ -9,6 +10,12 @@ processor drops exactly the events made from a record whose outcome this plugin 
 already: the record carries ``outcome``, ``job_id``, ``queue``, ``task`` and ``attempt``
 (``extra`` fields), and the Sentry logging integration passes it in the hint as ``log_record``.
 The plugin's hooks run ``tryfirst``, so its report is noted before the record is logged.
+
+The same records also become breadcrumbs (on the worker's thread, outside any job's scope, so
+they reach the next event of any job that fails there), and their message and ``error`` /
+``traceback`` data hold the exception's first line, which may quote *that* job's payload: a later
+job's scrubber does not know those values. So the processor cuts such breadcrumbs down to the
+job, task, queue, attempt and outcome, in every event.
 """
 
 from __future__ import annotations
@@ -73,13 +80,32 @@ def install() -> None:
             return
         from sentry_sdk.scope import add_global_event_processor
 
-        add_global_event_processor(drop_reported_log_events)
+        add_global_event_processor(lifecycle_records)
         _installed = True
 
 
-def drop_reported_log_events(event: dict[str, Any], hint: dict[str, Any] | None) -> dict[str, Any] | None:
+def lifecycle_records(event: dict[str, Any], hint: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The global event processor: drop a reported outcome's log event, quiet the breadcrumbs."""
+    if _is_reported_log_event(hint):
+        return None
+    for crumb in (event.get("breadcrumbs") or {}).get("values") or ():
+        if isinstance(crumb, dict) and crumb.get("category") == LIFECYCLE_LOGGER:
+            _without_error_text(crumb)
+    return event
+
+
+def _is_reported_log_event(hint: dict[str, Any] | None) -> bool:
     record = (hint or {}).get("log_record")
     if record is None or record.name != LIFECYCLE_LOGGER or getattr(record, "outcome", None) not in OUTCOMES:
-        return event
-    key = outcome_key(*(getattr(record, field, None) for field in ("queue", "task", "job_id", "attempt")))
-    return None if key in reported else event
+        return False
+    return outcome_key(*(getattr(record, field, None) for field in ("queue", "task", "job_id", "attempt"))) in reported
+
+
+def _without_error_text(crumb: dict[str, Any]) -> None:
+    data = crumb.get("data")
+    if not isinstance(data, dict) or data.get("outcome") not in OUTCOMES:
+        return
+    data.pop("error", None)
+    data.pop("traceback", None)
+    crumb["message"] = (f"job {data.get('job_id')} ({data.get('task')} on {data.get('queue')}) "
+                        f"{data.get('outcome')} on attempt {data.get('attempt')}")
