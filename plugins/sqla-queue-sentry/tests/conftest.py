@@ -1,9 +1,10 @@
-"""A real, migrated database for this plugin's tests (sqla_queue.testing picks the server:
-SQLA_QUEUE_TEST_DATABASE_URL, else an embedded PostgreSQL 18), and a Sentry client whose
-transport collects envelopes instead of sending them anywhere."""
+"""A database of each test's own (the ``sqla_queue_database_url`` fixture of sqla_queue's pytest
+plugin: SQLA_QUEUE_TEST_DATABASE_URL's server, else an embedded PostgreSQL 18), and a Sentry
+client whose transport collects envelopes instead of sending them anywhere."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import uuid
 from collections.abc import Iterator
@@ -14,16 +15,13 @@ import sentry_sdk
 from sentry_sdk import Scope
 from sentry_sdk.transport import Transport
 from sqlalchemy import Engine, create_engine
+from sqlalchemy.pool import NullPool
 
-from sqla_queue.testing import migrated_database
-
-try:
-    import sqla_queue_sentry  # noqa: F401  (the installed distribution, not the source tree)
-except ImportError as exc:  # say how to fix it instead of a bare ModuleNotFoundError
-    raise ImportError(
-        "sqla-queue-sentry is not installed: the README's test command installs it "
-        "(or pip install ./plugins/sqla-queue-sentry) before its tests"
-    ) from exc
+try:  # the plugin reaches a Queue through its distribution's entry point, so that must be installed
+    importlib.metadata.distribution("sqla-queue-sentry")
+except importlib.metadata.PackageNotFoundError as exc:
+    raise ImportError("sqla-queue-sentry is not installed: the README's test command installs it "
+                      "(or pip install ./plugins/sqla-queue-sentry) before its tests") from exc
 
 DSN = "https://public@sentry.invalid/1"
 """Parsed, never dialled: the transport below replaces the network."""
@@ -51,12 +49,10 @@ class CollectingTransport(Transport):
                          for envelope in self.envelopes for item in envelope.items)
 
 
-@pytest.fixture(scope="session")
-def engine() -> Iterator[Engine]:
-    with migrated_database() as url:
-        engine = create_engine(url)
-        yield engine
-        engine.dispose()
+@pytest.fixture
+def engine(sqla_queue_database_url: str) -> Engine:
+    """No pool: nothing stays connected to the test's database when it is dropped."""
+    return create_engine(sqla_queue_database_url, poolclass=NullPool)
 
 
 @pytest.fixture
