@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 import sentry_sdk
+from sentry_sdk.integrations.logging import LoggingIntegration
 
 import sqla_queue as sq
 from sqla_queue.testing import check_lifecycle_plugin, drain
@@ -91,6 +92,17 @@ def test_without_the_plugin_the_log_line_is_the_event(engine, sentry, queue_name
     (event,) = sentry.events
     assert (event["logger"], event["level"]) == ("sqla_queue", "error")
     assert "failed for good" in event["logentry"]["message"]
+
+
+@pytest.mark.parametrize(("mode", "levels"), [("breadcrumb", ["error"]), ("warning", ["warning", "error"])])
+def test_with_warnings_logged_as_events_a_reported_retry_is_still_one_event(engine, sentry, queue_name, mode, levels):
+    """A logging integration that sends ``WARNING`` records too would also send the worker's
+    retry line: the plugin's report (or its breadcrumb) stands for it."""
+    sentry_sdk.init(dsn=sentry_sdk.get_client().dsn, transport=sentry, integrations=[LoggingIntegration(event_level=logging.WARNING)])
+    queue = sq.Queue(engine, plugins=[SentryReporter(retries=mode)])
+    register_charge(queue, queue_name).enqueue({"card": SECRET, "email": EMAIL})
+    queue.worker(queues=[queue_name], concurrency=1, **FAST).run(until_empty=True)
+    assert [(e["level"], "logger" in e) for e in sentry.events] == [(level, False) for level in levels]
 
 
 def test_retries_are_breadcrumbs_by_default(engine, sentry, queue_name):
