@@ -25,14 +25,15 @@ from collections import OrderedDict
 from typing import Any
 
 LIFECYCLE_LOGGER = "sqla_queue"
-"""The logger of sqla_queue's built-in logging plugin (docs/reference/events.md)."""
+"""The logger of sqla_queue's built-in logging plugin (docs/reference/hooks.md, "Built-in plugins")."""
 OUTCOMES = ("retried", "failed")
 
 Key = tuple[Any, Any, Any, Any]
 
 
 class RecentKeys:
-    """A bounded, thread-safe set: the oldest key goes when a new one would pass `size`."""
+    """A bounded, thread-safe map (or set, with no values): the oldest key goes when a new one
+    would pass `size`."""
 
     def __init__(self, size: int) -> None:
         self.size = size
