@@ -440,7 +440,10 @@ def _peers_section(results: dict) -> list[str]:
              "between the 10th and 90th percentile of the completion times over the time between them; *start-up* is "
              "process start to the first completion. Enqueue: each system's own bulk call from a fresh process, "
              f"timed inside it from just before its client is built (first connection included) to the last call's "
-             "return; *process* is the whole process from outside (interpreter or Node start and imports included).",
+             "return; *process* is the whole process from outside (interpreter or Node start and imports included). "
+             "Each Python package runs from compiled bytecode, as pip installs it. *CPU per job* is the worker "
+             "processes' user + system time (start-up included) and PostgreSQL's (every server process), over the "
+             "drain, per completed job.",
              "",
              f"Versions: sqla_queue {results['meta'].get('code_version', 'not recorded')}; "
              + "; ".join(_versions(name, vs) for name, vs in versions.items()) + ".", "",
