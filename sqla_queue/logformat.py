@@ -5,7 +5,8 @@
     "formatters": {"json": {"()": "sqla_queue.logformat.JsonFormatter"}}
 
 Each line holds ``time`` (UTC, ISO 8601), ``level``, ``logger`` and ``message``, then whichever
-of `JOB_FIELDS` the record carries (sqla_queue's per-job records carry them as ``extra``), and
+of `JOB_FIELDS` the record carries (sqla_queue's per-job records carry them as ``extra``), the
+`TRACE_FIELDS` a tracing plugin set on it (sqla-queue-opentelemetry does while a job runs), and
 ``traceback`` for a failed attempt (the bounded, sanitized text stored on the job) or for a
 record logged with ``exc_info``.
 """
@@ -19,6 +20,10 @@ from typing import Any
 
 JOB_FIELDS = ("job_id", "task", "queue", "attempt", "outcome", "duration", "error", "reason")
 """Record attributes copied into the JSON object when present: sqla_queue's per-job ``extra``."""
+
+TRACE_FIELDS = ("trace_id", "span_id")
+"""Record attributes copied when present: the trace a record belongs to, as a tracing plugin's
+log record factory or filter sets them (hex strings), so log lines join their trace."""
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -36,6 +41,7 @@ class JsonFormatter(logging.Formatter):
             "message": message,
         }
         entry.update({name: getattr(record, name) for name in JOB_FIELDS if getattr(record, name, None) is not None})
+        entry.update({name: getattr(record, name) for name in TRACE_FIELDS if getattr(record, name, None) is not None})
         trace = getattr(record, "traceback", None)
         if trace:
             # sqla_queue's failure records end their message with the traceback for text

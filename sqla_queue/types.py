@@ -323,6 +323,9 @@ class JobEnqueued:
     queue: str
     task: str
     deduplicated: bool
+    meta: dict[str, Any] | None = field(default=None, compare=False)
+    """The ``meta`` this enqueue gave the job (the `sqla_queue_job_meta` answers and the caller's
+    ``meta=``), None for none: a tracing plugin finds the context it wrote at enqueue here."""
 
 
 @dataclass(frozen=True)
