@@ -21,9 +21,10 @@ from typing import Any
 JOB_FIELDS = ("job_id", "task", "queue", "attempt", "outcome", "duration", "error", "reason")
 """Record attributes copied into the JSON object when present: sqla_queue's per-job ``extra``."""
 
-TRACE_FIELDS = ("trace_id", "span_id")
-"""Record attributes copied when present: the trace a record belongs to, as a tracing plugin's
-log record factory or filter sets them (hex strings), so log lines join their trace."""
+TRACE_FIELDS = {"trace_id": ("trace_id", "otelTraceID"), "span_id": ("span_id", "otelSpanID")}
+"""JSON keys for the trace a record belongs to, each from the first of its record attributes
+present (hex strings): the ``otel*`` names are OpenTelemetry's logging convention, which
+sqla-queue-opentelemetry and opentelemetry-instrumentation-logging set; "0" means no span."""
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -41,7 +42,7 @@ class JsonFormatter(logging.Formatter):
             "message": message,
         }
         entry.update({name: getattr(record, name) for name in JOB_FIELDS if getattr(record, name, None) is not None})
-        entry.update({name: getattr(record, name) for name in TRACE_FIELDS if getattr(record, name, None) is not None})
+        entry.update(_trace_fields(record))
         trace = getattr(record, "traceback", None)
         if trace:
             # sqla_queue's failure records end their message with the traceback for text
@@ -53,6 +54,15 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def _trace_fields(record: logging.LogRecord) -> dict[str, str]:
+    found = {}
+    for key, names in TRACE_FIELDS.items():
+        value = next((v for v in (getattr(record, name, None) for name in names) if v not in (None, "0")), None)
+        if value is not None:
+            found[key] = str(value)
+    return found
 
 
 def logging_config(level: str = "INFO", log_format: str = "text") -> dict[str, Any]:

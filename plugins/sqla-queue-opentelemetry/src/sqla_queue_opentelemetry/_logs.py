@@ -1,0 +1,87 @@
+"""Log correlation: log records made while a span is current carry its ids, and sqla_queue's
+per-job records (``job 42 completed``, logged after the handler returned) carry the ids of that
+job's last ``process`` span in this process.
+
+The ids go on the record as ``otelTraceID`` / ``otelSpanID`` (hex), OpenTelemetry's logging
+convention: ``sqla_queue.logformat.JsonFormatter`` writes them as ``trace_id`` / ``span_id``, and
+a text format can show ``%(otelTraceID)s``. Installed once per process, by the first Queue that
+registers the plugin; the record factory it wraps keeps working.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, format_span_id, format_trace_id
+
+TRACE_ID = "otelTraceID"
+SPAN_ID = "otelSpanID"
+REMEMBERED_JOBS = 4096
+"""Jobs whose last ``process`` span ids are kept for their per-job records, at most."""
+
+_installed = False
+_install_lock = threading.Lock()
+
+
+class JobSpans:
+    """Job id -> (trace id, span id) of its latest attempt's ``process`` span, bounded."""
+
+    def __init__(self) -> None:
+        self._ids: OrderedDict[int, tuple[str, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, job_id: int, span: Span) -> None:
+        context = span.get_span_context()
+        if not context.is_valid:
+            return
+        with self._lock:
+            self._ids[job_id] = (format_trace_id(context.trace_id), format_span_id(context.span_id))
+            self._ids.move_to_end(job_id)
+            while len(self._ids) > REMEMBERED_JOBS:
+                self._ids.popitem(last=False)
+
+    def ids(self, job_id: Any) -> tuple[str, str] | None:
+        with self._lock:
+            return self._ids.get(job_id)
+
+
+class _JobRecordFilter(logging.Filter):
+    """On the ``sqla_queue`` logger: a per-job record (``job_id`` in its extra) made outside any
+    span gets the ids of the job's last ``process`` span."""
+
+    def __init__(self, spans: JobSpans) -> None:
+        super().__init__()
+        self.spans = spans
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, TRACE_ID, "0") == "0":
+            ids = self.spans.ids(getattr(record, "job_id", None))
+            if ids is not None:
+                setattr(record, TRACE_ID, ids[0])
+                setattr(record, SPAN_ID, ids[1])
+        return True
+
+
+def install(spans: JobSpans) -> None:
+    """Wrap the process's log record factory and filter sqla_queue's records, once."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            context = trace.get_current_span().get_span_context()
+            if context.is_valid:
+                setattr(record, TRACE_ID, format_trace_id(context.trace_id))
+                setattr(record, SPAN_ID, format_span_id(context.span_id))
+            return record
+
+        logging.setLogRecordFactory(factory)
+        logging.getLogger("sqla_queue").addFilter(_JobRecordFilter(spans))
+        _installed = True
