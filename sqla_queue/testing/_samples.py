@@ -67,6 +67,10 @@ def edge_events(hook: str) -> list[Any]:
         "sqla_queue_job_enqueued": lambda: [
             JobEnqueued(job_id=1, queue="default", task="send_email", deduplicated=False),
             JobEnqueued(job_id=1, queue=_ODD, task=_LONG, deduplicated=True),
+            JobEnqueued(job_id=2, queue="default", task="send_email", deduplicated=False,
+                        meta={"traceparent": "not a trace context", "tenant": {"id": 7}}),
+            JobEnqueued(job_id=3, queue="default", task="send_email", deduplicated=False,
+                        meta={"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}),
         ],
         "sqla_queue_job_claimed": lambda: [
             JobClaimed(job_id=1, queue="default", task="t", attempt=1, worker_id="w", queue_wait=None),

@@ -15,6 +15,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from sqlalchemy.orm import Session
 
 import sqla_queue as sq
+from sqla_queue.plugins.manager import describe_plugins
 from sqla_queue.testing import drain
 from sqla_queue_opentelemetry import OpenTelemetry, plugin
 
@@ -42,8 +43,15 @@ def test_registers_through_the_entry_point_only_when_enabled_by_name(engine, dat
     (entry_point,) = importlib.metadata.entry_points(group="sqla_queue", name="opentelemetry")
     assert entry_point.load() is plugin
     assert isinstance(plugin, OpenTelemetry)
-    assert sq.Queue(engine).plugin_manager.get_plugin("opentelemetry") is None  # it wraps handlers: opt-in
-    assert sq.Queue(engine, plugins=["opentelemetry"]).plugin_manager.get_plugin("opentelemetry") is plugin
+    installed = sq.Queue(engine)
+    assert installed.plugin_manager.get_plugin("opentelemetry") is None  # it wraps handlers: opt-in
+    (info,) = [i for i in describe_plugins(installed.plugin_manager) if i.name == "opentelemetry"]
+    assert (info.source, info.status, info.strategy) == ("entry point", "available", True)
+    assert info.distribution.startswith("sqla-queue-opentelemetry ")
+    enabled = sq.Queue(engine, plugins=["opentelemetry"])
+    assert enabled.plugin_manager.get_plugin("opentelemetry") is plugin
+    (info,) = [i for i in describe_plugins(enabled.plugin_manager) if i.name == "opentelemetry"]
+    assert (info.status, info.enabled_by) == ("enabled", "plugins=")
 
 
 def test_an_enqueue_writes_its_send_span_into_the_job_and_ends_it_with_the_job_id(queue, name, spans):
