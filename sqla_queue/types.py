@@ -1,7 +1,5 @@
-"""Plain value types of the public API: the job states and frozen dataclasses.
-
-Nothing here touches the database; `queue.py` builds these from result rows.
-"""
+"""Plain value types of the public API: the job states and frozen dataclasses. Nothing here
+touches the database; `queue.py` builds these from result rows."""
 
 from __future__ import annotations
 
@@ -323,9 +321,7 @@ class JobEnqueued:
     queue: str
     task: str
     deduplicated: bool
-    meta: dict[str, Any] | None = field(default=None, compare=False)
-    """The ``meta`` this enqueue gave the job (the `sqla_queue_job_meta` answers and the caller's
-    ``meta=``), None for none: a tracing plugin finds the context it wrote at enqueue here."""
+    meta: dict[str, Any] | None = field(default=None, compare=False)  # what the enqueue stored
 
 
 @dataclass(frozen=True)
