@@ -11,7 +11,8 @@ from datetime import timedelta
 import pytest
 
 import sqla_queue as sq
-from sqla_queue.plugins.builtins import backoff, logging as logging_plugin
+from sqla_queue.plugins.builtins import backoff
+from sqla_queue.plugins.builtins import logging as logging_plugin
 from sqla_queue.testing import (
     ConformanceError,
     check_backoff_plugin,
@@ -20,7 +21,6 @@ from sqla_queue.testing import (
     check_meta_plugin,
     check_run_middleware,
 )
-
 
 # -- backoff ------------------------------------------------------------------------------
 

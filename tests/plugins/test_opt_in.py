@@ -9,7 +9,6 @@ process), they take effect. Unknown names are refused before anything is written
 from __future__ import annotations
 
 import importlib.metadata
-
 import os
 import subprocess
 import sys
@@ -17,15 +16,14 @@ import textwrap
 from datetime import timedelta
 
 import pytest
+from sqla_queue_content_hash import content_key
+from sqla_queue_content_hash import plugin as content_hash
+from sqla_queue_decorrelated_jitter import plugin as jitter
 from sqlalchemy import text
 
 import sqla_queue as sq
 from sqla_queue.plugins.builtins import backoff
 from sqla_queue.plugins.manager import BLOCKED_PLUGINS_ENV, DISABLE_AUTOLOAD_ENV, ENABLED_PLUGINS_ENV
-from sqla_queue_content_hash import content_key
-from sqla_queue_content_hash import plugin as content_hash
-from sqla_queue_decorrelated_jitter import plugin as jitter
-
 
 
 def write_distribution(site, name: str, entry_point: str) -> None:

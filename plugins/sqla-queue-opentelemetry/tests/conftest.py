@@ -8,32 +8,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import Engine, create_engine
 
 from sqla_queue.testing import migrated_database
 
 try:
-    import sqla_queue_opentelemetry  # noqa: F401  (the installed distribution, not the source tree)
+    import sqla_queue_opentelemetry
 except ImportError as exc:  # say how to fix it instead of a bare ModuleNotFoundError
     raise ImportError(
         "sqla-queue-opentelemetry is not installed: the README's test command installs it "
         "(or pip install ./plugins/sqla-queue-opentelemetry) before its tests"
     ) from exc
 
-sys.path.insert(0, str(Path(__file__).parent))  # otel_app, the two-process tests' application
+sys.path.insert(0, str(Path(__file__).parent))  # otel_sdk, and otel_app for the two-process tests
 
-EXPORTER = InMemorySpanExporter()
-READER = InMemoryMetricReader()
-_tracer_provider = TracerProvider()
-_tracer_provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-trace.set_tracer_provider(_tracer_provider)
-metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+from otel_sdk import EXPORTER, READER
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,9 @@ run middleware and its lifecycle hooks each keep their contract."""
 
 from __future__ import annotations
 
-from sqla_queue.testing import check_lifecycle_plugin, check_meta_plugin, check_run_middleware
 from sqla_queue_opentelemetry import plugin
+
+from sqla_queue.testing import check_lifecycle_plugin, check_meta_plugin, check_run_middleware
 
 
 def test_its_meta_hook_conforms_and_writes_a_trace_context_for_every_job(engine, spans):

@@ -7,13 +7,13 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, update
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from sqla_queue_opentelemetry import OpenTelemetry
+from sqlalchemy import func, update
 
 import sqla_queue as sq
 from sqla_queue.testing import drain
-from sqla_queue_opentelemetry import OpenTelemetry
 
 COUNTERS = (
     "sqla_queue_jobs_enqueued", "sqla_queue_jobs_deduplicated", "sqla_queue_jobs_claimed",

@@ -12,12 +12,12 @@ from datetime import timedelta
 import pytest
 from opentelemetry import baggage, context, trace
 from opentelemetry.trace import SpanKind, StatusCode
+from sqla_queue_opentelemetry import OpenTelemetry, plugin
 from sqlalchemy.orm import Session
 
 import sqla_queue as sq
 from sqla_queue.plugins.manager import describe_plugins
 from sqla_queue.testing import drain
-from sqla_queue_opentelemetry import OpenTelemetry, plugin
 
 tracer = trace.get_tracer("tests")
 

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry import trace
-
-from conftest import EXPORTER
+from otel_sdk import EXPORTER
 
 HERE = Path(__file__).parent
 SQLA_QUEUE = str(Path(sys.executable).with_name("sqla-queue"))
