@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._batches import BatchCommitted  # noqa: F401  (re-exported: a lifecycle event payload)
 from .states import ACTIVE, FINISHED_STATUSES, JobStatus  # noqa: F401  (re-exported: the value types of the API)
 
 if TYPE_CHECKING:

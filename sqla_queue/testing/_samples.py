@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import NonRetryableError
 from ..types import (
+    BatchCommitted,
     EmptyClaim,
     JobCancelled,
     JobClaimed,
@@ -115,6 +116,13 @@ def edge_events(hook: str) -> list[Any]:
         "sqla_queue_empty_claim": lambda: [
             EmptyClaim(queue="default", worker_id="w", limit=1),
             EmptyClaim(queue=_ODD, worker_id="w", limit=1000),
+        ],
+        "sqla_queue_batch_committed": lambda: [
+            BatchCommitted(operation="claim", worker_id="w", queues=("default",), claimed=(1,), completed=(),
+                           started_at=now, duration=timedelta(0)),
+            BatchCommitted(operation="complete", worker_id=None, queues=(_ODD, "q"), claimed=(),
+                           completed=tuple(range(1, 1001)), started_at=now - timedelta(days=1),
+                           duration=timedelta(hours=1)),
         ],
     }
     return builders[hook]()

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, create_engine
 from sqla_queue.testing import migrated_database
 
 try:
-    import sqla_queue_opentelemetry
+    import sqla_queue_opentelemetry  # noqa: F401  (the installed distribution, not the source tree)
 except ImportError as exc:  # say how to fix it instead of a bare ModuleNotFoundError
     raise ImportError(
         "sqla-queue-opentelemetry is not installed: the README's test command installs it "

@@ -55,8 +55,8 @@ def _as_dict(span: ReadableSpan) -> dict:
         "name": span.name, "kind": span.kind.name,
         "trace_id": f"{span.context.trace_id:032x}", "span_id": f"{span.context.span_id:016x}",
         "parent_span_id": f"{span.parent.span_id:016x}" if span.parent else None,
-        "links": [{"trace_id": f"{link.context.trace_id:032x}", "span_id": f"{link.context.span_id:016x}"}
-                  for link in span.links],
+        "links": [{"trace_id": f"{link.context.trace_id:032x}", "span_id": f"{link.context.span_id:016x}",
+                   "kind": link.attributes.get("sqla_queue.link")} for link in span.links],
         "attributes": dict(span.attributes or {}), "status": span.status.status_code.name,
     }
 

@@ -134,7 +134,8 @@ def test_the_handler_runs_inside_a_process_span_child_of_the_send_span_with_the_
     assert ran.outcome == "completed" and seen == {"tenant": "acme"}
     (send,), (process,), (charge,) = by_name(spans, "send"), by_name(spans, "process"), by_name(spans, "charge")
     assert process.name == f"process {name}" and process.kind is SpanKind.CONSUMER
-    assert process.parent.span_id == send.context.span_id and process.links == ()
+    assert process.parent.span_id == send.context.span_id
+    assert [link.attributes["sqla_queue.link"] for link in process.links] == ["claim"]
     assert charge.parent.span_id == process.context.span_id
     assert {charge.context.trace_id, process.context.trace_id} == {send.context.trace_id}
     assert process.attributes["messaging.message.id"] == str(job_id)
@@ -156,10 +157,14 @@ def test_retries_start_new_traces_linked_to_the_send_span_and_errors_are_recorde
     (send,) = by_name(spans, "send")
     first, second, third = sorted(by_name(spans, "process"), key=lambda s: s.attributes["sqla_queue.job.attempt"])
     assert first.parent.span_id == send.context.span_id and first.context.trace_id == send.context.trace_id
+    claims = by_name(spans, "claim")
     for retry in (second, third):
         assert retry.parent is None and retry.context.trace_id != send.context.trace_id
-        (link,) = retry.links
+        (link,) = [link for link in retry.links if link.attributes["sqla_queue.link"] == "enqueue"]
         assert (link.context.trace_id, link.context.span_id) == (send.context.trace_id, send.context.span_id)
+    for process in (first, second, third):  # each attempt links the batch that claimed it
+        (claim,) = [link for link in process.links if link.attributes["sqla_queue.link"] == "claim"]
+        assert claim.context.span_id in {c.context.span_id for c in claims}
     assert second.context.trace_id != third.context.trace_id
     for failed in (first, second):
         assert failed.status.status_code is StatusCode.ERROR and failed.status.description == "ConnectionError"
@@ -226,4 +231,5 @@ def test_a_job_without_trace_context_gets_a_root_process_span(engine, name, span
     traced.task(name="ship", queue=name)(lambda payload, ctx: None)
     drain(traced, queues=[name])
     (process,) = by_name(spans, "process")
-    assert process.parent is None and process.links == ()
+    assert process.parent is None
+    assert [link.attributes["sqla_queue.link"] for link in process.links] == ["claim"]

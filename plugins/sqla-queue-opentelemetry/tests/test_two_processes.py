@@ -77,11 +77,26 @@ def test_a_job_that_fails_twice_then_succeeds_gives_three_process_spans_the_retr
     send_trace, send_id = hexes(send)
     first, second, third = sorted(of_job(run["there"], run["flaky"]),
                                   key=lambda s: s["attributes"]["sqla_queue.job.attempt"])
-    assert (first["trace_id"], first["parent_span_id"], first["links"]) == (send_trace, send_id, [])
+    assert (first["trace_id"], first["parent_span_id"]) == (send_trace, send_id)
+    assert [link["kind"] for link in first["links"]] == ["claim"]
     assert [first["status"], second["status"], third["status"]] == ["ERROR", "ERROR", "UNSET"]
     for retry in (second, third):
         assert retry["parent_span_id"] is None and retry["trace_id"] != send_trace
-        assert retry["links"] == [{"trace_id": send_trace, "span_id": send_id}]
+        enqueue = [link for link in retry["links"] if link["kind"] == "enqueue"]
+        assert enqueue == [{"trace_id": send_trace, "span_id": send_id, "kind": "enqueue"}]
+
+
+def test_claim_rounds_and_completion_batches_are_spans_linked_to_the_jobs_spans(run):
+    batches = {s["span_id"]: s for s in run["there"] if s["name"].split()[0] in ("claim", "complete")}
+    processes = [s for s in run["there"] if s["name"].startswith("process")]
+    assert len(processes) == 4
+    for process in processes:  # every attempt links the claim round that claimed it
+        (claim,) = [link for link in process["links"] if link["kind"] == "claim"]
+        assert batches[claim["span_id"]]["attributes"]["messaging.operation.name"] == "claim"
+        assert batches[claim["span_id"]]["attributes"]["messaging.operation.type"] == "receive"
+    settled = {link["span_id"] for batch in batches.values() for link in batch["links"] if link["kind"] == "process"}
+    completed = [p for p in processes if p["status"] == "UNSET"]
+    assert {p["span_id"] for p in completed} <= settled  # their completions' batches link them
 
 
 def test_the_workers_json_log_lines_carry_the_ids_of_the_running_jobs_span(run):

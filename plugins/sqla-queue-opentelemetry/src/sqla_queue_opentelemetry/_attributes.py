@@ -20,4 +20,7 @@ OUTCOME = "sqla_queue.job.outcome"
 """How the handler's run ended: ``success``, ``error`` or ``snoozed`` (the job's state after
 it, retried or failed, is the worker's decision and shows on the metrics)."""
 DEDUPLICATED = "sqla_queue.job.deduplicated"
+CLAIMED = "sqla_queue.batch.claimed"
+COMPLETED = "sqla_queue.batch.completed"
+WORKER_ID = "sqla_queue.worker.id"
 LINK_KIND = "sqla_queue.link"

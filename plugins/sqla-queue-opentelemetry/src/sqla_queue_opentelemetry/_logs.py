@@ -12,61 +12,38 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, format_span_id, format_trace_id
+from opentelemetry.trace import format_span_id, format_trace_id
+
+from ._tracing import JobIndex
 
 TRACE_ID = "otelTraceID"
 SPAN_ID = "otelSpanID"
-REMEMBERED_JOBS = 4096
-"""Jobs whose last ``process`` span ids are kept for their per-job records, at most."""
 
 _installed = False
 _install_lock = threading.Lock()
-
-
-class JobSpans:
-    """Job id -> (trace id, span id) of its latest attempt's ``process`` span, bounded."""
-
-    def __init__(self) -> None:
-        self._ids: OrderedDict[int, tuple[str, str]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def remember(self, job_id: int, span: Span) -> None:
-        context = span.get_span_context()
-        if not context.is_valid:
-            return
-        with self._lock:
-            self._ids[job_id] = (format_trace_id(context.trace_id), format_span_id(context.span_id))
-            self._ids.move_to_end(job_id)
-            while len(self._ids) > REMEMBERED_JOBS:
-                self._ids.popitem(last=False)
-
-    def ids(self, job_id: Any) -> tuple[str, str] | None:
-        with self._lock:
-            return self._ids.get(job_id)
 
 
 class _JobRecordFilter(logging.Filter):
     """On the ``sqla_queue`` logger: a per-job record (``job_id`` in its extra) made outside any
     span gets the ids of the job's last ``process`` span."""
 
-    def __init__(self, spans: JobSpans) -> None:
+    def __init__(self, processes: JobIndex) -> None:
         super().__init__()
-        self.spans = spans
+        self.processes = processes
 
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, TRACE_ID, "0") == "0":
-            ids = self.spans.ids(getattr(record, "job_id", None))
-            if ids is not None:
-                setattr(record, TRACE_ID, ids[0])
-                setattr(record, SPAN_ID, ids[1])
+            context = self.processes.get(getattr(record, "job_id", None))
+            if context is not None:
+                setattr(record, TRACE_ID, format_trace_id(context.trace_id))
+                setattr(record, SPAN_ID, format_span_id(context.span_id))
         return True
 
 
-def install(spans: JobSpans) -> None:
+def install(processes: JobIndex) -> None:
     """Wrap the process's log record factory and filter sqla_queue's records, once."""
     global _installed
     with _install_lock:
@@ -83,5 +60,5 @@ def install(spans: JobSpans) -> None:
             return record
 
         logging.setLogRecordFactory(factory)
-        logging.getLogger("sqla_queue").addFilter(_JobRecordFilter(spans))
+        logging.getLogger("sqla_queue").addFilter(_JobRecordFilter(processes))
         _installed = True

@@ -10,6 +10,7 @@ from opentelemetry import metrics, trace
 
 import sqla_queue
 from sqla_queue.types import (
+    BatchCommitted,
     ClaimedJob,
     EmptyClaim,
     JobCancelled,
@@ -55,12 +56,11 @@ class OpenTelemetry:
                  record_exception_messages: bool = False) -> None:
         self.tracing = Tracing(trace.get_tracer(SCOPE, _version(), tracer_provider), record_exception_messages)
         self.metrics = Metrics(metrics.get_meter(SCOPE, _version(), meter_provider))
-        self.job_spans = _logs.JobSpans()
 
     @sqla_queue.hookimpl
     def sqla_queue_configure(self, queue: Any) -> None:
         self.metrics.health.watch(queue)
-        _logs.install(self.job_spans)
+        _logs.install(self.tracing.processes)
 
     # -- traces -----------------------------------------------------------------------------
 
@@ -70,14 +70,11 @@ class OpenTelemetry:
 
     @sqla_queue.hookimpl
     def sqla_queue_handle_job(self, job: ClaimedJob, ctx: JobContext, call_next: Callable[[], Any]) -> Any:
-        return self.tracing.around(job, ctx, self._remembering(job, call_next))
+        return self.tracing.around(job, ctx, call_next)
 
-    def _remembering(self, job: ClaimedJob, call_next: Callable[[], Any]) -> Callable[[], Any]:
-        """``call_next``, first noting the current (``process``) span for the job's log records."""
-        def call() -> Any:
-            self.job_spans.remember(job.id, trace.get_current_span())
-            return call_next()
-        return call
+    @sqla_queue.hookimpl
+    def sqla_queue_batch_committed(self, event: BatchCommitted) -> None:
+        self.tracing.batch(event)
 
     # -- events: the send span's end, and the metrics ---------------------------------------
 

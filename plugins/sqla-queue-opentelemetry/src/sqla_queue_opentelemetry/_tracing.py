@@ -9,6 +9,11 @@ marked as an error, once `MAX_PENDING_SENDS` newer ones wait (memory stays bound
 The ``process`` span of the first attempt is a child of the ``send`` span: the request that
 enqueued the job, the job and everything its handler does are one trace. A retry starts a trace
 of its own, *linked* to the ``send`` span, so a retry storm never grows one giant trace.
+
+Claim rounds and completion flushes (`sqla_queue_batch_committed`) are spans of their own,
+``claim`` and ``complete``, recorded after the fact with their real start and duration: each
+``process`` span links to the ``claim`` span that claimed its job, each ``complete`` span to the
+``process`` spans whose completions it committed.
 """
 
 from __future__ import annotations
@@ -21,16 +26,43 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 
 import sqla_queue
-from sqla_queue.types import ClaimedJob, JobContext, JobEnqueued
+from sqla_queue.types import BatchCommitted, ClaimedJob, JobContext, JobEnqueued
 
 from . import _attributes as attr
 from ._propagation import extract, inject, origin_of
 
 MAX_PENDING_SENDS = 10_000
 """``send`` spans waiting for their enqueue to be announced, at most: older ones are ended."""
+
+REMEMBERED_JOBS = 4096
+"""Jobs whose ``claim`` and ``process`` span contexts are kept (for links and log records)."""
+
+MAX_BATCH_LINKS = 128
+"""Links a ``complete`` span carries at most (the SDK's default span limit)."""
+
+
+class JobIndex:
+    """Job id -> a span context, the most recent `REMEMBERED_JOBS` jobs; thread-safe."""
+
+    def __init__(self) -> None:
+        self._contexts: OrderedDict[int, SpanContext] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, job_id: int, context: SpanContext) -> None:
+        if not context.is_valid:
+            return
+        with self._lock:
+            self._contexts[job_id] = context
+            self._contexts.move_to_end(job_id)
+            while len(self._contexts) > REMEMBERED_JOBS:
+                self._contexts.popitem(last=False)
+
+    def get(self, job_id: Any) -> SpanContext | None:
+        with self._lock:
+            return self._contexts.get(job_id)
 
 
 class Tracing:
@@ -41,6 +73,8 @@ class Tracing:
         self.record_exception_messages = record_exception_messages
         self._sending: OrderedDict[int, Span] = OrderedDict()
         self._lock = threading.Lock()
+        self.claims = JobIndex()
+        self.processes = JobIndex()
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -89,6 +123,9 @@ class Tracing:
     def process_span(self, job: ClaimedJob, ctx: JobContext) -> Iterator[Span]:
         """The ``process`` span, current (with the enqueuer's baggage) while the body runs."""
         parent, links = _parent_and_links(ctx)
+        claim = self.claims.get(job.id)
+        if claim is not None:
+            links.append(Link(claim, {attr.LINK_KIND: "claim"}))
         span = self.tracer.start_span(
             f"process {job.queue}", context=parent, kind=SpanKind.CONSUMER, links=links,
             attributes={attr.MESSAGING_SYSTEM: attr.SYSTEM, attr.DESTINATION: job.queue,
@@ -96,6 +133,7 @@ class Tracing:
                         attr.MESSAGE_ID: str(job.id), attr.TASK: job.task, attr.ATTEMPT: ctx.attempt,
                         attr.MAX_ATTEMPTS: ctx.max_attempts},
         )
+        self.processes.put(job.id, span.get_span_context())
         token = otel_context.attach(trace.set_span_in_context(span, parent))
         try:
             yield span
@@ -108,6 +146,31 @@ class Tracing:
         finally:
             otel_context.detach(token)
             span.end()
+
+    # -- batches ----------------------------------------------------------------------------
+
+    def batch(self, event: BatchCommitted) -> None:
+        """The batch as a span with its real start and end, under the current context (none in
+        a worker's claim loop: a trace of its own)."""
+        started = int(event.started_at.timestamp() * 1e9)
+        links = [Link(context, {attr.LINK_KIND: "process"}) for context in
+                 (self.processes.get(job_id) for job_id in event.completed[:MAX_BATCH_LINKS]) if context]
+        attributes: dict[str, Any] = {
+            attr.MESSAGING_SYSTEM: attr.SYSTEM, attr.OPERATION_NAME: event.operation,
+            attr.OPERATION_TYPE: "receive" if event.operation == "claim" else "settle",
+            attr.BATCH_COUNT: len(event.claimed) + len(event.completed),
+            attr.CLAIMED: len(event.claimed), attr.COMPLETED: len(event.completed),
+        }
+        if len(event.queues) == 1:
+            attributes[attr.DESTINATION] = event.queues[0]
+        if event.worker_id is not None:
+            attributes[attr.WORKER_ID] = event.worker_id
+        name = f"{event.operation} {event.queues[0]}" if len(event.queues) == 1 else event.operation
+        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, links=links, attributes=attributes,
+                                      start_time=started)
+        span.end(end_time=started + int(event.duration.total_seconds() * 1e9))
+        for job_id in event.claimed:
+            self.claims.put(job_id, span.get_span_context())
 
     def _record_error(self, span: Span, exc: BaseException) -> None:
         """Status ERROR with the exception's type; its message (which may quote the payload or
