@@ -84,6 +84,7 @@ def drain_once(db: Database, jobs: int, processes: int, concurrency: int, *, opt
         "client_cpu_us_per_job": client_cpu / done * 1e6,
         "server_cpu_us_per_job": None if server_cpu is None else server_cpu / done * 1e6,
         "lost": sum(w["summary"]["lost"] for w in result["workers"]),
+        "plugins": result["workers"][0]["plugins"],
         "incomplete": done != jobs,
     }
 

@@ -45,6 +45,8 @@ def run(db: Database, size: Size, log) -> dict:
         for side in order:
             runs[side].append(drain_once(db, size.drain_jobs, PROCESSES, CONCURRENCY, log=log, otel=side == "otel"))
         plain, otel = runs["plain"][-1], runs["otel"][-1]
+        if "opentelemetry" not in otel["plugins"] or "opentelemetry" in plain["plugins"]:
+            raise RuntimeError(f"the drains did not run the plugins they should: {plain['plugins']} / {otel['plugins']}")
         ratios.append(otel["jobs_per_s"] / plain["jobs_per_s"])
         log(f"otel drain rep {rep + 1}: without {plain['jobs_per_s']:,.0f} jobs/s, with the plugin "
             f"{otel['jobs_per_s']:,.0f} jobs/s ({ratios[-1]:.0%}); client CPU {plain['client_cpu_us_per_job']:.0f} "

@@ -58,6 +58,7 @@ def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler
         "cpu_seconds": _cpu_seconds() - cpu0,
         "wall_seconds": time.monotonic() - t0,
         "starts": starts.starts if starts else [],
+        "plugins": sorted(str(name) for name, _ in queue.plugin_manager.list_name_plugin()),
     })
     sync["release"].wait(60)
 
