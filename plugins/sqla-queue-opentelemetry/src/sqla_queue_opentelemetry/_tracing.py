@@ -188,6 +188,8 @@ class Tracing:
 def _parent_and_links(ctx: JobContext) -> tuple[otel_context.Context, list[Link]]:
     """First attempt: the enqueuer's context is the parent. Later ones: a new trace (the
     enqueuer's baggage kept) with a link to the ``send`` span."""
+    if not ctx.meta:  # enqueued without the plugin: nothing to extract (the common cost, skipped)
+        return otel_context.Context(), []
     extracted, origin = extract(ctx.meta)
     if ctx.attempt <= 1 or not origin.is_valid:
         return extracted, []
