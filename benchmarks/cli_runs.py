@@ -9,6 +9,7 @@ two environments, a git ref's and the working tree's, each on a database of its 
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import raw_sql
+from .cpu import ServerCpu
 from .idle import APP_MODULE
 from .peer_install import SCRIPTS
 from .raw_sql import QUEUE
@@ -85,6 +87,8 @@ class CliRuns:
         and this machine's clock just before the first started, and each one's exit time."""
         self.runs += 1
         logs = []
+        server = ServerCpu(self.db)
+        server_cpu0, children0 = server.sample(), _children_cpu()
         with self.db.connect(autocommit=True) as conn:
             conn.execute(raw_sql.DB_CLOCK)  # a warm connection: the next round trip is the start
             db_start = conn.execute(raw_sql.DB_CLOCK).fetchone()[0]
@@ -109,10 +113,27 @@ class CliRuns:
         if failed:
             raise RuntimeError(f"{what}: a process failed:\n" + "\n".join(
                 f"exit {p.returncode}: {' '.join(map(str, p.args))}\n{path.read_text()[-3000:]}" for p, path in failed))
-        return {"db_start": db_start, "wall_start": wall_start, "exit_s": max(exits)}
+        return {"db_start": db_start, "wall_start": wall_start, "exit_s": max(exits),
+                "client_cpu_s": _children_cpu() - children0,
+                "server_cpu_s": ServerCpu.seconds_between(server_cpu0, server.sample())}
 
     def completion_times(self, db_start) -> list[float]:
         """Seconds from `db_start` to each completed job's ``completed_at`` (database clock)."""
         with self.db.connect() as conn:
             rows = conn.execute(raw_sql.PEER_COMPLETIONS["sqla_queue"], {"start": db_start}).fetchall()
         return [float(r[0]) for r in rows]
+
+
+def _children_cpu() -> float:
+    """User + system seconds of this process's children that have exited and been waited for
+    (the workers `start_together` started, once it returns)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def cpu_per_job(clock: dict, jobs: int) -> dict:
+    """The workers' and the server's CPU per completed job (µs) over one `start_together` span;
+    the server's is None where it cannot be read (a server this machine does not run)."""
+    server = clock.get("server_cpu_s")
+    return {"client_cpu_us_per_job": clock["client_cpu_s"] / jobs * 1e6 if jobs else None,
+            "server_cpu_us_per_job": server / jobs * 1e6 if jobs and server is not None else None}

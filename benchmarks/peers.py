@@ -43,7 +43,7 @@ from pathlib import Path
 from . import raw_sql, tables
 from .idle import APP_MODULE, APP_SOURCE
 from .latency import POLL_INTERVAL, REST
-from .cli_runs import CliRuns
+from .cli_runs import CliRuns, cpu_per_job
 from .peer_install import SCRIPTS, PeerEnv, install_graphile_worker, install_pgqueuer
 from .raw_sql import QUEUE
 from .server import Database, wait_until
@@ -286,7 +286,8 @@ class Peers(CliRuns):
         clock = self.start_together(commands, f"{system} drain")
         with self.db.connect() as conn:
             rows = conn.execute(raw_sql.PEER_COMPLETIONS[system], {"start": clock["db_start"]}).fetchall()
-        return {**completion_figures([float(r[0]) for r in rows], jobs), "exit_s": clock["exit_s"]}
+        return {**completion_figures([float(r[0]) for r in rows], jobs), "exit_s": clock["exit_s"],
+                **cpu_per_job(clock, len(rows))}
 
     def drain_graphile(self, jobs: int, config: dict) -> dict:
         self.fill("graphile-worker", jobs)
@@ -305,7 +306,8 @@ class Peers(CliRuns):
         left = self.count("graphile-worker")
         if left:
             self.log(f"WARNING: graphile-worker left {left} jobs in its table")
-        return {**completion_figures(times, jobs, last=released), "exit_s": clock["exit_s"]}
+        return {**completion_figures(times, jobs, last=released), "exit_s": clock["exit_s"],
+                **cpu_per_job(clock, len(times))}
 
 
     # idle wake-up latency ----------------------------------------------------------------------
@@ -470,8 +472,9 @@ def import_floor() -> float:
 
 
 def _summarise(outs: list[dict]) -> dict:
-    fields = ("jobs_per_s", "steady_per_s", "startup_s", "seconds", "exit_s")
-    out = {name: summary(o[name] for o in outs if o[name] is not None) for name in fields}
+    fields = ("jobs_per_s", "steady_per_s", "startup_s", "seconds", "exit_s", "client_cpu_us_per_job",
+              "server_cpu_us_per_job")
+    out = {name: summary(o[name] for o in outs if o.get(name) is not None) for name in fields}
     out["jobs"] = outs[0]["jobs"] if outs else 0
     out["incomplete"] = any(o["incomplete"] for o in outs)
     return out

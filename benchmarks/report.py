@@ -452,7 +452,7 @@ def _peers_section(results: dict) -> list[str]:
         row = drains[system].get(key) if key else None
         if not row:
             return "–"
-        text = fmt_stat(row[field], spec, unit)
+        text = fmt_stat(row.get(field), spec, unit)
         return text + (" (incomplete)" if row.get("incomplete") else "")
 
     for which, label in (("1x10", "drain 1 process x 10, from process start"),
@@ -461,6 +461,9 @@ def _peers_section(results: dict) -> list[str]:
                          ("best", "best config, from process start")):
         lines.append(f"| {label} | " + " | ".join(cell(s, which, "jobs_per_s") for s in systems) + " |")
         lines.append("| same, steady | " + " | ".join(cell(s, which, "steady_per_s") for s in systems) + " |")
+    lines.append("| best config, CPU per job: the worker processes / PostgreSQL | "
+                 + " | ".join(f"{cell(s, 'best', 'client_cpu_us_per_job', ',.0f', ' µs')} / "
+                              f"{cell(s, 'best', 'server_cpu_us_per_job', ',.0f', ' µs')}" for s in systems) + " |")
     lines.append("| start-up at 1 x 10 (process start → first completion) | "
                  + " | ".join(cell(s, "1x10", "startup_s", ".2f", " s") for s in systems) + " |")
     lines.append(f"| bulk enqueue, {jobs:,} in calls of {peers['bulk_batch']:,}, fresh process | "

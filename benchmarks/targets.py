@@ -181,6 +181,7 @@ def asyncio_rows(results: dict) -> list[dict]:
 # -- section 9, the peers (same run, same server, same clock) ---------------------------------------
 
 PEER_FACTOR = 2.0  # the lead over pgqueuer asked of the CLI drains
+STEADY_FACTOR = 1.3  # the lead over graphile-worker's best asked of the best CLI drain's steady rate
 
 
 def best_cli_drain(peers: dict) -> tuple[str | None, dict]:
@@ -216,14 +217,16 @@ def peer_rows(results: dict) -> list[dict]:
                      "with none, same run", value, value and value / PEER_FACTOR, lambda r: r >= 1, "{:.2f}x",
                      note=_vs_note(a, b, f"pgqueuer {pgq_version}".strip()), why=WHY_DEFAULTS))
     best_key, best = best_cli_drain(peers)
-    for field, label in (("jobs_per_s", "from process start"), ("steady_per_s", "steady")):
+    cores = ((results.get("meta") or {}).get("facts") or {}).get("cores")
+    for field, label, factor in (("jobs_per_s", "from process start", 1.0), ("steady_per_s", "steady", STEADY_FACTOR)):
         a, b = _median(best, field), _median(gw.get("best") or {}, field)
         value = ratio(a, b)
         vs = _vs_note(a, b, f"graphile-worker {gw_version}".strip())
-        rows.append(_row(f"Best sqla_queue CLI drain >= graphile-worker's best batched config, {label}, same run",
-                         value, value, lambda r: r >= 1, "{:.2f}x",
+        rows.append(_row(f"Best sqla_queue CLI drain >= {factor:g}x graphile-worker's best batched config, {label}, "
+                         "same run", value, value and value / factor, lambda r: r >= 1, "{:.2f}x",
                          note=vs and f"sqla_queue {best_key.replace('x', ' x ')}: {vs}",
-                         why=WHY_VS_GRAPHILE_DRAIN))
+                         why=_why_vs_graphile(peers, best, gw.get("best") or {}, field, factor, cores)
+                         or WHY_VS_GRAPHILE_DRAIN))
     enq = peers.get("enqueue") or {}
     a = _median((enq.get("sqla_queue") or {}).get("bulk") or {}, "jobs_per_s")
     b = _median((enq.get("graphile-worker") or {}).get("bulk") or {}, "jobs_per_s")
@@ -422,6 +425,39 @@ WHY_VS_ADD_JOBS = (
     "graphile-worker's addJobs sends the batch as one JSON array to a SQL function that inserts it inside the "
     "server; sqla_queue validates each job and runs the enqueue hooks (dedupe keys, enqueued events) in Python, "
     "then sends one array per column.")
+
+
+def _why_vs_graphile(peers: dict, ours: dict, theirs: dict, field: str, factor: float,
+                     cores: int | None) -> str | None:
+    """The CPU budget per job the target leaves on this machine against what the same run's
+    drains spent: the workers' and PostgreSQL's CPU per job. From process start the budget
+    is what is left of graphile-worker's time once the import floor has passed."""
+    rate, jobs = _median(theirs, field), peers.get("jobs")
+    client, server = _median(ours, "client_cpu_us_per_job"), _median(ours, "server_cpu_us_per_job")
+    if not (rate and jobs and cores and client is not None and server is not None):
+        return None
+    if field == "steady_per_s":
+        needed = factor * rate
+        start = f"At {factor:g}x graphile-worker's steady rate ({needed:,.0f} jobs/s)"
+    else:
+        floor = _median(peers, "import_floor_s")
+        left = jobs / (factor * rate) - (floor or 0.0)
+        if left <= 0:
+            return (f"graphile-worker drained {jobs:,} jobs from process start in {jobs / rate:.2f} s, less than "
+                    f"importing SQLAlchemy, psycopg and its dialect takes here ({floor:.2f} s).")
+        needed = jobs / left
+        start = (f"To finish {jobs:,} jobs as soon as graphile-worker did, from process start, sqla_queue would "
+                 f"have to run at {needed:,.0f} jobs/s once its imports are done ({floor or 0:.2f} s)")
+    budget = cores * 1e6 / needed
+    gw_client, gw_server = _median(theirs, "client_cpu_us_per_job"), _median(theirs, "server_cpu_us_per_job")
+    gw_text = (f" (graphile-worker's: {gw_client:,.0f} and {gw_server:,.0f} µs)"
+               if gw_client is not None and gw_server is not None else "")
+    return (f"{start}, this machine's {cores} cores give the workers and PostgreSQL together {budget:,.0f} µs of "
+            f"CPU per job. sqla_queue's best drain spent {client:,.0f} µs per job in its worker processes (their "
+            f"start-up included) and "
+            f"{server:,.0f} µs in PostgreSQL{gw_text}: PostgreSQL's part alone is {server / budget:.0%} of that "
+            "budget. sqla_queue keeps each finished job as history, so its completion writes a new row version and "
+            "its index entries; graphile-worker deletes a finished job.")
 
 
 def _why_startup_vs_pgqueuer(ours: float | None, pgq: float | None, floor: float | None) -> str | None:

@@ -15,6 +15,8 @@ and replaced.
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -31,12 +33,15 @@ class ListenerConfig:
     """:param queues: the queue names whose notifications wake the worker.
     :param call_timeout: the deadline (seconds) of LISTEN and of each probe.
     :param probe_every: seconds between two probes of an otherwise silent connection.
-    :param reconnect_max: the longest pause (seconds) between failed sessions."""
+    :param reconnect_max: the longest pause (seconds) between failed sessions.
+    :param wait: the longest wait (seconds) for a notification before the session looks at
+        `done` and the probe again; `Listener.interrupt` ends a wait at once."""
 
     queues: tuple[str, ...]
     call_timeout: float
     probe_every: float = 5.0
     reconnect_max: float = 5.0
+    wait: float = 0.5
 
     def __post_init__(self) -> None:
         if not isinstance(self.queues, tuple) or not self.queues:
@@ -44,7 +49,7 @@ class ListenerConfig:
         names = tuple(_validate.as_config(_validate.name, queue, f"queues[{index}]")
                       for index, queue in enumerate(self.queues))
         object.__setattr__(self, "queues", names)
-        for field in ("call_timeout", "probe_every", "reconnect_max"):
+        for field in ("call_timeout", "probe_every", "reconnect_max", "wait"):
             value = _validate.as_config(_validate.positive_seconds, getattr(self, field), field)
             object.__setattr__(self, field, value)
 
@@ -70,6 +75,24 @@ class Listener:
         self.connected = threading.Event()
         self._failures = 0
         self._next_session = 0.0
+        # A wait for notifications watches this socket pair too, so a stopping worker need not
+        # wait out the rest of it (`interrupt`).
+        self._interrupted, self._interrupter = socket.socketpair()
+        self._interrupted.setblocking(False)
+
+    def interrupt(self) -> None:
+        """End the current wait for notifications now (set `done` first, or the session waits
+        again): a worker that stops, or drained with ``until_empty``, exits without waiting out
+        the rest of its listener's wait. Thread-safe; never raises."""
+        try:
+            self._interrupter.send(b"\0")
+        except OSError:  # closed, or already full of unread wake-ups
+            pass
+
+    def close(self) -> None:
+        """Release the socket pair (after the listener's thread has ended)."""
+        self._interrupted.close()
+        self._interrupter.close()
 
     def next_due(self) -> float | None:
         return None if self.done.is_set() else self._next_session
@@ -100,10 +123,11 @@ class Listener:
                 self.wake.set()  # anything enqueued while we were not listening is found now
                 next_probe = time.monotonic() + self.config.probe_every
                 while not self.done.is_set():
-                    for note in driver.notifies(timeout=0.5):
+                    for note in driver.notifies(timeout=0):  # what has arrived, without waiting
                         if note.payload in queues:
                             wakeups += 1
                             self.wake.set()
+                    self._wait_for_input(driver.fileno())
                     if time.monotonic() >= next_probe:
                         executor.probe(driver, self.config.call_timeout)  # is the connection alive?
                         next_probe = time.monotonic() + self.config.probe_every
@@ -112,3 +136,13 @@ class Listener:
         finally:
             self.connected.clear()
         return ListenResult(wakeups=wakeups)
+
+    def _wait_for_input(self, connection_fd: int) -> None:
+        """Until the server sends something, `interrupt` is called or the wait is over."""
+        ready, _, _ = select.select([connection_fd, self._interrupted], [], [], self.config.wait)
+        if self._interrupted in ready:
+            try:
+                while self._interrupted.recv(64):
+                    pass
+            except BlockingIOError:
+                pass

@@ -329,6 +329,8 @@ class Worker:
             yield
         finally:
             self._done.set()
+            if self._listener is not None:
+                self._listener.interrupt()
             self.runs.wake_threads()
             # Idle handler threads exit at once. One still running a job that was just released
             # is abandoned (daemon threads die with the process): every second spent waiting
@@ -337,6 +339,8 @@ class Worker:
             for thread in threads + self.runs.threads:
                 thread.join(timeout=max(0.0, join_until - time.monotonic()))
             self.runs.handler_loop.close(timeout=max(0.0, join_until - time.monotonic()))
+            if self._listener is not None and not threads[-1].is_alive():
+                self._listener.close()
 
     def _listener_connected(self) -> bool:
         """True while LISTEN is active (tests wait on it before measuring wake-ups)."""

@@ -161,10 +161,10 @@ def fake_peers() -> dict:
     """The peers section's shape (numbers invented): the CLI 1 x 10 at 2.5x pgqueuer, 2 x 10 at
     1.5x; sqla_queue's best (1 x 50) ahead of graphile-worker's best from process start, behind it
     steady; bulk enqueue at 0.8x addJobs."""
-    def drain(rate, steady, startup=0.5):
+    def drain(rate, steady, startup=0.5, cpu=(40.0, 30.0)):
         return {"jobs_per_s": _stat(rate), "steady_per_s": _stat(steady), "startup_s": _stat(startup),
                 "seconds": _stat(20_000 / rate), "exit_s": _stat(20_000 / rate + 0.2), "jobs": 20_000,
-                "incomplete": False}
+                "incomplete": False, "client_cpu_us_per_job": _stat(cpu[0]), "server_cpu_us_per_job": _stat(cpu[1])}
 
     def enqueue(rate):
         return {"bulk": {"jobs_per_s": _stat(rate), "process_seconds": _stat(1.0)},
@@ -206,6 +206,34 @@ def test_the_issues_side_by_side_targets():
     assert all(row["met"] is None for row in targets.peer_rows({}))  # not run: not measured
 
 
+def test_the_graphile_targets_say_what_cpu_per_job_they_leave_and_what_the_drains_spent():
+    peers = fake_peers()
+    rows = targets.peer_rows({"peers": peers, "meta": {"facts": {"cores": 2}}})
+    steady = rows[4]
+    # sqla_queue's best steady 10,000 against 1.3 x 14,000: 0.71x asked 1.3x
+    assert steady["target"].startswith("Best sqla_queue CLI drain >= 1.3x graphile-worker's")
+    assert steady["measured"] == "0.71x" and steady["ratio"] == pytest.approx(10_000 / 14_000 / 1.3)
+    budget = 2 * 1e6 / (1.3 * 14_000)  # 110 µs per job on two cores
+    assert f"give the workers and PostgreSQL together {budget:,.0f} µs of CPU per job" in steady["why"]
+    assert "spent 40 µs per job in its worker processes (their start-up included) and 30 µs in PostgreSQL" in steady["why"]
+    assert "(graphile-worker's: 40 and 30 µs)" in steady["why"] and f"{30 / budget:.0%} of that" in steady["why"]
+    # from process start the budget is what graphile-worker's time leaves after the import floor
+    start = targets.peer_rows({"peers": {**peers, "import_floor_s": _stat(2.0)},
+                               "meta": {"facts": {"cores": 2}}})[3]
+    needed = 20_000 / (20_000 / 8_000 - 2.0)
+    assert f"would have to run at {needed:,.0f} jobs/s once its imports are done (2.00 s)" in start["why"]
+    # no CPU figures (an earlier run's results): the reason in words
+    assert targets.peer_rows({"peers": peers})[4]["why"] == targets.WHY_VS_GRAPHILE_DRAIN
+
+
+def test_cpu_per_job_of_a_cli_run():
+    from benchmarks.cli_runs import cpu_per_job
+
+    assert cpu_per_job({"client_cpu_s": 0.5, "server_cpu_s": 0.25}, 10_000) == {
+        "client_cpu_us_per_job": 50.0, "server_cpu_us_per_job": 25.0}
+    assert cpu_per_job({"client_cpu_s": 0.5, "server_cpu_s": None}, 10_000)["server_cpu_us_per_job"] is None
+
+
 def test_a_start_up_slower_than_pgqueuers_says_whether_the_import_floor_alone_is():
     peers = fake_peers()
     peers["drain"]["pgqueuer"]["1x10"]["startup_s"] = _stat(0.2)  # ours 500 ms, the floor 250 ms
@@ -231,6 +259,7 @@ def test_the_report_has_the_peers_side_by_side():
         assert "| 1 x 10 | 5,000 | 6,000 | 0.50 s | 4.20 s |" in text  # the CLI row beside section 3's
         assert "CLI drain, 1 process x 10, from process start >= 2x pgqueuer's" in text
         assert "| idle wake-up, enqueue call's return → handler start, p50 / p99 | 2.00 ms / 9.50 ms |" in text
+        assert "| best config, CPU per job: the worker processes / PostgreSQL | 40 µs / 30 µs |" in text
     without = report.render_markdown(fake_results())
     assert "## 9. Peers" not in without and "not measured" in without
 

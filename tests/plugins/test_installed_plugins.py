@@ -33,6 +33,7 @@ DISTRIBUTIONS = {
     "prometheus": ("sqla-queue-prometheus", "sqla_queue_prometheus"),
     "content_hash": ("sqla-queue-content-hash", "sqla_queue_content_hash"),
     "decorrelated_jitter": ("sqla-queue-decorrelated-jitter", "sqla_queue_decorrelated_jitter"),
+    "sentry": ("sqla-queue-sentry", "sqla_queue_sentry"),
 }
 STRATEGIES = ["content_hash", "decorrelated_jitter"]
 
@@ -68,6 +69,13 @@ def test_the_observer_loads_on_install_and_the_strategies_wait_to_be_enabled(ins
         assert f"--plugin {name} / {ENABLED_PLUGINS_ENV}={name} / plugins=[{name!r}]" in infos[name].note
     assert infos["content_hash"].hooks == ("sqla_queue_idempotency_key",)
     assert infos["decorrelated_jitter"].hooks == ("sqla_queue_retry_delay",)
+
+
+def test_the_sentry_reporter_wraps_handlers_so_it_waits_to_be_enabled_by_name(installed_queue):
+    infos = {info.name: info for info in describe_plugins(installed_queue().plugin_manager)}
+    assert (infos["sentry"].status, infos["sentry"].strategy) == ("available", True)
+    assert "sqla_queue_handle_job" in infos["sentry"].hooks
+    loaded_from_entry_point(installed_queue(plugins=["sentry"]), "sentry")
 
 
 def test_without_entry_points_no_plugin_distribution_is_loaded(engine):

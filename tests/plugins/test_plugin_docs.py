@@ -29,6 +29,7 @@ PAGES = [
     "plugins/sqla-queue-decorrelated-jitter/README.md",
     "plugins/sqla-queue-prometheus/README.md",
     "plugins/sqla-queue-opentelemetry/README.md",
+    "plugins/sqla-queue-sentry/README.md",
 ]
 
 

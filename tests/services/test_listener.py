@@ -58,6 +58,34 @@ def test_a_session_wakes_the_worker_for_its_own_queues_and_ends_when_asked(liste
     assert not listener.connected.is_set()
 
 
+def test_interrupt_ends_a_long_wait_for_notifications_at_once(listened):
+    queue, _, wake, done = listened
+    # A wait of a minute: without `interrupt` the session would outlast `ended`'s 10 s.
+    listener = Listener(queue.core, ListenerConfig(queues=("mine",), call_timeout=5.0, wait=60.0), wake, done)
+    session = Session(listener)
+
+    done.set()
+    listener.interrupt()
+
+    assert session.ended() == ListenResult(wakeups=0, error=None)
+    listener.close()
+    listener.interrupt()  # after close: nothing to wake, and no error
+
+
+def test_a_notification_during_a_long_wait_is_passed_on_at_once(listened):
+    queue, _, wake, done = listened
+    listener = Listener(queue.core, ListenerConfig(queues=("mine",), call_timeout=5.0, wait=60.0), wake, done)
+    session = Session(listener)
+    wake.clear()
+
+    queue.enqueue("mine", {})
+
+    assert wake.wait(10)  # the wait ends when the server sends the notification, not after 60 s
+    done.set()
+    listener.interrupt()
+    assert session.ended().wakeups == 1
+
+
 def test_a_terminated_connection_ends_the_session_with_its_error(listened, engine):
     queue, listener, wake, done = listened
     session = Session(listener)
@@ -81,6 +109,7 @@ def test_a_terminated_connection_ends_the_session_with_its_error(listened, engin
     ({"call_timeout": 0}, "call_timeout must be a positive number of seconds"),
     ({"probe_every": -1}, "probe_every must be a positive number of seconds"),
     ({"reconnect_max": float("nan")}, "reconnect_max must be a positive number of seconds"),
+    ({"wait": 0}, "wait must be a positive number of seconds"),
 ])
 def test_bad_configuration_is_refused_naming_the_field(options, message):
     with pytest.raises(ConfigurationError, match=message.replace("[", r"\[").replace("]", r"\]")):
