@@ -50,10 +50,15 @@ HANDLERS = ("sync", "async", "async_sleep")
 SLEEP_SECONDS = 0.1  # what each "async_sleep" job awaits
 
 
-def make_queue(url, *, counter=None, starts: HandlerStarts | None = None, handler: str = "sync") -> sq.Queue:
-    """`url` is anything ``sq.Queue`` accepts (a URL, an Engine, an AsyncEngine)."""
+def make_queue(url, *, counter=None, starts: HandlerStarts | None = None, handler: str = "sync",
+               otel: bool = False) -> sq.Queue:
+    """`url` is anything ``sq.Queue`` accepts (a URL, an Engine, an AsyncEngine). `otel`: the
+    ``opentelemetry`` plugin enabled by name, with `set_up_dropping_sdk` (benchmarks/otel.py)."""
     logging.getLogger("sqla_queue").setLevel(logging.WARNING)
-    plugins = [CompletionCounter(counter)] if counter is not None else []
+    plugins: list = [CompletionCounter(counter)] if counter is not None else []
+    if otel:
+        set_up_dropping_sdk()
+        plugins.append("opentelemetry")
     queue = sq.Queue(url, load_entrypoints=False, plugins=plugins)
 
     if handler == "async":
@@ -76,3 +81,22 @@ def make_queue(url, *, counter=None, starts: HandlerStarts | None = None, handle
             starts.record(payload)
 
     return queue
+
+
+def set_up_dropping_sdk() -> None:
+    """The OpenTelemetry SDK as production runs it (a batch span processor, aggregated metrics),
+    exporting nowhere: what the plugin costs the worker, not what an exporter's network does."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropping(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropping()))
+    trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))

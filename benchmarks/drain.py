@@ -48,7 +48,7 @@ def run(db: Database, size: Size, log) -> dict:
 
 
 def drain_once(db: Database, jobs: int, processes: int, concurrency: int, *, options: dict | None = None,
-               log=print, handler: str = "sync") -> dict:
+               log=print, handler: str = "sync", otel: bool = False) -> dict:
     tables.reset(db, pending=jobs)
     cpu, counters = ServerCpu(db), ServerCounters(db)
     marks: dict = {}
@@ -63,7 +63,7 @@ def drain_once(db: Database, jobs: int, processes: int, concurrency: int, *, opt
         marks["cpu1"] = cpu.sample()
 
     result = run_workers(db.url, processes=processes, mode="drain", before_go=before_go, after=after,
-                         options={"concurrency": concurrency, **(options or {})}, handler=handler)
+                         options={"concurrency": concurrency, **(options or {})}, handler=handler, otel=otel)
     server = counters.stop()
     with db.connect() as conn:
         done, last, claims = conn.execute(raw_sql.DRAIN_RESULT).fetchone()
@@ -84,6 +84,7 @@ def drain_once(db: Database, jobs: int, processes: int, concurrency: int, *, opt
         "client_cpu_us_per_job": client_cpu / done * 1e6,
         "server_cpu_us_per_job": None if server_cpu is None else server_cpu / done * 1e6,
         "lost": sum(w["summary"]["lost"] for w in result["workers"]),
+        "plugins": result["workers"][0]["plugins"],
         "incomplete": done != jobs,
     }
 

@@ -27,7 +27,8 @@ def _cpu_seconds() -> float:
 
 # -- sqla_queue worker ---------------------------------------------------------------------------
 
-def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler: str = "sync") -> None:
+def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler: str = "sync",
+                otel: bool = False) -> None:
     """One worker process.
 
     mode ``drain``: run until the queue is empty (or `stop` is set). mode ``serve``: run until
@@ -37,11 +38,12 @@ def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler
     worker has closed its connections by then: `benchmarks.cpu` counts their backends' CPU time
     from the postmaster's reaped children). `handler` picks
     the task's handler (bench_app.HANDLERS): an ``async def`` one runs on the worker's own loop.
+    `otel` enables the OpenTelemetry plugin with a span-dropping SDK (`bench_app.make_queue`).
     """
     from .bench_app import HandlerStarts, make_queue
 
     starts = HandlerStarts() if mode == "serve" else None
-    queue = make_queue(url, counter=counter, starts=starts, handler=handler)
+    queue = make_queue(url, counter=counter, starts=starts, handler=handler, otel=otel)
     worker = queue.worker(queues=[raw_sql.QUEUE], **options)
     _warm(worker)
     threading.Thread(target=lambda: (sync["stop"].wait(), worker.stop()), daemon=True).start()
@@ -56,6 +58,7 @@ def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler
         "cpu_seconds": _cpu_seconds() - cpu0,
         "wall_seconds": time.monotonic() - t0,
         "starts": starts.starts if starts else [],
+        "plugins": sorted(str(name) for name, _ in queue.plugin_manager.list_name_plugin()),
     })
     sync["release"].wait(60)
 
@@ -126,7 +129,7 @@ def run_raw_clients(url: str, *, clients: int, batch: int, jobs: int) -> dict:
 
 
 def run_workers(url: str, *, processes: int, options: dict, mode: str = "drain", counters=None,
-                before_go=None, while_running=None, after=None, handler: str = "sync") -> dict:
+                before_go=None, while_running=None, after=None, handler: str = "sync", otel: bool = False) -> dict:
     """Start `processes` worker processes, wait until all are warm, call `before_go()`, start
     them together, call `while_running(sync)` (it may set ``sync["stop"]``), collect their
     results, call `after()` while their connections are still open, then let them exit.
@@ -138,7 +141,7 @@ def run_workers(url: str, *, processes: int, options: dict, mode: str = "drain",
         "listening": CTX.Barrier(processes + 1) if mode == "serve" else None,
     }
     counters = counters or [None] * processes
-    procs = [CTX.Process(target=worker_main, args=(url, options, mode, sync, counters[i], handler))
+    procs = [CTX.Process(target=worker_main, args=(url, options, mode, sync, counters[i], handler, otel))
              for i in range(processes)]
     for p in procs:
         p.start()

@@ -510,11 +510,30 @@ def _peers_section(results: dict) -> list[str]:
     return lines + [""]
 
 
+def _otel_section(results: dict) -> list[str]:
+    o = results["otel"]
+    lines = ["## 13. The OpenTelemetry plugin's cost", ""]
+    if "skipped" in o:
+        return lines + [f"Not measured: {o['skipped']}.", ""]
+    lines += ["The no-op drain of section 3 by one worker process at concurrency "
+              f"{o['concurrency']} ({o['jobs']:,} jobs), with the `opentelemetry` plugin enabled and the OpenTelemetry "
+              "SDK set up (a `BatchSpanProcessor` whose exporter drops the spans, metrics aggregated in memory) and "
+              "without it, back to back in each repetition (which goes first alternates); the ratio is the median of "
+              "the per-repetition ratios. Each attempt records a `process` span, each batch a `claim` or `complete` "
+              "span, and every lifecycle metric (docs/how-to/tracing.md).", "",
+              "| Figure | Without | With the plugin | With / without |", "|---|---|---|---|",
+              f"| No-op drain, jobs/s | {fmt_stat(o['plain']['jobs_per_s'])} | {fmt_stat(o['otel']['jobs_per_s'])} | "
+              f"{fmt_stat(o['ratio'], '.0%')} |",
+              f"| Worker CPU, µs/job | {fmt_stat(o['plain']['client_cpu_us_per_job'])} | "
+              f"{fmt_stat(o['otel']['client_cpu_us_per_job'])} | – |", ""]
+    return lines
+
+
 _SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _drain_section),
              ("latency", _latency_section), ("claim_cost", _claim_cost_section),
              ("sustained", _sustained_section), ("idle", _idle_section), ("asyncio", _asyncio_section),
              ("roundtrips", _roundtrip_section), ("wakeups", _wakeups_section), ("fleet", _fleet_section),
-             ("cpu", _cpu_section), ("peers", _peers_section))
+             ("cpu", _cpu_section), ("otel", _otel_section), ("peers", _peers_section))
 
 
 _DEFAULT_KEYS = tuple(key for key, _ in _SECTIONS if key != "peers")  # what a run without --sections measures

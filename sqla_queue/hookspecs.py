@@ -41,6 +41,7 @@ from typing import Any, Literal, Mapping
 import pluggy
 
 from .types import (
+    BatchCommitted,
     ClaimedJob,
     EmptyClaim,
     JobCancelled,
@@ -72,6 +73,7 @@ LIFECYCLE_HOOKS = (
     "sqla_queue_job_recovered",
     "sqla_queue_lost_claim",
     "sqla_queue_empty_claim",
+    "sqla_queue_batch_committed",
 )
 """The lifecycle (event) hooks, in the order a job meets them: notifications after the fact,
 whose return value is ignored and whose exceptions are logged and swallowed."""
@@ -313,6 +315,18 @@ def sqla_queue_empty_claim(event: EmptyClaim) -> None:
     """A claim returned no job.
 
     Fired by every claim that found nothing due, so it is hot for idle workers polling. Return
+    value ignored; an exception is logged and swallowed.
+    """
+
+
+@hookspec
+def sqla_queue_batch_committed(event: BatchCommitted) -> None:
+    """A claim round or a completion flush committed, having claimed or completed at least one
+    job: the batch as a whole (the per-job events say what happened to each job).
+
+    Fired once per batch after its commit, in the thread that ran it, after that batch's per-job
+    events. For tracing a batch as a span of its own (``event.started_at``, ``event.duration``)
+    and linking it to the jobs' spans (``event.claimed``, ``event.completed``). Hot path. Return
     value ignored; an exception is logged and swallowed.
     """
 

@@ -5,7 +5,8 @@
     "formatters": {"json": {"()": "sqla_queue.logformat.JsonFormatter"}}
 
 Each line holds ``time`` (UTC, ISO 8601), ``level``, ``logger`` and ``message``, then whichever
-of `JOB_FIELDS` the record carries (sqla_queue's per-job records carry them as ``extra``), and
+of `JOB_FIELDS` the record carries (sqla_queue's per-job records carry them as ``extra``), the
+`TRACE_FIELDS` a tracing plugin set on it (sqla-queue-opentelemetry does while a job runs), and
 ``traceback`` for a failed attempt (the bounded, sanitized text stored on the job) or for a
 record logged with ``exc_info``.
 """
@@ -19,6 +20,11 @@ from typing import Any
 
 JOB_FIELDS = ("job_id", "task", "queue", "attempt", "outcome", "duration", "error", "reason")
 """Record attributes copied into the JSON object when present: sqla_queue's per-job ``extra``."""
+
+TRACE_FIELDS = {"trace_id": ("trace_id", "otelTraceID"), "span_id": ("span_id", "otelSpanID")}
+"""JSON keys for the trace a record belongs to, each from the first of its record attributes
+present (hex strings): the ``otel*`` names are OpenTelemetry's logging convention, which
+sqla-queue-opentelemetry and opentelemetry-instrumentation-logging set; "0" means no span."""
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -36,6 +42,7 @@ class JsonFormatter(logging.Formatter):
             "message": message,
         }
         entry.update({name: getattr(record, name) for name in JOB_FIELDS if getattr(record, name, None) is not None})
+        entry.update(_trace_fields(record))
         trace = getattr(record, "traceback", None)
         if trace:
             # sqla_queue's failure records end their message with the traceback for text
@@ -47,6 +54,15 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def _trace_fields(record: logging.LogRecord) -> dict[str, str]:
+    found = {}
+    for key, names in TRACE_FIELDS.items():
+        value = next((v for v in (getattr(record, name, None) for name in names) if v not in (None, "0")), None)
+        if value is not None:
+            found[key] = str(value)
+    return found
 
 
 def logging_config(level: str = "INFO", log_format: str = "text") -> dict[str, Any]:

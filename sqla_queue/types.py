@@ -1,7 +1,5 @@
-"""Plain value types of the public API: the job states and frozen dataclasses.
-
-Nothing here touches the database; `queue.py` builds these from result rows.
-"""
+"""Plain value types of the public API: the job states and frozen dataclasses. Nothing here
+touches the database; `queue.py` builds these from result rows."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._batches import BatchCommitted  # noqa: F401  (re-exported: a lifecycle event payload)
 from .states import ACTIVE, FINISHED_STATUSES, JobStatus  # noqa: F401  (re-exported: the value types of the API)
 
 if TYPE_CHECKING:
@@ -323,6 +322,7 @@ class JobEnqueued:
     queue: str
     task: str
     deduplicated: bool
+    meta: dict[str, Any] | None = field(default=None, compare=False)  # what the enqueue stored
 
 
 @dataclass(frozen=True)

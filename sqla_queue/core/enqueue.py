@@ -13,6 +13,7 @@ transaction of ours commits without a NOTIFY and is announced right after by the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,10 @@ class _Jobs:
     @property
     def keys(self) -> list[str | None]:
         return self.columns[6]
+
+    @property
+    def metas(self) -> list[str | None]:
+        return self.columns[9]
 
 
 def _insert_params(jobs: _Jobs, todo: Sequence[int], channel: str, notify: bool) -> tuple[bool, dict[str, Any]]:
@@ -289,8 +294,9 @@ class Enqueuer:
     def _announced(self, jobs: _Jobs, done: tuple[list[int], list[bool]]) -> list[int]:
         ids, deduplicated = done
         emit_each(self.plugin_manager, "sqla_queue_job_enqueued", (
-            JobEnqueued(job_id=job_id, queue=queue, task=task, deduplicated=dup)
-            for queue, task, job_id, dup in zip(jobs.queues, jobs.tasks, ids, deduplicated)
+            JobEnqueued(job_id=job_id, queue=queue, task=task, deduplicated=dup,
+                        meta=json.loads(meta) if meta is not None else None)
+            for queue, task, job_id, dup, meta in zip(jobs.queues, jobs.tasks, ids, deduplicated, jobs.metas)
         ))
         return ids
 

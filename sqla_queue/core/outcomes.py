@@ -8,8 +8,9 @@ and transaction modes come from the executor; events go out through the plugin m
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
@@ -21,6 +22,7 @@ from ..plugins.calls import emit, emit_each, failure_decision, heard
 from ..sql.lease import RELEASED
 from ..types import (
     DEFAULT_LEASE,
+    BatchCommitted,
     ClaimedJob,
     EmptyClaim,
     JobCancelled,
@@ -77,12 +79,14 @@ class Outcomes:
             "queue": queue, "worker_id": worker_id, "limit": limit,
             "token": secrets.token_urlsafe(24), "lease": _lease(lease),
         }
+        started = _BatchClock()
         with self.executor.transaction() as conn:
             rows = conn.execute(self.statements.claim, params).all()
             # Idle path only: an empty claim is classified and counted in the same transaction.
             empty_reason = None if rows else self.counters.count_empty_claim(conn, queue)
         jobs = sorted((ClaimedJob.from_row(row) for row in rows), key=lambda j: j.id)
         self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
+        self._emit_batch("claim", worker_id, [queue], jobs, (), started)
         return jobs
 
     def claim_by_id(self, job_id: int, worker_id: str, *, attempt: int | None = None,
@@ -117,6 +121,7 @@ class Outcomes:
         params = {"queues": queues, "tasks": None if tasks is None else list(tasks), "worker_id": worker_id,
                   "limit": limit, "token": secrets.token_urlsafe(24), "lease": _lease(lease), **at,
                   **_held_params(finished, results)}
+        started = _BatchClock()
         with self.executor.round_connection() as conn:
             rows = self.executor.run_round(conn, params, from_position=bool(at))
             claimed_rows = [row for row in rows if row.claimed]
@@ -133,6 +138,7 @@ class Outcomes:
         jobs = sorted((ClaimedJob.from_row(row) for row in claimed_rows), key=lambda j: j.id)
         if jobs:
             self._emit_claimed(jobs, claimed_rows, queues[0], worker_id, limit)
+        self._emit_batch("claim", worker_id, queues, jobs, completed_rows, started)
         for queue in empty:
             self._emit_claimed([], [], queue, worker_id, limit, empty_reasons.get(queue))
         return results, jobs
@@ -163,6 +169,15 @@ class Outcomes:
             for job in jobs
         ))
 
+    def _emit_batch(self, operation: str, worker_id: str | None, queues: Sequence[str],
+                    claimed: Sequence[ClaimedJob], completed: Sequence[Any], started: _BatchClock) -> None:
+        """`sqla_queue_batch_committed` for a batch that claimed or completed a job, if heard."""
+        if (claimed or completed) and heard(self.plugin_manager, "sqla_queue_batch_committed"):
+            emit(self.plugin_manager, "sqla_queue_batch_committed", event=BatchCommitted(
+                operation=operation, worker_id=worker_id, queues=tuple(queues),
+                claimed=tuple(job.id for job in claimed), completed=tuple(row.id for row in completed),
+                started_at=started.wall, duration=timedelta(seconds=time.perf_counter() - started.counter)))
+
     # -- outcomes --------------------------------------------------------------------------
 
     def complete(self, job_id: int, claim_token: str, result: str | None = None) -> bool:
@@ -178,9 +193,11 @@ class Outcomes:
         jobs = list(jobs)
         if not jobs:
             return {}
+        started = _BatchClock()
         with self.executor.single_statement() as conn:
             rows = conn.execute(self.statements.complete_many, _held_params(jobs, results)).all()
         self._emit_finished(rows)
+        self._emit_batch("complete", None, sorted({job.queue for job in jobs}), (), rows, started)
         done = {row.id for row in rows}
         return {job.id: job.id in done or self.complete(job.id, job.claim_token, results.get(job.id))
                 for job in jobs}
@@ -393,3 +410,13 @@ def _lost_reason(state: Any) -> str:
     if state.claim_token is None and state.last_error and "lease expired" in state.last_error:
         return f"claim lease expired and the job was recovered (now {state.status})"
     return f"job is {state.status} under another claim"
+
+
+class _BatchClock:
+    """When a batch started: the wall clock for its event, a perf counter for its duration."""
+
+    __slots__ = ("counter", "wall")
+
+    def __init__(self) -> None:
+        self.wall = datetime.now(UTC)
+        self.counter = time.perf_counter()

@@ -145,6 +145,10 @@ class EventRecorder:
     def sqla_queue_empty_claim(self) -> None:
         self.counts["sqla_queue_empty_claim"] += 1
 
+    @hookimpl
+    def sqla_queue_batch_committed(self) -> None:
+        self.counts["sqla_queue_batch_committed"] += 1
+
 
 class _ListHandler(logging.Handler):
     def __init__(self) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import NonRetryableError
 from ..types import (
+    BatchCommitted,
     EmptyClaim,
     JobCancelled,
     JobClaimed,
@@ -67,6 +68,10 @@ def edge_events(hook: str) -> list[Any]:
         "sqla_queue_job_enqueued": lambda: [
             JobEnqueued(job_id=1, queue="default", task="send_email", deduplicated=False),
             JobEnqueued(job_id=1, queue=_ODD, task=_LONG, deduplicated=True),
+            JobEnqueued(job_id=2, queue="default", task="send_email", deduplicated=False,
+                        meta={"traceparent": "not a trace context", "tenant": {"id": 7}}),
+            JobEnqueued(job_id=3, queue="default", task="send_email", deduplicated=False,
+                        meta={"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}),
         ],
         "sqla_queue_job_claimed": lambda: [
             JobClaimed(job_id=1, queue="default", task="t", attempt=1, worker_id="w", queue_wait=None),
@@ -111,6 +116,13 @@ def edge_events(hook: str) -> list[Any]:
         "sqla_queue_empty_claim": lambda: [
             EmptyClaim(queue="default", worker_id="w", limit=1),
             EmptyClaim(queue=_ODD, worker_id="w", limit=1000),
+        ],
+        "sqla_queue_batch_committed": lambda: [
+            BatchCommitted(operation="claim", worker_id="w", queues=("default",), claimed=(1,), completed=(),
+                           started_at=now, duration=timedelta(0)),
+            BatchCommitted(operation="complete", worker_id=None, queues=(_ODD, "q"), claimed=(),
+                           completed=tuple(range(1, 1001)), started_at=now - timedelta(days=1),
+                           duration=timedelta(hours=1)),
         ],
     }
     return builders[hook]()

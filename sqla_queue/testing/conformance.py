@@ -42,6 +42,7 @@ from ._harness import (
     require_hook,
     unique_queue_name,
 )
+from ._run_and_meta import MetaReport, MiddlewareReport, check_meta_plugin, check_run_middleware
 from ._samples import edge_events, reordered, sample_errors, sample_payloads
 
 MAX_KEY_LENGTH = 512
@@ -422,7 +423,11 @@ __all__ = [
     "ConformanceError",
     "DedupeReport",
     "LifecycleReport",
+    "MetaReport",
+    "MiddlewareReport",
     "check_backoff_plugin",
     "check_dedupe_plugin",
     "check_lifecycle_plugin",
+    "check_meta_plugin",
+    "check_run_middleware",
 ]

@@ -165,6 +165,10 @@ def fake_results() -> dict:
                                         "caller_transaction": stats.summary([400.0])},
             "1 process x 32 threads": {"on": stats.summary([800.0]), "off": stats.summary([1000.0]),
                                        "caller_transaction": stats.summary([300.0])}}},
+        "otel": {"processes": 1, "concurrency": 10, "jobs": 20_000,
+                 "plain": {"jobs_per_s": _stat(8000.0), "client_cpu_us_per_job": _stat(100.0)},
+                 "otel": {"jobs_per_s": _stat(6000.0), "client_cpu_us_per_job": _stat(160.0)},
+                 "ratio": _stat(0.75)},
         "idle": {"settle_s": 12.0, "window_s": 30.0, "poll_interval_s": 1.0,
                  1: {"workers": 1, "seconds": 30.0, "commits": 90, "xact_per_s": 3.0, "xact_per_s_per_worker": 3.0,
                      "cpu_percent": _stat(0.3)},
@@ -230,7 +234,8 @@ def test_report_renders_every_section_and_survives_json():
                         "## 2. sqla_queue enqueue", "## 3. Drain", "## 4. Idle wake-up latency",
                         "## 5. Claim cost against backlog", "## 6. Sustained drain", "## 7. Idle cost",
                         "## 8. asyncio", "## Where the time goes", "## 10. Wake-ups under concurrent enqueues",
-                        "## 11. Many workers on one database", "## 12. CPU-bound handlers: one process or two"):
+                        "## 11. Many workers on one database", "## 12. CPU-bound handlers: one process or two",
+                        "## 13. The OpenTelemetry plugin's cost"):
             assert heading in text
         assert "![performance plot](performance.png)" in text
         assert "**met**" in text and "**not met**" in text
@@ -238,6 +243,7 @@ def test_report_renders_every_section_and_survives_json():
         assert "| 1 process x 32 threads | 800 /s | 1,000 /s | 80% | 300 /s | 30% |" in text
         assert "| 20 x 2 | 250 | 2.0 | 1.00 | 90 µs | 200 µs | 80 | 2.5 |" in text
         assert "| jobs/s | 120.0 | 214.3 | 1.79x |" in text
+        assert "| No-op drain, jobs/s | 8,000 | 6,000 | 75% |" in text
 
 
 def test_stat_formatting():

@@ -222,3 +222,23 @@ def test_a_logging_flag_on_the_command_line_replaces_the_apps_setup(doc_app, dat
     lines = result.stderr.splitlines()
     assert lines and all(TEXT_LINE.match(line) for line in lines)
     assert any(f"completed job {job_id} " in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        ({"trace_id": "ab" * 16, "span_id": "cd" * 8}, {"trace_id": "ab" * 16, "span_id": "cd" * 8}),
+        ({"otelTraceID": "ab" * 16, "otelSpanID": "cd" * 8}, {"trace_id": "ab" * 16, "span_id": "cd" * 8}),
+        ({"otelTraceID": "0", "otelSpanID": "0"}, {}),  # OpenTelemetry's "no span"
+        ({}, {}),
+    ],
+)
+def test_json_lines_carry_the_trace_a_record_belongs_to(attributes, expected):
+    import logging
+
+    from sqla_queue.logformat import JsonFormatter
+
+    record = logging.LogRecord("myapp", logging.INFO, __file__, 1, "charging", None, None)
+    record.__dict__.update(attributes)
+    entry = json.loads(JsonFormatter().format(record))
+    assert {key: entry[key] for key in ("trace_id", "span_id") if key in entry} == expected

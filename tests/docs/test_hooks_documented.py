@@ -44,7 +44,7 @@ def python_blocks(text: str) -> list[str]:
 
 
 def test_the_specs_are_found():
-    assert "sqla_queue_retry_delay" in SPECS and "sqla_queue_empty_claim" in SPECS and len(SPECS) == 16
+    assert "sqla_queue_retry_delay" in SPECS and "sqla_queue_empty_claim" in SPECS and len(SPECS) == 17
 
 
 @pytest.mark.parametrize("name", SPECS)

@@ -11,14 +11,16 @@ from datetime import timedelta
 import pytest
 
 import sqla_queue as sq
-from sqla_queue.plugins.builtins import backoff, logging as logging_plugin
+from sqla_queue.plugins.builtins import backoff
+from sqla_queue.plugins.builtins import logging as logging_plugin
 from sqla_queue.testing import (
     ConformanceError,
     check_backoff_plugin,
     check_dedupe_plugin,
     check_lifecycle_plugin,
+    check_meta_plugin,
+    check_run_middleware,
 )
-
 
 # -- backoff ------------------------------------------------------------------------------
 
@@ -243,3 +245,139 @@ def test_the_harness_imports_no_private_module_of_sqla_queue(module):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("sqla_queue._")
     ]
     assert private == []
+
+
+# -- meta ---------------------------------------------------------------------------------
+
+
+class Tenant:
+    """A meta plugin: every job carries the tenant it was enqueued for."""
+
+    plugin_name = "tenant"
+
+    def __init__(self, answer=lambda task, payload: {"tenant": "acme", "task": task}):
+        self.answer = answer
+
+    @sq.hookimpl
+    def sqla_queue_job_meta(self, task, payload):
+        return self.answer(task, payload)
+
+
+def test_a_meta_plugin_conforms_and_its_answers_reach_the_jobs_and_their_handlers(engine, count_jobs):
+    report = check_meta_plugin(Tenant(), engine)
+    assert report.answers[0] == {"tenant": "acme", "task": "conformance_meta"}
+    assert report.stored["enqueue_many"] == [{"tenant": "acme", "task": "conformance_meta"}] * 3
+    assert set(report.stored) == {"enqueue", "enqueue_many", "enqueue_async"}
+    assert report.loads_on_install is False
+    assert count_jobs("queue_name LIKE 'sqla_queue.conformance.%'") == 0
+
+
+def _mutates(task, payload):
+    payload["added"] = True
+    return {"ok": 1}
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (lambda task, payload: ["not", "a", "mapping"], r"returned \['not', 'a', 'mapping'\] .*expected a mapping"),
+        (lambda task, payload: {1: "int key"}, r"expected a mapping with string keys"),
+        (lambda task, payload: {"when": object()}, r"meta with no JSON form"),
+        (lambda task, payload: 1 / 0, r"raised ZeroDivisionError"),
+        (lambda task, payload: None, r"added no meta for any sample payload"),
+        (_mutates, r"mutated the payload"),
+    ],
+)
+def test_a_broken_meta_plugin_fails_the_check_naming_it(engine, answer, message):
+    with pytest.raises(ConformanceError, match=message) as failure:
+        check_meta_plugin(Tenant(answer), engine)
+    assert "'tenant'" in str(failure.value) or "tenant" in str(failure.value)
+
+
+def test_the_meta_check_requires_the_hook(engine):
+    with pytest.raises(ConformanceError, match="does not implement sqla_queue_job_meta"):
+        check_meta_plugin(logging_plugin, engine)
+
+
+# -- run middleware -----------------------------------------------------------------------
+
+
+class Timing:
+    """A transparent run middleware, sync and async."""
+
+    plugin_name = "timing"
+
+    def __init__(self):
+        self.wrapped = []
+
+    @sq.hookimpl
+    def sqla_queue_handle_job(self, job, ctx, call_next):
+        self.wrapped.append(job.id)
+        if ctx.is_async:
+            async def timed():
+                return await call_next()
+            return timed()
+        return call_next()
+
+
+class Swallows:
+    plugin_name = "swallows"
+
+    @sq.hookimpl
+    def sqla_queue_handle_job(self, ctx, call_next):
+        if ctx.is_async:
+            return call_next()
+        try:
+            return call_next()
+        except Exception:
+            return None
+
+
+class CallsTwice:
+    plugin_name = "calls_twice"
+
+    @sq.hookimpl
+    def sqla_queue_handle_job(self, ctx, call_next):
+        if not ctx.is_async:
+            try:
+                call_next()
+            except BaseException:
+                pass
+        return call_next()
+
+
+class Replaces:
+    plugin_name = "replaces"
+
+    @sq.hookimpl
+    def sqla_queue_handle_job(self, ctx, call_next):
+        value = call_next()
+        return value if ctx.is_async else {"replaced": True}
+
+
+def test_a_transparent_middleware_conforms_around_every_kind_of_handler(engine, count_jobs):
+    timing = Timing()
+    report = check_run_middleware(timing, engine)
+    assert report.outcomes["raises"] == ["retried", "failed"]
+    assert report.outcomes["async returns"] == ["completed"]
+    assert len(timing.wrapped) == 10  # every attempt, retries included
+    assert report.loads_on_install is False
+    assert count_jobs("queue_name LIKE 'sqla_queue.conformance.%'") == 0
+
+
+@pytest.mark.parametrize(
+    ("plugin", "message"),
+    [
+        (Swallows(), r"'swallows': the job that raises ended \['completed'\], expected \['retried', 'failed'\]"),
+        (CallsTwice(), r"'calls_twice': the handler of the job that returns was called 2 times in 1 attempts"),
+        (Replaces(), r"'replaces': the job that returns stored result \{'replaced': True\}"),
+    ],
+)
+def test_a_middleware_that_changes_outcomes_fails_the_check_naming_it(engine, plugin, message):
+    with pytest.raises(ConformanceError, match=message):
+        check_run_middleware(plugin, engine)
+
+
+def test_the_middleware_check_requires_the_hook(engine):
+    with pytest.raises(ConformanceError, match="does not implement sqla_queue_handle_job"):
+        check_run_middleware(Tenant(), engine)

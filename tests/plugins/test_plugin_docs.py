@@ -28,6 +28,7 @@ PAGES = [
     "plugins/sqla-queue-content-hash/README.md",
     "plugins/sqla-queue-decorrelated-jitter/README.md",
     "plugins/sqla-queue-prometheus/README.md",
+    "plugins/sqla-queue-opentelemetry/README.md",
     "plugins/sqla-queue-sentry/README.md",
 ]
 
