@@ -12,7 +12,7 @@ import sentry_sdk
 from sentry_sdk.integrations.logging import LoggingIntegration
 
 import sqla_queue as sq
-from sqla_queue.testing import check_lifecycle_plugin, drain
+from sqla_queue.testing import check_lifecycle_plugin, check_run_middleware, drain
 from sqla_queue_sentry import FILTERED, RETRIES_ENV, SentryReporter
 
 SECRET = "4111-1111-1111-1111"
@@ -39,6 +39,12 @@ def test_enabled_by_name_through_the_entry_point_and_not_on_install(engine):
     plugin = sentry_queue(engine).plugin_manager.get_plugin("sentry")
     assert type(plugin) is SentryReporter
     assert type(plugin).__module__.startswith("sqla_queue_sentry.")
+
+
+def test_its_run_middleware_leaves_every_outcome_as_it_was(engine, sentry):
+    report = check_run_middleware(SentryReporter(), engine)
+    assert sum(len(outcomes) for outcomes in report.outcomes.values()) == 10  # every attempt ran once
+    assert report.loads_on_install is False
 
 
 def test_passes_the_lifecycle_conformance_check(engine, sentry):
