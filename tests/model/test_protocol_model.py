@@ -26,7 +26,7 @@ QUINT = MODEL / "node_modules" / ".bin" / "quint"
 INVARIANTS = ["noDoubleCompletion", "noStaleOutcome", "noneVanish", "oneLiveJobPerKey", "attemptsBounded",
               "effectsOnce"]
 WITNESSES = ["staleCompletionFenced", "completionReplayed", "handlerTransactionCommitted",
-             "handlerTransactionRolledBack", "keyDeduplicated", "expiredLeaseRecovered"]
+             "handlerTransactionRolledBack", "keyDeduplicated", "enqueueWentRoundAgain", "expiredLeaseRecovered"]
 # The modules whose statements make up the job protocol: each statement in them is modelled.
 PROTOCOL_MODULES = ["claim", "enqueue", "outcome", "lease", "recover"]
 
