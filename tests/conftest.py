@@ -56,7 +56,7 @@ SERVER_INDEPENDENT = (
     "benchmarks/", "cli/", "docs/", "examples/",
     "sql/test_queue_statements.py", "sql/test_single_job_insert.py",
     "sql/test_operations_statements.py", "sql/test_session_statements.py", "test_architecture.py",
-    "core/enqueue/test_payload_encoding.py",
+    "core/enqueue/test_payload_encoding.py", "model/",
     "core/validation/test_validate.py", "core/outcomes/test_backoff.py",
     "core/outcomes/test_last_error_text.py", "core/operations/test_operations_doc.py",
     "plugins/test_plugin_docs.py", "plugins/test_howto_examples.py",
