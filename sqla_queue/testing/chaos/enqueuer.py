@@ -19,6 +19,8 @@ from pathlib import Path
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
+import sqla_queue as sq
+
 from . import events
 from .schedule import WINDOW, Item, Schedule, make_schedule
 from .workload import DATABASE_URL_ENV, EVENTS_ENV, TASKS, build_queue
@@ -36,7 +38,7 @@ def run(schedule: Schedule, slot: int, log: Path, database_url: str) -> None:
     queue = build_queue(url.render_as_string(hide_password=False), os.environ.get(EVENTS_ENV, os.devnull))
     mine = [item for item in schedule.items if item.enqueuer == slot]
     done, tries = _progress(log)
-    pause = WINDOW * 0.8 / max(len(mine), 1)
+    pause = WINDOW * 0.5 / max(len(mine), 1)
     for item in mine:
         if item.n not in done:
             tries[item.n] = _enqueue(queue, item, tries.get(item.n, 0), log)
@@ -51,8 +53,8 @@ def _enqueue(queue, item: Item, tried: int, log: Path) -> int:
         try:
             job_id = queue.enqueue(TASKS[item.kind], payload(item, tried), idempotency_key=item.key,
                                    max_attempts=item.max_attempts)
-        except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
-            events.append(log, "enqueue_error", n=item.n, attempt=tried, error=type(error.orig or error).__name__)
+        except (sq.DatabaseError, sa_exc.OperationalError, sa_exc.InterfaceError) as error:
+            events.append(log, "enqueue_error", n=item.n, attempt=tried, error=type(error).__name__)
             if time.monotonic() > give_up:
                 raise
             time.sleep(0.1)

@@ -20,9 +20,8 @@ WORKER_OPTIONS = ("--concurrency", "3", "--lease", f"{LEASE}s", "--poll-interval
 
 
 def worker_argv(processes: int = 1, *, until_empty: bool = False) -> list[str]:
-    argv = [sys.executable, "-m", "sqla_queue.cli", "--app", APP, "worker", *WORKER_OPTIONS]
-    if processes > 1:
-        argv += ["--processes", str(processes)]
+    argv = [sys.executable, "-m", "sqla_queue.cli", "--app", APP, "worker", *WORKER_OPTIONS,
+            "--processes", str(processes)]  # 1: the worker in the process itself, no supervisor
     return argv + (["--until-empty"] if until_empty else [])
 
 
@@ -89,19 +88,25 @@ class Slot:
                 and self.start_at is None:
             self.start_at = now + 0.2  # died of something else (a restarting server): keep it going
 
-    def terminate(self, timeout: float) -> None:
-        """At the end: SIGCONT, SIGTERM (graceful), then SIGKILL whatever is left of the session."""
+    def ask_to_stop(self) -> None:
+        """At the end: no more restarts; SIGCONT the session, SIGTERM the process (graceful)."""
+        self.restart, self.start_at, self.resume_at = False, None, None
+        if self.process is not None:
+            self._signal(signal.SIGCONT, True)
+            self._signal(signal.SIGTERM, False)
+
+    def reap(self, deadline: float) -> None:
+        """Wait for a graceful exit until `deadline` (monotonic), then SIGKILL what is left of
+        the session, orphaned children included."""
         if self.process is None:
             return
-        self.restart, self.start_at = False, None
-        self._signal(signal.SIGCONT, True)
-        self._signal(signal.SIGTERM, False)
         try:
-            self.process.wait(timeout)
+            self.process.wait(max(deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
             pass
         self._signal(signal.SIGKILL, True)
         self.process.wait()
+
 
     def _signal(self, signum: int, group: bool) -> None:
         try:
@@ -111,3 +116,11 @@ class Slot:
                 self.process.send_signal(signum)
         except ProcessLookupError:
             pass
+
+
+def stop_all(slots, grace: float) -> None:
+    for slot in slots:
+        slot.ask_to_stop()
+    deadline = time.monotonic() + grace
+    for slot in slots:
+        slot.reap(deadline)

@@ -6,6 +6,7 @@ template database."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from sqla_queue.testing import EmbeddedServer, copied_database, embedded_server,
 from . import events
 from .checker import TERMINAL, Verdict, classify, observe
 from .enqueuer import APPLICATION_NAME as ENQUEUER_NAME
-from .processes import Slot, enqueuer_argv, worker_argv
+from .processes import Slot, enqueuer_argv, stop_all, worker_argv
 from .schedule import ENQUEUERS, LEASE, WINDOW, WORKERS, Fault, make_schedule
 from .workload import DATABASE_URL_ENV, EVENTS_ENV, effects_metadata
 
@@ -60,7 +61,8 @@ def chaos_server() -> Iterator[tuple[EmbeddedServer, str]]:
 def run_seed(seed: int, jobs: int, server: EmbeddedServer, template: str, out: Path) -> SeedResult:
     started = time.monotonic()
     run_dir = out / f"seed-{seed}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(run_dir, ignore_errors=True)  # an earlier run's trace must not mix with this one
+    run_dir.mkdir(parents=True)
     schedule = make_schedule(seed, jobs)
     (run_dir / "schedule.json").write_text(schedule.to_json())
     trace, enqueues = run_dir / "events.jsonl", run_dir / "enqueues.jsonl"
@@ -72,10 +74,10 @@ def run_seed(seed: int, jobs: int, server: EmbeddedServer, template: str, out: P
         try:
             _run_faults(schedule.faults, slots, server, engine, trace)
             events.append(trace, "healing")
-            _heal(engine)
+            events.append(trace, "healed" if _heal(engine) else "heal_timed_out")
         finally:
-            for slot in slots.values():
-                slot.terminate(timeout=3.0)
+            stop_all(slots.values(), grace=3.0)
+            events.append(trace, "stopped")
         verdict = classify(observe(engine, trace, enqueues))
         engine.dispose()
     events.append(trace, "verdict", classes=verdict.classes)
@@ -161,7 +163,7 @@ def _restart(server: EmbeddedServer, trace: Path) -> None:
     events.append(trace, "server_back")
 
 
-def _heal(engine: Engine) -> None:
+def _heal(engine: Engine) -> bool:
     """Wait until every job is terminal (workers keep running, recovering expired leases), or
     until HEAL_TIMEOUT: what is left then is stuck."""
     jobs = sq.Job.__table__
@@ -171,7 +173,8 @@ def _heal(engine: Engine) -> None:
         try:
             with engine.connect() as conn:
                 if conn.execute(unfinished).scalar_one() == 0:
-                    return
+                    return True
         except sa_exc.OperationalError:
             pass
         time.sleep(0.25)
+    return False

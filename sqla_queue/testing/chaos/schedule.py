@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 # enqueues share one live job); one that fails its first attempts (some fail for good); one that
 # runs longer than the lease renewal period; one whose effect is written in ctx.transaction().
 KINDS = ("plain", "idempotent", "failing", "long", "transaction")
-KIND_WEIGHTS = (3, 2, 2, 1, 3)
+KIND_WEIGHTS = (3, 2, 2, 2, 3)
 
 # Fault kinds, each aimed at a slot the runner keeps alive (a killed process is started again).
 FAULTS = (
@@ -30,7 +30,7 @@ FAULTS = (
     "kill_enqueuer",        # SIGKILL an enqueuer, whatever it is doing (mid-commit included)
     "restart_server",       # pg_ctl restart -m immediate of the runner's own PostgreSQL
 )
-FAULT_WEIGHTS = (4, 3, 2, 2, 3, 2, 2, 1)
+FAULT_WEIGHTS = (4, 4, 2, 3, 3, 2, 2, 1)
 
 WORKERS = 2      # single-process worker slots
 ENQUEUERS = 2    # enqueuer slots
@@ -90,9 +90,9 @@ def _item(rng: random.Random, seed: int, n: int) -> Item:
     if kind == "failing":
         for_good = rng.random() < 0.3
         return Item(n, kind, enqueuer, fail_attempts=rng.randint(1, 3), max_attempts=1 if for_good else MAX_ATTEMPTS)
-    if kind == "long":
+    if kind == "long" or (kind == "transaction" and rng.random() < 0.4):  # its transaction open a while
         return Item(n, kind, enqueuer, sleep=round(rng.uniform(0.5, 2.5 * LEASE), 2))
-    return Item(n, kind, enqueuer, sleep=round(rng.uniform(0.0, 0.05), 3))
+    return Item(n, kind, enqueuer, sleep=round(rng.uniform(0.02, 0.4), 3))  # jobs in flight when faults hit
 
 
 def _fault(rng: random.Random) -> Fault:
@@ -100,7 +100,8 @@ def _fault(rng: random.Random) -> Fault:
     at = round(rng.uniform(0.3, WINDOW), 2)
     slot = rng.randrange(ENQUEUERS if kind == "kill_enqueuer" else WORKERS)
     if kind.startswith("stop_"):
-        duration = round(rng.uniform(0.2, 2.5 * LEASE), 2)  # often past the lease: a stale claim
+        # mostly past the lease: the frozen worker's claims expire and others take its jobs
+        duration = round(rng.uniform(0.2, LEASE) if rng.random() < 0.3 else rng.uniform(LEASE, 3 * LEASE), 2)
     elif kind.startswith("kill_"):
         duration = round(rng.uniform(0.1, 1.0), 2)
     else:

@@ -17,7 +17,7 @@ import os
 import time
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Integer, MetaData, Table, Text, insert
+from sqlalchemy import BigInteger, Engine, Column, Integer, MetaData, Table, Text, insert
 
 import sqla_queue as sq
 
@@ -72,8 +72,9 @@ class TraceObserver:
         events.append(self.path, "lost_claim", job=event.job_id, reason=event.reason, operation=event.operation)
 
 
-def build_queue(database_url: str, events_path: str) -> sq.Queue:
-    queue = sq.Queue(database_url, plugins=[TraceObserver(events_path)], load_entrypoints=False)
+def build_queue(database: str | Engine, events_path: str) -> sq.Queue:
+    """The workload's queue on `database` (a URL or an Engine), tracing to `events_path`."""
+    queue = sq.Queue(database, plugins=[TraceObserver(events_path)], load_entrypoints=False)
 
     def ran(ctx: sq.JobContext, what: str) -> None:
         events.append(events_path, what, job=ctx.job_id, attempt=ctx.attempt)
