@@ -14,15 +14,20 @@ from sqla_queue.testing.chaos.workload import build_queue, effects, effects_meta
 PLAIN, TRANSACTION = "chaos_plain", "chaos_transaction"
 
 
+A, B = 101, 102  # worker pids
+
+
 def clean(**changes) -> Observations:
-    """Two jobs enqueued, acknowledged and completed once each; job 2's effect committed once."""
+    """Two jobs enqueued, acknowledged and completed once each; job 2 was claimed twice (worker A
+    lost its claim, worker B completed it) and its effect committed once, under B's claim."""
     seen = dict(
-        rows={1: Row(1, "completed", 1, PLAIN, n=0, attempt_of_call=1),
-              2: Row(2, "completed", 2, TRANSACTION, n=1, attempt_of_call=1)},
-        effects={2: 1},
+        rows={1: Row(1, "completed", 1, PLAIN, n=0, attempt_of_call=1, claim_token="t1"),
+              2: Row(2, "completed", 2, TRANSACTION, n=1, attempt_of_call=1, claim_token="t2b")},
+        effects={2: ["t2b"]},
         intents=[(0, 1), (1, 1)],
         acks=[(0, 1, 1), (1, 1, 2)],
-        completions=[(1, 1), (2, 2)],
+        claims=[(1, 1, A), (2, 1, A), (2, 2, B)],
+        completions=[(1, 1, A), (2, 2, B)],
     )
     return Observations(**{**seen, **changes})
 
@@ -46,17 +51,24 @@ def test_an_acknowledged_job_missing_from_the_table_is_lost():
 
 @pytest.mark.parametrize("status", ["pending", "running"])
 def test_a_job_not_terminal_after_the_heal_is_stuck(status):
-    seen = clean(rows={**clean().rows, 1: Row(1, status, 1, PLAIN, 0, 1)}, completions=[(2, 2)])
+    seen = clean(rows={**clean().rows, 1: Row(1, status, 1, PLAIN, 0, 1)}, completions=[(2, 2, B)])
     assert found(seen) == {"stuck": [1]}
 
 
-@pytest.mark.parametrize("completions, why", [
-    ([(1, 1), (1, 1), (2, 2)], "the same claim's completion accepted twice"),
-    ([(1, 1), (2, 1), (2, 2)], "two claims' completions accepted"),
-    ([(1, 1), (2, 1)], "a stale claim's completion accepted while the last claim held the job"),
+@pytest.mark.parametrize("completions, job, why", [
+    ([(1, 1, A), (1, 1, A), (2, 2, B)], 1, "the same claim's completion accepted twice"),
+    ([(1, 1, A), (2, 1, A), (2, 2, B)], 2, "two claims' completions accepted"),
+    ([(1, 1, A), (2, 1, A)], 2, "a stale claim's completion accepted while the last claim held the job"),
+    ([(1, 1, A), (2, 2, A)], 2, "a completion by a process that never held that claim (the row's attempt)"),
 ])
-def test_a_completion_accepted_twice_or_from_a_stale_claim_is_duplicated(completions, why):
-    assert found(clean(completions=completions)) == {"duplicated": [1] if completions[1] == (1, 1) else [2]}, why
+def test_a_completion_accepted_twice_or_from_a_stale_claim_is_duplicated(completions, job, why):
+    assert found(clean(completions=completions)) == {"duplicated": [job]}, why
+
+
+def test_an_effect_committed_under_a_stale_claim_is_duplicated():
+    """Worker A's transaction committed job 2's effect after B had claimed it: one effect, but
+    not the last claim's."""
+    assert found(clean(effects={2: ["t2a"]})) == {"duplicated": [2]}
 
 
 def test_a_completion_accepted_for_a_job_that_did_not_stay_completed_is_duplicated():
@@ -66,11 +78,11 @@ def test_a_completion_accepted_for_a_job_that_did_not_stay_completed_is_duplicat
 
 def test_a_handler_that_ran_twice_is_not_a_duplicate():
     """At-least-once: job 2 was claimed twice (attempt 2 is its last), completed once."""
-    assert found(clean(completions=[(1, 1), (2, 2)])) == {}
+    assert found(clean()) == {}
 
 
 def test_two_committed_effects_of_one_job_are_a_duplicate_effect():
-    assert found(clean(effects={2: 2})) == {"duplicate_effects": [2]}
+    assert found(clean(effects={2: ["t2b", "t2b"]})) == {"duplicate_effects": [2]}
 
 
 def test_a_completed_transaction_job_without_its_effect_is_reported():
@@ -80,27 +92,27 @@ def test_a_completed_transaction_job_without_its_effect_is_reported():
 def test_a_row_no_call_made_is_unexpected():
     rows = {**clean().rows, 3: Row(3, "completed", 1, PLAIN, n=5, attempt_of_call=1),
             4: Row(4, "completed", 1, PLAIN, n=None, attempt_of_call=None)}
-    assert found(clean(rows=rows, completions=[(1, 1), (2, 2), (3, 1), (4, 1)])) == {"unexpected": [3, 4]}
+    assert found(clean(rows=rows, completions=[(1, 1, A), (2, 2, B)])) == {"unexpected": [3, 4]}
 
 
 def test_a_row_whose_call_was_acknowledged_with_another_id_is_unexpected():
     """The call for item 1 returned job 2 (say, an idempotency key's holder), yet job 3 carries
     that same call: it inserted a row and reported another."""
     rows = {**clean().rows, 3: Row(3, "completed", 1, PLAIN, n=1, attempt_of_call=1)}
-    assert found(clean(rows=rows, completions=[(1, 1), (2, 2), (3, 1)])) == {"unexpected": [3]}
+    assert found(clean(rows=rows)) == {"unexpected": [3]}
 
 
 def test_a_row_of_a_call_that_never_returned_is_in_doubt_not_a_failure():
     rows = {**clean().rows, 3: Row(3, "completed", 1, PLAIN, n=2, attempt_of_call=1)}
-    seen = clean(rows=rows, intents=[(0, 1), (1, 1), (2, 1)], completions=[(1, 1), (2, 2), (3, 1)])
+    seen = clean(rows=rows, intents=[(0, 1), (1, 1), (2, 1)])
     assert found(seen) == {"in_doubt": [3]}
     assert not classify(seen).failed
 
 
 def test_observe_reads_the_table_the_effects_and_both_logs(own_database, tmp_path):
     """The same classes from a real database and real log files: a completed transaction job
-    with two effects and two accepted completions, a job left running (its call never
-    acknowledged), and an acknowledged id that does not exist."""
+    with two effects (one under a stale token) and its completion accepted twice, a job left
+    running (its call never acknowledged), and an acknowledged id that does not exist."""
     _, engine = own_database
     effects_metadata.create_all(engine)
     trace, enqueues = tmp_path / "events.jsonl", tmp_path / "enqueues.jsonl"
@@ -110,12 +122,13 @@ def test_observe_reads_the_table_the_effects_and_both_logs(own_database, tmp_pat
     claimed = {job.id: job for job in queue.claim(worker_id="checker-test", limit=2)}
     assert queue.complete(done, claimed[done].claim_token)
     with engine.begin() as conn:
-        conn.execute(insert(effects), [{"job_id": done, "attempt": 1, "claim_token": "a"},
-                                       {"job_id": done, "attempt": 1, "claim_token": "b"}])
+        conn.execute(insert(effects), [{"job_id": done, "attempt": 1, "claim_token": claimed[done].claim_token},
+                                       {"job_id": done, "attempt": 1, "claim_token": "stale"}])
     for line in [("intent", dict(n=0, attempt=1)), ("ack", dict(n=0, attempt=1, job=done)),
                  ("intent", dict(n=1, attempt=1)), ("intent", dict(n=2, attempt=1)),
                  ("ack", dict(n=2, attempt=1, job=left + 1000))]:
         events.append(enqueues, line[0], **line[1])
+    events.append(trace, "claimed", job=done, attempt=1)
     events.append(trace, "completed", job=done, attempt=1)
     events.append(trace, "completed", job=done, attempt=1)
     with open(trace, "a") as cut:

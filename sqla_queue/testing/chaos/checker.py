@@ -11,9 +11,11 @@ The classes (docs/explanation/fault-schedules.md), all failures but ``in_doubt``
 * ``stuck``: a row that is not terminal (pending or running) after the heal: faults stopped,
   workers ran until nothing was due and the leases had passed.
 * ``duplicated``: a job whose completion was accepted for more than one claim, or for a claim
-  that was not its last (a stale claim's outcome applied while a newer claim held the job), or
-  whose row is not ``completed`` although a completion was accepted (a later outcome
-  overwrote it). A handler that merely *ran* twice is at-least-once delivery, not this.
+  that was not its last, or by a process that never held the claim it completed (a stale
+  claim's outcome applied while a newer claim held the job), or whose committed effect carries
+  another claim's token than the job's last, or whose row is not ``completed`` although a
+  completion was accepted (a later outcome overwrote it). A handler that merely *ran* twice is
+  at-least-once delivery, not this.
 * ``duplicate_effects``: a job with more than one committed row in the effects table.
 * ``missing_effects``: a ``ctx.transaction()`` job that is completed with no committed effect.
 * ``unexpected``: a row no enqueue call explains: its ``(n, try)`` was never attempted, or that
@@ -31,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, select
 
 import sqla_queue as sq
 
@@ -51,15 +53,17 @@ class Row:
     task: str
     n: int | None
     attempt_of_call: int | None  # the enqueue call's ``try``
+    claim_token: str | None = None  # the last claim's (kept on a finished row)
 
 
 @dataclass
 class Observations:
     rows: Mapping[int, Row]
-    effects: Mapping[int, int] = field(default_factory=dict)   # job id -> committed effects
-    intents: Iterable[tuple[int, int]] = ()                    # (n, try) of every call started
-    acks: Iterable[tuple[int, int, int]] = ()                  # (n, try, id) of every call returned
-    completions: Iterable[tuple[int, int]] = ()                # (job id, attempt) accepted
+    effects: Mapping[int, list[str]] = field(default_factory=dict)  # job id -> committed effects' tokens
+    intents: Iterable[tuple[int, int]] = ()            # (n, try) of every call started
+    acks: Iterable[tuple[int, int, int]] = ()          # (n, try, id) of every call returned
+    claims: Iterable[tuple[int, int, int]] = ()        # (job id, attempt, pid) of every claim
+    completions: Iterable[tuple[int, int, int]] = ()   # (job id, attempt, pid) accepted
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,8 @@ def classify(seen: Observations) -> Verdict:
     classes = {
         "lost": sorted(acked_ids - set(seen.rows)),
         "stuck": sorted(r.id for r in seen.rows.values() if r.status not in TERMINAL),
-        "duplicated": _duplicated(seen.rows, seen.completions),
-        "duplicate_effects": sorted(job for job, count in seen.effects.items() if count > 1),
+        "duplicated": _duplicated(seen.rows, seen.claims, seen.completions, seen.effects),
+        "duplicate_effects": sorted(job for job, tokens in seen.effects.items() if len(tokens) > 1),
         "missing_effects": sorted(r.id for r in seen.rows.values() if r.task == TRANSACTION_TASK
                                   and r.status == "completed" and not seen.effects.get(r.id)),
         "unexpected": [],
@@ -101,16 +105,24 @@ def classify(seen: Observations) -> Verdict:
     return Verdict(classes)
 
 
-def _duplicated(rows: Mapping[int, Row], completions: Iterable[tuple[int, int]]) -> list[int]:
-    claims = defaultdict(Counter)
-    for job, attempt in completions:
-        claims[job][attempt] += 1
-    bad = []
-    for job, accepted in claims.items():
+def _duplicated(rows: Mapping[int, Row], claims: Iterable[tuple[int, int, int]],
+                completions: Iterable[tuple[int, int, int]], effects: Mapping[int, list[str]]) -> list[int]:
+    held = set(claims)
+    accepted = defaultdict(Counter)
+    bad = set()
+    for job, attempt, pid in completions:
+        accepted[job][attempt] += 1
+        if (job, attempt, pid) not in held:  # completed a claim this process never held
+            bad.add(job)
+    for job, counts in accepted.items():
         row = rows.get(job)
-        several = len(accepted) > 1 or max(accepted.values()) > 1
-        if several or row is None or row.status != "completed" or set(accepted) != {row.attempts}:
-            bad.append(job)
+        several = len(counts) > 1 or max(counts.values()) > 1
+        if several or row is None or row.status != "completed" or set(counts) != {row.attempts}:
+            bad.add(job)
+    for job, tokens in effects.items():
+        row = rows.get(job)
+        if row is not None and row.claim_token is not None and any(t != row.claim_token for t in tokens):
+            bad.add(job)  # an effect committed under a claim that was not the job's last
     return sorted(bad)
 
 
@@ -119,17 +131,21 @@ def observe(engine: Engine, trace: Path, enqueues: Path) -> Observations:
     jobs = sq.Job.__table__
     with engine.connect() as conn:
         rows = {
-            r.id: Row(r.id, r.status, r.attempts, r.task, _int(r.payload, "n"), _int(r.payload, "try"))
-            for r in conn.execute(select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.task, jobs.c.payload))
+            r.id: Row(r.id, r.status, r.attempts, r.task, _int(r.payload, "n"), _int(r.payload, "try"), r.claim_token)
+            for r in conn.execute(select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.task, jobs.c.payload,
+                                         jobs.c.claim_token))
         }
-        counted = dict(conn.execute(select(effects.c.job_id, func.count()).group_by(effects.c.job_id)).all())
-    log = list(events.read(enqueues))
+        committed = defaultdict(list)
+        for job, token in conn.execute(select(effects.c.job_id, effects.c.claim_token).order_by(effects.c.id)):
+            committed[job].append(token)
+    log, runtime = list(events.read(enqueues)), list(events.read(trace))
     return Observations(
         rows=rows,
-        effects=counted,
+        effects=dict(committed),
         intents=[(e["n"], e["attempt"]) for e in log if e["event"] == "intent"],
         acks=[(e["n"], e["attempt"], e["job"]) for e in log if e["event"] == "ack"],
-        completions=[(e["job"], e["attempt"]) for e in events.read(trace) if e["event"] == "completed"],
+        claims=[(e["job"], e["attempt"], e["pid"]) for e in runtime if e["event"] == "claimed"],
+        completions=[(e["job"], e["attempt"], e["pid"]) for e in runtime if e["event"] == "completed"],
     )
 
 

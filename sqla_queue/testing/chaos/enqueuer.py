@@ -30,7 +30,8 @@ GIVE_UP_AFTER = 60.0  # seconds of failed calls for one item (a server restart t
 
 
 def payload(item: Item, attempt: int) -> dict:
-    return {"n": item.n, "try": attempt, "sleep": item.sleep, "fail_attempts": item.fail_attempts}
+    return {"n": item.n, "try": attempt, "sleep": item.sleep, "fail_attempts": item.fail_attempts,
+            "pause": item.pause}
 
 
 def run(schedule: Schedule, slot: int, log: Path, database_url: str) -> None:

@@ -4,6 +4,7 @@ A slot a fault killed is started again after the fault's delay: the workload goe
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -124,3 +125,42 @@ def stop_all(slots, grace: float) -> None:
     deadline = time.monotonic() + grace
     for slot in slots:
         slot.reap(deadline)
+
+
+class SelfPauses:
+    """Worker processes that stopped themselves (a pausing job's first attempt writes a
+    ``self_pause`` line to the trace, then SIGSTOPs its own process): each is resumed when its
+    pause is over. The trace is read as it grows, whole lines only."""
+
+    def __init__(self, trace: Path) -> None:
+        self.trace = trace
+        self.offset = 0
+        self.due: dict[int, float] = {}  # pid -> monotonic time of its SIGCONT
+
+    def tick(self, now: float) -> None:
+        self._read(now)
+        for pid, at in list(self.due.items()):
+            if now >= at:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                del self.due[pid]
+
+    def _read(self, now: float) -> None:
+        try:
+            with open(self.trace, "rb") as trace:
+                trace.seek(self.offset)
+                data = trace.read()
+        except FileNotFoundError:
+            return
+        whole = data[:data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        for line in whole.splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") == "self_pause":
+                late = max(time.time() - event["t"], 0.0)
+                self.due[event["pid"]] = now + event["seconds"] - late

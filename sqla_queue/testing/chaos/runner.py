@@ -24,7 +24,7 @@ from sqla_queue.testing import EmbeddedServer, copied_database, embedded_server,
 from . import events
 from .checker import TERMINAL, Verdict, classify, observe
 from .enqueuer import APPLICATION_NAME as ENQUEUER_NAME
-from .processes import Slot, enqueuer_argv, stop_all, worker_argv
+from .processes import SelfPauses, Slot, enqueuer_argv, stop_all, worker_argv
 from .schedule import ENQUEUERS, LEASE, WINDOW, WORKERS, Fault, make_schedule
 from .workload import DATABASE_URL_ENV, EVENTS_ENV, effects_metadata
 
@@ -71,10 +71,11 @@ def run_seed(seed: int, jobs: int, server: EmbeddedServer, template: str, out: P
                                poolclass=NullPool, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         env = {**os.environ, DATABASE_URL_ENV: url, EVENTS_ENV: str(trace), "PYTHONUNBUFFERED": "1"}
         slots = _slots(seed, jobs, env, run_dir, enqueues)
+        pauses = SelfPauses(trace)
         try:
-            _run_faults(schedule.faults, slots, server, engine, trace)
+            _run_faults(schedule.faults, slots, pauses, server, engine, trace)
             events.append(trace, "healing")
-            events.append(trace, "healed" if _heal(engine) else "heal_timed_out")
+            events.append(trace, "healed" if _heal(engine, pauses) else "heal_timed_out")
         finally:
             stop_all(slots.values(), grace=3.0)
             events.append(trace, "stopped")
@@ -93,8 +94,8 @@ def _slots(seed: int, jobs: int, env: dict, run_dir: Path, enqueues: Path) -> di
     return slots
 
 
-def _run_faults(faults: tuple[Fault, ...], slots: dict[str, Slot], server: EmbeddedServer, engine: Engine,
-                trace: Path) -> None:
+def _run_faults(faults: tuple[Fault, ...], slots: dict[str, Slot], pauses: SelfPauses, server: EmbeddedServer,
+                engine: Engine, trace: Path) -> None:
     """Start everything, apply each fault at its offset, restart what was killed, resume what was
     stopped; return once the faults are over and the enqueuers are done."""
     for slot in slots.values():
@@ -110,7 +111,9 @@ def _run_faults(faults: tuple[Fault, ...], slots: dict[str, Slot], server: Embed
             restarts += _apply(fault, slots, server, engine, trace)
         for slot in slots.values():
             slot.tick(now)
-        calm = not pending and all(s.resume_at is None and s.start_at is None for s in slots.values())
+        pauses.tick(now)
+        calm = not pending and not pauses.due and \
+            all(s.resume_at is None and s.start_at is None for s in slots.values())
         if calm and all(s.finished() for s in enqueuers) and not any(t.is_alive() for t in restarts):
             return
         if now > give_up:
@@ -163,18 +166,23 @@ def _restart(server: EmbeddedServer, trace: Path) -> None:
     events.append(trace, "server_back")
 
 
-def _heal(engine: Engine) -> bool:
-    """Wait until every job is terminal (workers keep running, recovering expired leases), or
-    until HEAL_TIMEOUT: what is left then is stuck."""
+def _heal(engine: Engine, pauses: SelfPauses) -> bool:
+    """Wait until every job is terminal (workers keep running, recovering expired leases, and a
+    worker that paused itself is still resumed on time), or until HEAL_TIMEOUT: what is left
+    then is stuck."""
     jobs = sq.Job.__table__
     unfinished = select(func.count()).select_from(jobs).where(jobs.c.status.not_in(sorted(TERMINAL)))
-    deadline = time.monotonic() + HEAL_TIMEOUT
-    while time.monotonic() < deadline:
-        try:
-            with engine.connect() as conn:
-                if conn.execute(unfinished).scalar_one() == 0:
-                    return True
-        except sa_exc.OperationalError:
-            pass
-        time.sleep(0.25)
+    deadline = next_check = time.monotonic()
+    deadline += HEAL_TIMEOUT
+    while (now := time.monotonic()) < deadline:
+        pauses.tick(now)
+        if now >= next_check:
+            next_check = now + 0.25
+            try:
+                with engine.connect() as conn:
+                    if conn.execute(unfinished).scalar_one() == 0 and not pauses.due:
+                        return True
+            except sa_exc.OperationalError:
+                pass
+        time.sleep(TICK)
     return False

@@ -15,9 +15,12 @@ from dataclasses import asdict, dataclass
 
 # Job kinds: a plain job; one with an idempotency key (sometimes another job's key, so two
 # enqueues share one live job); one that fails its first attempts (some fail for good); one that
-# runs longer than the lease renewal period; one whose effect is written in ctx.transaction().
-KINDS = ("plain", "idempotent", "failing", "long", "transaction")
-KIND_WEIGHTS = (3, 2, 2, 2, 3)
+# runs longer than the lease renewal period; one whose effect is written in ctx.transaction();
+# and a pausing one: its first attempt stops its own worker process (SIGSTOP) inside
+# ctx.transaction(), after writing its effect and before the commit, for longer than the lease,
+# while another worker runs its next attempt; the runner resumes it (a stale claim, on purpose).
+KINDS = ("plain", "idempotent", "failing", "long", "transaction", "pausing")
+KIND_WEIGHTS = (3, 2, 2, 2, 3, 1)
 
 # Fault kinds, each aimed at a slot the runner keeps alive (a killed process is started again).
 FAULTS = (
@@ -50,6 +53,7 @@ class Item:
     fail_attempts: int = 0
     max_attempts: int = MAX_ATTEMPTS
     sleep: float = 0.0
+    pause: float = 0.0  # pausing: seconds its first attempt's worker stays stopped
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,9 @@ def _item(rng: random.Random, seed: int, n: int) -> Item:
     if kind == "failing":
         for_good = rng.random() < 0.3
         return Item(n, kind, enqueuer, fail_attempts=rng.randint(1, 3), max_attempts=1 if for_good else MAX_ATTEMPTS)
+    if kind == "pausing":  # resumed while the next attempt (sleeping longer still) holds the job
+        return Item(n, kind, enqueuer, pause=round(rng.uniform(2 * LEASE + 1, 2 * LEASE + 2), 2),
+                    sleep=round(rng.uniform(2 * LEASE + 2.5, 2 * LEASE + 3.5), 2))
     if kind == "long" or (kind == "transaction" and rng.random() < 0.4):  # its transaction open a while
         return Item(n, kind, enqueuer, sleep=round(rng.uniform(0.5, 2.5 * LEASE), 2))
     return Item(n, kind, enqueuer, sleep=round(rng.uniform(0.02, 0.4), 3))  # jobs in flight when faults hit

@@ -14,6 +14,7 @@ refused by the database (a refusal would turn the violation into a retried error
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -76,8 +77,8 @@ def build_queue(database: str | Engine, events_path: str) -> sq.Queue:
     """The workload's queue on `database` (a URL or an Engine), tracing to `events_path`."""
     queue = sq.Queue(database, plugins=[TraceObserver(events_path)], load_entrypoints=False)
 
-    def ran(ctx: sq.JobContext, what: str) -> None:
-        events.append(events_path, what, job=ctx.job_id, attempt=ctx.attempt)
+    def ran(ctx: sq.JobContext, what: str, **more: Any) -> None:
+        events.append(events_path, what, job=ctx.job_id, attempt=ctx.attempt, **more)
 
     @queue.task(name="chaos_plain", retry_delay=RETRY_DELAY)
     def plain(payload: dict[str, Any], ctx: sq.JobContext) -> None:
@@ -97,14 +98,24 @@ def build_queue(database: str | Engine, events_path: str) -> sq.Queue:
         ran(ctx, "handler_started")
         with ctx.transaction() as session:
             session.execute(insert(effects).values(job_id=ctx.job_id, attempt=ctx.attempt, claim_token=ctx.claim_token))
-            time.sleep(payload.get("sleep", 0))
+            if ctx.attempt == 1 and payload.get("pause"):
+                pause_this_process(ctx, payload["pause"])
+            else:
+                time.sleep(payload.get("sleep", 0))
         ran(ctx, "handler_committed")
+
+    def pause_this_process(ctx: sq.JobContext, seconds: float) -> None:
+        """SIGSTOP of this worker process from inside the handler's transaction, so that the
+        commit is the first thing it does when the runner resumes it: this thread holds the GIL
+        when the process stops, so it runs before the worker's heartbeat can notice the loss."""
+        ran(ctx, "self_pause", seconds=seconds)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
     return queue
 
 
 TASKS = {"plain": "chaos_plain", "idempotent": "chaos_plain", "long": "chaos_plain",
-         "failing": "chaos_failing", "transaction": "chaos_transaction"}
+         "failing": "chaos_failing", "transaction": "chaos_transaction", "pausing": "chaos_transaction"}
 
 
 def __getattr__(name: str) -> Any:
