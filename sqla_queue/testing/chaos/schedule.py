@@ -96,7 +96,7 @@ def _item(rng: random.Random, seed: int, n: int) -> Item:
         return Item(n, kind, enqueuer, fail_attempts=rng.randint(1, 3), max_attempts=1 if for_good else MAX_ATTEMPTS)
     if kind == "pausing":  # resumed while the next attempt (sleeping longer still) holds the job
         return Item(n, kind, enqueuer, pause=round(rng.uniform(2 * LEASE + 1, 2 * LEASE + 2), 2),
-                    sleep=round(rng.uniform(2 * LEASE + 2.5, 2 * LEASE + 3.5), 2))
+                    sleep=round(rng.uniform(LEASE + 2.5, LEASE + 3.5), 2))
     if kind == "long" or (kind == "transaction" and rng.random() < 0.4):  # its transaction open a while
         return Item(n, kind, enqueuer, sleep=round(rng.uniform(0.5, 2.5 * LEASE), 2))
     return Item(n, kind, enqueuer, sleep=round(rng.uniform(0.02, 0.4), 3))  # jobs in flight when faults hit
