@@ -20,15 +20,15 @@ A, B = 101, 102  # worker pids
 def clean(**changes) -> Observations:
     """Two jobs enqueued, acknowledged and completed once each; job 2 was claimed twice (worker A
     lost its claim, worker B completed it) and its effect committed once, under B's claim."""
-    seen = dict(
-        rows={1: Row(1, "completed", 1, PLAIN, n=0, attempt_of_call=1, claim_token="t1"),
-              2: Row(2, "completed", 2, TRANSACTION, n=1, attempt_of_call=1, claim_token="t2b")},
-        effects={2: ["t2b"]},
-        intents=[(0, 1), (1, 1)],
-        acks=[(0, 1, 1), (1, 1, 2)],
-        claims=[(1, 1, A), (2, 1, A), (2, 2, B)],
-        completions=[(1, 1, A), (2, 2, B)],
-    )
+    seen = {
+        "rows": {1: Row(1, "completed", 1, PLAIN, n=0, attempt_of_call=1, claim_token="t1"),
+                 2: Row(2, "completed", 2, TRANSACTION, n=1, attempt_of_call=1, claim_token="t2b")},
+        "effects": {2: ["t2b"]},
+        "intents": [(0, 1), (1, 1)],
+        "acks": [(0, 1, 1), (1, 1, 2)],
+        "claims": [(1, 1, A), (2, 1, A), (2, 2, B)],
+        "completions": [(1, 1, A), (2, 2, B)],
+    }
     return Observations(**{**seen, **changes})
 
 
@@ -124,10 +124,10 @@ def test_observe_reads_the_table_the_effects_and_both_logs(own_database, tmp_pat
     with engine.begin() as conn:
         conn.execute(insert(effects), [{"job_id": done, "attempt": 1, "claim_token": claimed[done].claim_token},
                                        {"job_id": done, "attempt": 1, "claim_token": "stale"}])
-    for line in [("intent", dict(n=0, attempt=1)), ("ack", dict(n=0, attempt=1, job=done)),
-                 ("intent", dict(n=1, attempt=1)), ("intent", dict(n=2, attempt=1)),
-                 ("ack", dict(n=2, attempt=1, job=left + 1000))]:
-        events.append(enqueues, line[0], **line[1])
+    for event, fields in [("intent", {"n": 0, "attempt": 1}), ("ack", {"n": 0, "attempt": 1, "job": done}),
+                          ("intent", {"n": 1, "attempt": 1}), ("intent", {"n": 2, "attempt": 1}),
+                          ("ack", {"n": 2, "attempt": 1, "job": left + 1000})]:
+        events.append(enqueues, event, **fields)
     events.append(trace, "claimed", job=done, attempt=1)
     events.append(trace, "completed", job=done, attempt=1)
     events.append(trace, "completed", job=done, attempt=1)

@@ -10,7 +10,6 @@ import pytest
 from sqla_queue.testing.chaos.schedule import FAULTS, KINDS, make_schedule
 
 
-
 def test_the_same_seed_gives_the_same_schedule():
     assert make_schedule(7, 30).to_json() == make_schedule(7, 30).to_json()
     assert make_schedule(7, 30) != make_schedule(8, 30)

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Engine, column, create_engine, exc as sa_exc, func, select, table
+from sqlalchemy import Engine, column, create_engine, func, select, table
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 

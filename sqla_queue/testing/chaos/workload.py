@@ -18,7 +18,7 @@ import signal
 import time
 from typing import Any
 
-from sqlalchemy import BigInteger, Engine, Column, Integer, MetaData, Table, Text, insert
+from sqlalchemy import BigInteger, Column, Engine, Integer, MetaData, Table, Text, insert
 
 import sqla_queue as sq
 
