@@ -3,6 +3,7 @@ the runner's own, hurt on a schedule drawn from a seed, then a checker that sort
 classes (lost, duplicated, duplicate effect, stuck, unexpected). docs/explanation/fault-schedules.md.
 
 Modules: `schedule` (seed -> workload and faults), `workload` (the app the workers run),
-`enqueuer` (the enqueuer process), `processes` (process slots and signals), `runner` (one seed,
+`enqueuer` (the enqueuer process), `processes` (process slots and signals), `proxy` (the TCP
+proxy between the workers and the server), `runner` (one seed,
 start to verdict), `checker` (the classes), `events` (the run's trace), ``__main__`` (the CLI).
 """

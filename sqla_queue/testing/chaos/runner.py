@@ -26,6 +26,7 @@ from . import events
 from .checker import TERMINAL, Verdict, classify, observe
 from .enqueuer import APPLICATION_NAME as ENQUEUER_NAME
 from .processes import SelfPauses, Slot, enqueuer_argv, stop_all, worker_argv
+from .proxy import TcpProxy
 from .schedule import ENQUEUERS, LEASE, WINDOW, WORKERS, Fault, make_schedule
 from .workload import DATABASE_URL_ENV, EVENTS_ENV, effects_metadata
 
@@ -71,14 +72,18 @@ def run_seed(seed: int, jobs: int, server: EmbeddedServer, template: str, out: P
         engine = create_engine(make_url(url).update_query_dict({"application_name": RUNNER_NAME}),
                                poolclass=NullPool, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         env = {**os.environ, DATABASE_URL_ENV: url, EVENTS_ENV: str(trace), "PYTHONUNBUFFERED": "1"}
-        slots = _slots(seed, jobs, env, run_dir, enqueues)
+        proxy = TcpProxy(server.host, server.port)
+        proxied = make_url(url).set(host=proxy.host, port=proxy.port).render_as_string(hide_password=False)
+        slots = _slots(seed, jobs, env, {**env, DATABASE_URL_ENV: proxied}, run_dir, enqueues)
         pauses = SelfPauses(trace)
         try:
-            _run_faults(schedule.faults, slots, pauses, server, engine, trace)
+            _run_faults(schedule.faults, slots, pauses, Targets(server, proxy, engine), trace)
             events.append(trace, "healing")
             events.append(trace, "healed" if _heal(engine, pauses) else "heal_timed_out")
         finally:
+            proxy.heal()
             stop_all(slots.values(), grace=3.0)
+            proxy.close()
             events.append(trace, "stopped")
         verdict = classify(observe(engine, trace, enqueues))
         engine.dispose()
@@ -86,17 +91,35 @@ def run_seed(seed: int, jobs: int, server: EmbeddedServer, template: str, out: P
     return SeedResult(seed, jobs, verdict, time.monotonic() - started, run_dir)
 
 
-def _slots(seed: int, jobs: int, env: dict, run_dir: Path, enqueues: Path) -> dict[str, Slot]:
-    slots = {f"worker-{i}": Slot(f"worker-{i}", worker_argv(), env, run_dir / f"worker-{i}.log") for i in range(WORKERS)}
-    slots["supervisor"] = Slot("supervisor", worker_argv(processes=2), env, run_dir / "supervisor.log")
+def _slots(seed: int, jobs: int, env: dict, worker_env: dict, run_dir: Path, enqueues: Path) -> dict[str, Slot]:
+    """Workers reach the server through the proxy (`worker_env`), enqueuers directly."""
+    slots = {f"worker-{i}": Slot(f"worker-{i}", worker_argv(), worker_env, run_dir / f"worker-{i}.log")
+             for i in range(WORKERS)}
+    slots["supervisor"] = Slot("supervisor", worker_argv(processes=2), worker_env, run_dir / "supervisor.log")
     for i in range(ENQUEUERS):
         slots[f"enqueuer-{i}"] = Slot(f"enqueuer-{i}", enqueuer_argv(seed, jobs, i, enqueues), env,
                                       run_dir / f"enqueuer-{i}.log")
     return slots
 
 
-def _run_faults(faults: tuple[Fault, ...], slots: dict[str, Slot], pauses: SelfPauses, server: EmbeddedServer,
-                engine: Engine, trace: Path) -> None:
+@dataclass
+class Targets:
+    """What faults other than signals act on: the server, the workers' proxy (and when it heals),
+    the runner's own engine (for pg_terminate_backend)."""
+
+    server: EmbeddedServer
+    proxy: TcpProxy
+    engine: Engine
+    heal_network_at: float | None = None
+
+    def tick(self, now: float) -> None:
+        if self.heal_network_at is not None and now >= self.heal_network_at:
+            self.proxy.heal()
+            self.heal_network_at = None
+
+
+def _run_faults(faults: tuple[Fault, ...], slots: dict[str, Slot], pauses: SelfPauses, targets: Targets,
+                trace: Path) -> None:
     """Start everything, apply each fault at its offset, restart what was killed, resume what was
     stopped; return once the faults are over and the enqueuers are done."""
     for slot in slots.values():
@@ -109,11 +132,12 @@ def _run_faults(faults: tuple[Fault, ...], slots: dict[str, Slot], pauses: SelfP
         while pending and now - start >= pending[0].at:
             fault = pending.pop(0)
             events.append(trace, "fault", kind=fault.kind, slot=fault.slot, duration=fault.duration)
-            restarts += _apply(fault, slots, server, engine, trace)
+            restarts += _apply(fault, slots, targets, trace)
         for slot in slots.values():
             slot.tick(now)
         pauses.tick(now)
-        calm = not pending and not pauses.due and \
+        targets.tick(now)
+        calm = not pending and not pauses.due and targets.heal_network_at is None and \
             all(s.resume_at is None and s.start_at is None for s in slots.values())
         if calm and all(s.finished() for s in enqueuers) and not any(t.is_alive() for t in restarts):
             return
@@ -123,8 +147,7 @@ def _run_faults(faults: tuple[Fault, ...], slots: dict[str, Slot], pauses: SelfP
         time.sleep(TICK)
 
 
-def _apply(fault: Fault, slots: dict[str, Slot], server: EmbeddedServer, engine: Engine,
-           trace: Path) -> list[threading.Thread]:
+def _apply(fault: Fault, slots: dict[str, Slot], targets: Targets, trace: Path) -> list[threading.Thread]:
     kind, target = fault.kind, fault.slot
     if kind == "kill_worker":
         slots[f"worker-{target}"].kill(fault.duration)
@@ -141,12 +164,20 @@ def _apply(fault: Fault, slots: dict[str, Slot], server: EmbeddedServer, engine:
     elif kind in ("terminate_workers", "terminate_enqueuers"):
         name = activity.c.application_name
         matches = name.like(WORKER_BACKENDS) if kind == "terminate_workers" else name == ENQUEUER_NAME
-        ended = _terminate(engine, matches)
+        ended = _terminate(targets.engine, matches)
         events.append(trace, "terminated", backends=ended)
     elif kind == "restart_server":
-        thread = threading.Thread(target=_restart, args=(server, trace), daemon=True)
+        thread = threading.Thread(target=_restart, args=(targets.server, trace), daemon=True)
         thread.start()
         return [thread]
+    elif kind == "cut_network":
+        events.append(trace, "cut", connections=targets.proxy.cut())
+    elif kind in ("stall_network", "refuse_network"):
+        if kind == "stall_network":
+            targets.proxy.stall()
+        else:
+            targets.proxy.refuse()
+        targets.heal_network_at = time.monotonic() + fault.duration
     return []
 
 

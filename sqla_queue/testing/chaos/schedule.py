@@ -32,8 +32,11 @@ FAULTS = (
     "terminate_enqueuers",  # pg_terminate_backend of every enqueuer backend
     "kill_enqueuer",        # SIGKILL an enqueuer, whatever it is doing (mid-commit included)
     "restart_server",       # pg_ctl restart -m immediate of the runner's own PostgreSQL
+    "cut_network",          # the workers' proxy closes every open connection
+    "stall_network",        # the proxy stops forwarding (sockets stay open) for `duration` seconds
+    "refuse_network",       # the proxy closes new connections too, for `duration` seconds
 )
-FAULT_WEIGHTS = (4, 4, 2, 3, 3, 2, 2, 1)
+FAULT_WEIGHTS = (4, 4, 2, 3, 3, 2, 2, 1, 2, 2, 1)
 
 WORKERS = 2      # single-process worker slots
 ENQUEUERS = 2    # enqueuer slots
@@ -111,6 +114,10 @@ def _fault(rng: random.Random) -> Fault:
         duration = round(rng.uniform(0.2, LEASE) if rng.random() < 0.3 else rng.uniform(LEASE, 3 * LEASE), 2)
     elif kind.startswith("kill_"):
         duration = round(rng.uniform(0.1, 1.0), 2)
+    elif kind == "stall_network":  # sometimes past the lease: the workers must fence themselves
+        duration = round(rng.uniform(0.3, 2 * LEASE), 2)
+    elif kind == "refuse_network":
+        duration = round(rng.uniform(0.3, 2.0), 2)
     else:
         duration = 0.0
     return Fault(at=at, kind=kind, slot=slot, duration=duration)
