@@ -59,3 +59,35 @@ def test_a_killed_slot_starts_again_after_its_delay_and_a_finished_one_stays_fin
         slot.ask_to_stop()
         slot.reap(time.monotonic() + 5)
     assert slot.process.poll() is not None
+
+
+LEADER = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_end_of_a_run_kills_the_orphans_of_a_killed_and_stopped_leader(tmp_path):
+    """A supervisor stopped (with its children) and then killed leaves its children behind, in
+    the old session, while its successor runs in a new one; reaping the slot ends both."""
+    slot = Slot("leader", [sys.executable, "-c", LEADER], {}, tmp_path / "leader.log")
+    slot.start()
+    tick_until(lambda: (tmp_path / "leader.log").read_text().strip(), lambda now: None)
+    orphan = int((tmp_path / "leader.log").read_text().split()[0])
+    slot.stop(resume_after=60)
+    slot.kill(restart_after=0.0)  # the leader alone, as kill_supervisor does; a new one starts
+    tick_until(slot.alive, slot.tick)
+    assert _running(orphan) and len(slot.lives) == 2
+    slot.ask_to_stop()
+    slot.reap(time.monotonic())
+    tick_until(lambda: not _running(orphan), lambda now: None)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False

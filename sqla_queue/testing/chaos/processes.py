@@ -65,6 +65,8 @@ class Slot:
         if self.alive():
             self._signal(signal.SIGKILL, group)
             self.process.wait()
+        if self.resume_at is not None:  # killed while stopped: its orphans must run to drain
+            self._signal(signal.SIGCONT, True)
         self.resume_at = None
         self.start_at = time.monotonic() + restart_after
 
@@ -105,7 +107,11 @@ class Slot:
             self.process.wait(max(deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
             pass
-        self._signal(signal.SIGKILL, True)
+        for pid in self.lives:  # every session it ever started: a killed supervisor's orphans too
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.process.wait()
 
 
