@@ -66,7 +66,7 @@ SERVER_INDEPENDENT = (
     "worker/test_long_job.py", "worker/test_crash.py", "worker/test_pgbouncer.py",
     "services/scheduling/test_ticks.py", "services/scheduling/test_declare.py",
     "services/scheduling/test_schedule_statements.py", "services/scheduling/test_cli_schedules.py",
-    "services/scheduling/test_schedule_jobs_doc.py", "test_states.py",
+    "services/scheduling/test_schedule_jobs_doc.py", "test_states.py", "testing/test_chaos_",
 )
 TESTS = Path(__file__).parent
 

@@ -89,9 +89,10 @@ class EmbeddedServer:
     def url(self) -> str:
         return f"postgresql+psycopg://postgres@{self.host}:{self.port}/postgres"
 
-    def restart(self) -> None:
-        """``pg_ctl restart -m fast``: every backend is terminated, then the server comes back."""
-        self._pg_ctl("-m", "fast", "-l", str(self.log), "-t", "60", "restart")
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart -m MODE``: every backend is terminated, then the server comes back.
+        ``immediate`` is a crash as far as the server knows: it recovers from its WAL."""
+        self._pg_ctl("-m", mode, "-l", str(self.log), "-t", "60", "restart")
 
     def stop(self, mode: str = "fast") -> None:
         self._pg_ctl("-m", mode, "stop")
