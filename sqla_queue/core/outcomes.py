@@ -35,6 +35,7 @@ from ..types import (
     Outcome,
 )
 from .counters import Counters
+from .limits import Limits
 
 
 class Outcomes:
@@ -48,6 +49,7 @@ class Outcomes:
         self.plugin_manager = plugin_manager
         self.counters = counters
         self.statements = executor.statements
+        self.limits: Limits | None = None  # set by `Core`: the claim of a limited queue goes there
 
     # -- results -----------------------------------------------------------------------------
 
@@ -73,6 +75,11 @@ class Outcomes:
         queue = _validate.name(queue, "queue")
         worker_id = _validate.name(worker_id, "worker_id")
         limit = _validate.positive_int(limit, "limit")
+        if self.limits is not None and queue in self.limits.limited.names():
+            got = self.limits.claim(queue, worker_id, limit, lease)
+            if got.jobs or not got.throttled:  # held back by a limit: no empty claim
+                self._emit_claimed(got.jobs, got.jobs, queue, worker_id, limit)
+            return got.jobs
         params = {
             "queue": queue, "worker_id": worker_id, "limit": limit,
             "token": secrets.token_urlsafe(24), "lease": _lease(lease),
