@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .queue_state import LimitOptions, QueueLimits, QueueState  # noqa: F401  (re-exported: the API's value types)
+from .queue_state import LimitOptions, QueueLimits, QueueState, Rate  # noqa: F401  (re-exported: API value types)
 from .states import ACTIVE, FINISHED_STATUSES, JobStatus  # noqa: F401  (re-exported: the value types of the API)
 
 if TYPE_CHECKING:
