@@ -35,7 +35,7 @@ from ..types import (
     Outcome,
 )
 from .counters import Counters
-from .limits import Limits
+from .limits import LimitedClaim, Limits
 
 
 class Outcomes:
@@ -76,10 +76,7 @@ class Outcomes:
         worker_id = _validate.name(worker_id, "worker_id")
         limit = _validate.positive_int(limit, "limit")
         if self.limits is not None and queue in self.limits.limited.names():
-            got = self.limits.claim(queue, worker_id, limit, lease)
-            if got.jobs or not got.throttled:  # held back by a limit: no empty claim
-                self._emit_claimed(got.jobs, got.jobs, queue, worker_id, limit)
-            return got.jobs
+            return self.claim_limited(queue, worker_id, limit, lease).jobs
         params = {
             "queue": queue, "worker_id": worker_id, "limit": limit,
             "token": secrets.token_urlsafe(24), "lease": _lease(lease),
@@ -91,6 +88,17 @@ class Outcomes:
         jobs = sorted((ClaimedJob.from_row(row) for row in rows), key=lambda j: j.id)
         self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
         return jobs
+
+    def claim_limited(self, queue: str, worker_id: str, limit: int, lease: timedelta | float = DEFAULT_LEASE,
+                      tasks: Sequence[str] | None = None) -> LimitedClaim:
+        """Claim from a limited queue (`core.limits`), announced as any claim; a claim a limit
+        held back is not an empty claim."""
+        if self.limits is None:
+            raise RuntimeError("Outcomes.limits is set by Core; this Outcomes was built without one")
+        got = self.limits.claim(queue, worker_id, limit, lease, tasks)
+        if got.jobs or not got.throttled:
+            self._emit_claimed(got.jobs, got.jobs, queue, worker_id, limit)
+        return got
 
     def claim_by_id(self, job_id: int, worker_id: str, *, attempt: int | None = None,
                     scheduled_at: datetime | None = None, due_only: bool = False,

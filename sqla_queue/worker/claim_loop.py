@@ -251,7 +251,7 @@ class ClaimLoop:
         for name in queues:
             if room - got <= 0:
                 break
-            claim = self.core.limits.claim(name, self.worker_id, room - got, self.config.lease, self.tasks)
+            claim = self.core.outcomes.claim_limited(name, self.worker_id, room - got, self.config.lease, self.tasks)
             self.hold(claim.jobs)
             self.slots.count("claimed", len(claim.jobs))
             got += len(claim.jobs)
