@@ -30,12 +30,19 @@ its unlimited claims within this long. Limits changed on a limited queue apply a
 _UNSET: Any = object()
 
 
+THROTTLED_RETRY = 0.01
+"""Seconds before a worker claims again from a queue whose limits held due jobs back: a bucket
+refills continuously and other workers' completions free slots, neither of which notifies."""
+
+
 @dataclass(frozen=True)
 class LimitedClaim:
-    """What a limited claim got: the jobs, and whether a limit held due jobs back."""
+    """What a limited claim got: the jobs, whether a limit held due jobs back, and when to
+    claim again if it did (seconds)."""
 
     jobs: list[ClaimedJob]
     throttled: bool
+    retry_after: float = THROTTLED_RETRY
 
 
 class LimitedQueues:
@@ -142,7 +149,14 @@ class Limits:
             if throttled:
                 self.counters.count_throttled(conn, queue)
         jobs = sorted((ClaimedJob.from_row(r) for r in rows if r.id is not None), key=lambda j: j.id)
-        return LimitedClaim(jobs, throttled)
+        return LimitedClaim(jobs, throttled, _retry_after(found))
+
+
+def _retry_after(limits: QueueLimits) -> float:
+    """Half the time a rate's bucket takes to fill (so a claim finds it about half full, never
+    overflowing), at most `THROTTLED_RETRY`."""
+    refills = [rate.burst / rate.per_second / 2 for rate in (limits.rate, limits.group_rate) if rate is not None]
+    return min([THROTTLED_RETRY, *refills])
 
 
 def _changed(current: Any, given: Any, check: Any) -> Any:

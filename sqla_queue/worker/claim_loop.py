@@ -46,12 +46,6 @@ became due behind a position (enqueued with a past ``run_at``, or skipped while 
 held it) waits."""
 
 
-THROTTLED_RETRY = 0.01
-"""Seconds before a worker claims again from a queue whose limits held due jobs back: a rate's
-bucket refills continuously and another worker's completion frees a concurrency slot, neither
-of which notifies."""
-
-
 class ClaimLoop:
     """Rounds for the queues `serve` names on `core`, filling `slots` and handing jobs to
     `runs`; the `periodic` services run between rounds (`scheduler` also bounds the rest)."""
@@ -246,7 +240,7 @@ class ClaimLoop:
 
     def _claim_limited(self, queues: list[str], room: int) -> int:
         """Claim up to `room` jobs from the limited `queues`, in turn; a claim a limit held back
-        sets `throttled_until`, when to look again (a token's refill, or `THROTTLED_RETRY`)."""
+        sets `throttled_until`, when to look again (`LimitedClaim.retry_after`)."""
         got = 0
         for name in queues:
             if room - got <= 0:
@@ -256,7 +250,7 @@ class ClaimLoop:
             self.slots.count("claimed", len(claim.jobs))
             got += len(claim.jobs)
             if claim.throttled:
-                wait = time.monotonic() + THROTTLED_RETRY
+                wait = time.monotonic() + claim.retry_after
                 self.throttled_until = min(wait, self.throttled_until or wait)
         return got
 
