@@ -22,8 +22,8 @@ from .. import _validate
 from ..db.executor import Executor, Statements
 from ..errors import DatabaseError, InvalidInputError, JobStateError
 from ..plugins.calls import emit
-from ..sql import counters as counter_sql
 from ..queue_state import QueueLimits
+from ..sql import counters as counter_sql
 from ..types import (
     ACTIVE_STATUSES,
     DEFAULT_STATS_WINDOW,

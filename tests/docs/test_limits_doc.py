@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import doc_blocks
+
 import sqla_queue as sq
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "limits.md"

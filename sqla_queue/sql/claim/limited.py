@@ -81,7 +81,7 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False) -> Ex
     summary = select(_throttled(table, claimed).label("throttled")).subquery("summary")
     # The buckets' writes are CTEs nothing reads: PostgreSQL runs a data-modifying WITH query
     # to completion whether or not it is read, and add_cte makes SQLAlchemy render them.
-    return (select(*(claimed.c[name] for name in claimed.c.keys()), summary.c.throttled)
+    return (select(*claimed.c, summary.c.throttled)
             .select_from(summary.outerjoin(claimed, true()))
             .add_cte(*writes))
 
@@ -272,7 +272,10 @@ def _throttled(table: Table, claimed):
     was left (the statement's snapshot still shows the claimed ones pending)."""
     claimed_count = select(func.count()).select_from(claimed).scalar_subquery()
     jobs = table.alias("left_behind")
+    # A scalar subquery in claim order, not EXISTS (whose ORDER BY and LIMIT PostgreSQL drops):
+    # the pending index is read from its head, where the claimed rows and then the first one
+    # left behind are, instead of a scan looking for any such row.
     left_behind = (select(jobs.c.id).where(*_due_conditions(jobs), jobs.c.id.not_in(select(claimed.c.id)))
-                   .limit(1).exists())
+                   .order_by(*_order(jobs)).limit(1).scalar_subquery().is_not(None))
     return and_(claimed_count < _limit(), left_behind)
 

@@ -13,9 +13,9 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
+from waiting import wait_until
 
 import sqla_queue as sq
-from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ CREATE TRIGGER log_runs AFTER UPDATE OF status ON sqla_queue_jobs FOR EACH ROW E
 
 @pytest.fixture
 def logged(own_database):
-    url, engine = own_database
+    _url, engine = own_database
     with engine.begin() as conn:
         conn.exec_driver_sql(RUN_LOG)
     queue = sq.Queue(engine, load_entrypoints=False)
@@ -188,7 +188,7 @@ def test_group_concurrency_2_allows_two_per_key_and_no_more(logged):
 def test_claim_within_limits_through_the_api(logged):
     """`queue.claim` honours the limits too, and a claim a limit held back is counted as
     throttled, not as an empty claim."""
-    queue, engine = logged
+    queue, _engine = logged
     queue.enqueue_many([{"task": "work", "payload": {}, "group_key": key} for key in "aab"])
     queue.set_limits("tenants", group_concurrency=1)
 
