@@ -9,6 +9,7 @@ an unlimited queue's claim costs nothing more than before limits existed.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 from .. import _validate
 from ..db.executor import Executor
+from ..errors import PermissionDeniedError
 from ..queue_state import QueueLimits, limit_count, parse_rate
 from ..types import DEFAULT_LEASE, ClaimedJob
 from .counters import Counters
@@ -28,6 +30,7 @@ REFRESH_EVERY = 1.0
 its unlimited claims within this long. Limits changed on a limited queue apply at its next claim."""
 
 _UNSET: Any = object()
+logger = logging.getLogger("sqla_queue.limits")
 
 
 THROTTLED_RETRY = 0.01
@@ -46,21 +49,37 @@ class LimitedClaim:
 
 
 class LimitedQueues:
-    """The names of the queues that have limits, read again when older than `REFRESH_EVERY`."""
+    """The names of the queues that have limits, read again when older than `REFRESH_EVERY`.
+
+    A role without ``SELECT`` on the limits table (granted before limits existed) sees no
+    limited queue: its claims stay the unlimited claim and it logs a warning (once), rather
+    than a worker stopping on its first claim after an upgrade (docs/how-to/database-roles.md).
+    """
 
     def __init__(self, read: Any) -> None:
         self._read = read
         self._names: frozenset[str] = frozenset()
         self._read_at = float("-inf")
         self._lock = threading.Lock()
+        self._warned = False
 
     def names(self) -> frozenset[str]:
         if time.monotonic() - self._read_at >= REFRESH_EVERY:
             with self._lock:
                 if time.monotonic() - self._read_at >= REFRESH_EVERY:
-                    self._names = frozenset(self._read())
+                    self._names = self._read_names()
                     self._read_at = time.monotonic()
         return self._names
+
+    def _read_names(self) -> frozenset[str]:
+        try:
+            return frozenset(self._read())
+        except PermissionDeniedError as exc:
+            if not self._warned:
+                self._warned = True
+                logger.warning("cannot read queue limits, so none are enforced by this process's claims "
+                               "(grant SELECT, UPDATE on the limits table: docs/how-to/database-roles.md): %s", exc)
+            return frozenset()
 
     def forget(self) -> None:
         """Read again on next use (this process just changed a queue's limits)."""
