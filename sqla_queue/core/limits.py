@@ -25,9 +25,10 @@ from ..queue_state import QueueLimits, limit_count, parse_rate
 from ..types import DEFAULT_LEASE, ClaimedJob
 from .counters import Counters
 
-REFRESH_EVERY = 1.0
-"""Seconds a process trusts its list of limited queues: limits set (or cleared) elsewhere reach
-its unlimited claims within this long. Limits changed on a limited queue apply at its next claim."""
+REFRESH_EVERY = 2.0
+"""Seconds a process trusts its list of limited queues: a queue limited (or no longer limited)
+elsewhere takes the limited claim in this process within about this long. Limits changed on a
+queue that was limited already apply at its next claim (the claim reads them)."""
 
 _UNSET: Any = object()
 logger = logging.getLogger("sqla_queue.limits")
@@ -64,12 +65,23 @@ class LimitedQueues:
         self._warned = False
 
     def names(self) -> frozenset[str]:
+        """The names, read again first when older than `REFRESH_EVERY`."""
+        self.refresh_if_stale()
+        return self._names
+
+    def known(self) -> frozenset[str]:
+        """The names as last read (read now if never): a worker's round uses these and refreshes
+        them after its claim (`refresh_if_stale`), so a wake-up's claim never waits for the read."""
+        if self._read_at == float("-inf"):
+            self.refresh_if_stale()
+        return self._names
+
+    def refresh_if_stale(self) -> None:
         if time.monotonic() - self._read_at >= REFRESH_EVERY:
             with self._lock:
                 if time.monotonic() - self._read_at >= REFRESH_EVERY:
                     self._names = self._read_names()
                     self._read_at = time.monotonic()
-        return self._names
 
     def _read_names(self) -> frozenset[str]:
         try:
@@ -149,8 +161,8 @@ class Limits:
 
     def claim(self, queue: str, worker_id: str, limit: int, lease: timedelta | float = DEFAULT_LEASE,
               tasks: Sequence[str] | None = None) -> LimitedClaim:
-        """Claim up to `limit` jobs of `queue` within its limits (a queue whose limits were
-        just removed is claimed as any other); a throttled claim is counted for the health
+        """Claim up to `limit` jobs of `queue` within its limits (none, asking to be called again
+        at once, when its limits were just removed); a throttled claim is counted for the health
         signals in the same transaction."""
         params: dict[str, Any] = {
             "queue": queue, "worker_id": worker_id, "limit": limit, "token": secrets.token_urlsafe(24),
@@ -158,9 +170,9 @@ class Limits:
         }
         with self.executor.transaction() as conn:
             row = conn.execute(self.statements.lock_limits, params).first()
-            if row is None:
-                rows = conn.execute(self.statements.claim, params).all()
-                return LimitedClaim(sorted((ClaimedJob.from_row(r) for r in rows), key=lambda j: j.id), False)
+            if row is None:  # its limits were just removed: the next claim is the unlimited one
+                self.limited.forget()
+                return LimitedClaim([], False, 0.0)
             found = QueueLimits.from_row(row)
             statement = self.statements.limited_claim(_grouped(found), found.fair)
             rows = conn.execute(statement, {**params, **_claim_params(found, row.last_group_key)}).all()

@@ -224,7 +224,7 @@ class ClaimLoop:
         if not finished and limit <= 0:
             return 0, 0, True
         order = self._queue_order() if limit else list(self.queues)
-        limited = self.core.limits.limited.names() if limit else frozenset()
+        limited = self.core.limits.limited.known() if limit else frozenset()
         queues = [name for name in order if name not in limited]
         positions = {} if not limit else {
             name: position for name in queues if (position := self._claim_from(name)) is not None}
@@ -235,6 +235,7 @@ class ClaimLoop:
         got = len(jobs) + self._claim_limited([name for name in order if name in limited], limit - len(jobs))
         if limit:
             self.turn += 1
+            self.core.limits.limited.refresh_if_stale()  # after the claim: a wake-up's claim never waits for it
         self.slots.count("claimed", len(jobs))
         return limit, got, not positions
 
@@ -249,7 +250,7 @@ class ClaimLoop:
             self.hold(claim.jobs)
             self.slots.count("claimed", len(claim.jobs))
             got += len(claim.jobs)
-            if claim.throttled:
+            if claim.throttled or (not claim.jobs and claim.retry_after == 0):
                 wait = time.monotonic() + claim.retry_after
                 self.throttled_until = min(wait, self.throttled_until or wait)
         return got
