@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import _validate
 from ..db.executor import Executor
-from ..errors import PermissionDeniedError
+from ..errors import DatabaseError, PermissionDeniedError
 from ..queue_state import QueueLimits, limit_count, parse_rate
 from ..types import DEFAULT_LEASE, ClaimedJob
 from .counters import Counters
@@ -31,6 +31,7 @@ elsewhere takes the limited claim in this process within about this long. Limits
 queue that was limited already apply at its next claim (the claim reads them)."""
 
 _UNSET: Any = object()
+UNDEFINED_TABLE = "42P01"
 logger = logging.getLogger("sqla_queue.limits")
 
 
@@ -52,9 +53,10 @@ class LimitedClaim:
 class LimitedQueues:
     """The names of the queues that have limits, read again when older than `REFRESH_EVERY`.
 
-    A role without ``SELECT`` on the limits table (granted before limits existed) sees no
-    limited queue: its claims stay the unlimited claim and it logs a warning (once), rather
-    than a worker stopping on its first claim after an upgrade (docs/how-to/database-roles.md).
+    A role without ``SELECT`` on the limits table (granted before limits existed), or a schema
+    before revision sqlaq_0011 (no such table), sees no limited queue: its claims stay the
+    unlimited claim and it logs a warning (once), rather than a worker stopping on its first
+    claim after an upgrade (docs/how-to/database-roles.md).
     """
 
     def __init__(self, read: Any) -> None:
@@ -86,11 +88,16 @@ class LimitedQueues:
     def _read_names(self) -> frozenset[str]:
         try:
             return frozenset(self._read())
-        except PermissionDeniedError as exc:
+        except DatabaseError as exc:
+            missing = getattr(getattr(exc, "orig", None), "sqlstate", None) == UNDEFINED_TABLE
+            if not (missing or isinstance(exc, PermissionDeniedError)):
+                raise
             if not self._warned:
                 self._warned = True
+                fix = ("run `sqla-queue db upgrade`" if missing else
+                       "grant SELECT, UPDATE on the limits table: docs/how-to/database-roles.md")
                 logger.warning("cannot read queue limits, so none are enforced by this process's claims "
-                               "(grant SELECT, UPDATE on the limits table: docs/how-to/database-roles.md): %s", exc)
+                               "(%s): %s", fix, exc)
             return frozenset()
 
     def forget(self) -> None:
