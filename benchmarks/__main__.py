@@ -16,13 +16,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import (asyncio_rows, claim_cost, cpu_scaling, drain, enqueue, fleet, idle, latency, otel, peers, raw, report,
-               roundtrips, sustained, wakeups)
+from . import (asyncio_rows, claim_cost, cpu_scaling, drain, enqueue, fleet, idle, latency, limits, otel, peers,
+               raw, report, roundtrips, sustained, wakeups)
 from .server import benchmark_database, load_average, server_facts
 from .sizes import SIZES
 
 SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "idle", "asyncio", "roundtrips",
-            "wakeups", "fleet", "cpu", "otel", "peers")
+            "wakeups", "fleet", "cpu", "otel", "limits", "peers")
 # What runs without --sections: every section but the peers, which install pgqueuer and
 # graphile-worker from PyPI and npm (--peers adds them).
 DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "peers")
@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             "fleet": lambda: fleet.run(db, size, log),
             "cpu": lambda: cpu_scaling.run(db, size, log),
             "otel": lambda: otel.run(db, size, log),
+            "limits": lambda: limits.run(db, size, log),
             "peers": lambda: peers.run(db, size, log),
         }
         for name in args.sections:

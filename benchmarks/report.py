@@ -529,11 +529,32 @@ def _otel_section(results: dict) -> list[str]:
     return lines
 
 
+def _limits_section(results: dict) -> list[str]:
+    from . import limits
+
+    found = results["limits"]
+    n = found["sizes"]
+    lines = ["## 14. Limits", "",
+             f"Flow control's targets ([limits](how-to/limits.md)), side by side in one run. Fair tenant: "
+             f"{n['tenant']:,} jobs of tenant B enqueued at the start signal behind tenant A's {n['backlog']:,}, "
+             "`fair=True`, 2 workers x concurrency 10, B's p99 from enqueue to claim against B alone. Fair drain: "
+             f"{n['jobs']:,} jobs over {n['keys']:,} keys, 2 x 10, `fair=True` against no limits. Serial keys: "
+             f"{n['jobs']:,} jobs over {n['serial_keys']:,} keys, {n['workers']} workers x concurrency 2, "
+             "`group_concurrency=1` against no limits, and the runs of one key that overlapped (a job claimed "
+             "before the previous one of its key completed). Rate: `rate=500/s`, 4 workers x concurrency 10, "
+             f"for about {n['rate_seconds']} s; claims per second of the database clock, the first and the last "
+             "(partial) second left out.", "",
+             "| Target | Measured | Met? |", "|---|---|---|"]
+    for row in limits.rows(results):
+        lines.append(f"| {row['target']} | {row['measured']} | {_met(row['met'])} |")
+    return lines + [""]
+
+
 _SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _drain_section),
              ("latency", _latency_section), ("claim_cost", _claim_cost_section),
              ("sustained", _sustained_section), ("idle", _idle_section), ("asyncio", _asyncio_section),
              ("roundtrips", _roundtrip_section), ("wakeups", _wakeups_section), ("fleet", _fleet_section),
-             ("cpu", _cpu_section), ("otel", _otel_section), ("peers", _peers_section))
+             ("cpu", _cpu_section), ("otel", _otel_section), ("limits", _limits_section), ("peers", _peers_section))
 
 
 _DEFAULT_KEYS = tuple(key for key, _ in _SECTIONS if key != "peers")  # what a run without --sections measures

@@ -50,6 +50,14 @@ class Size:
     wakeup_seconds: float = 1.0
     # many workers on one database: processes of concurrency 2 beside 2 x 10 (tiny: fewer)
     fleet_processes: int = 20
+    # limits (section 13): tenant A's backlog and tenant B's jobs behind it; keys of the fair drain
+    # and of the serial drain (group_concurrency=1, over fleet_processes workers); seconds of the
+    # rate run (500/s over 4 workers)
+    limits_backlog: int = 100_000
+    limits_small_tenant: int = 100
+    limits_keys: int = 100
+    limits_serial_keys: int = 1_000
+    limits_rate_seconds: int = 30
 
     def with_repeat(self, repeat: int | None) -> Size:
         return self if repeat is None else replace(self, repeat=repeat)
@@ -65,6 +73,8 @@ SIZES = {
         claim_small_backlog=1_000, claim_large_backlog=10_000, claim_history=5_000, claim_samples=50,
         sustained_jobs=3_000, sustained_window=1.0, sustained_max_seconds=10.0, sustained_repeat=1,
         asyncio_sleep_jobs=1_000, peers_latency_jobs=2, fleet_processes=4,
+        limits_backlog=2_000, limits_small_tenant=20, limits_keys=20, limits_serial_keys=50,
+        limits_rate_seconds=2,
     ),
     "small": Size(
         name="small", repeat=2,
@@ -76,6 +86,8 @@ SIZES = {
         claim_samples=500,
         sustained_jobs=100_000, sustained_window=5.0, sustained_max_seconds=40.0, sustained_repeat=1,
         asyncio_sleep_jobs=1_000, peers_latency_jobs=40, wakeup_seconds=3.0,
+        limits_backlog=20_000, limits_small_tenant=100, limits_keys=100, limits_serial_keys=200,
+        limits_rate_seconds=5,
     ),
     "full": Size(
         name="full", repeat=3,

@@ -38,7 +38,8 @@ class EnqueueOptions(TypedDict, total=False):
     job holds it, enqueue returns that job's id); `priority` (-32768 to 32767, default the
     task's: higher is claimed first); `meta` (a mapping of string keys to JSON values stored
     with the job and read by its handler as ``ctx.meta``, over what the `sqla_queue_job_meta`
-    hooks add)."""
+    hooks add); `group_key` (the job's group, e.g. a tenant: the queue's per-key limits and
+    fair claiming apply to it, `Queue.set_limits`)."""
 
     queue: str | None
     run_at: datetime | None
@@ -47,6 +48,7 @@ class EnqueueOptions(TypedDict, total=False):
     idempotency_key: str | None
     priority: int | None
     meta: Mapping[str, Any] | None
+    group_key: str | None
 
 
 @dataclass(frozen=True)

@@ -59,19 +59,24 @@ def queue_name(value: Any, what: str = "queue") -> str:
     return value
 
 
+def group_key(value: Any) -> str:
+    """A group key: a non-empty printable string of at most `MAX_KEY_LENGTH` characters."""
+    return _key(value, "group_key")
+
+
 def idempotency_key(value: Any) -> str | None:
-    if value is None:
-        return None
+    return None if value is None else _key(value, "idempotency_key")
+
+
+def _key(value: Any, what: str) -> str:
     if not isinstance(value, str):
-        raise InvalidInputError(f"idempotency_key must be a string, got {type(value).__name__}")
+        raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
     if not value:
-        raise InvalidInputError("idempotency_key must not be empty")
+        raise InvalidInputError(f"{what} must not be empty")
     if len(value) > MAX_KEY_LENGTH:
-        raise InvalidInputError(
-            f"idempotency_key is {len(value)} characters long; the limit is {MAX_KEY_LENGTH}"
-        )
+        raise InvalidInputError(f"{what} is {len(value)} characters long; the limit is {MAX_KEY_LENGTH}")
     if not value.isprintable():
-        raise InvalidInputError("idempotency_key contains control or non-printable characters")
+        raise InvalidInputError(f"{what} contains control or non-printable characters")
     return value
 
 

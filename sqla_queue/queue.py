@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any, Unpack, overload
 from sqlalchemy import Connection, Engine
 
 from . import _validate, sql
-from ._tasks import P, Handler, Task, TaskDecorator, TaskOptions, TaskRegistry, task_options
+from ._tasks import EnqueueOptions, P, Handler, Task, TaskDecorator, TaskOptions, TaskRegistry, task_options
 from .core import Core, waiter
-from ._tasks import EnqueueOptions
 from .core.enqueue import enqueue_options
 from .core.operations import DEFAULT_BULK_LIMIT, DEFAULT_HISTORY, DEFAULT_SAMPLE_RETENTION, DEFAULT_WORKERS_WITHIN
 from .core.schedules import PeriodicOptions, Schedule, Schedules
@@ -27,7 +26,8 @@ from .plugins.manager import build_plugin_manager
 from .services import pruning
 from .sql.claim import DEFAULT_ORDER, ClaimOrder
 from .types import (DEFAULT_LEASE, DEFAULT_STATS_WINDOW, BulkResult, ClaimedJob, HistoryPoint, JobContext, JobPage,
-                    JobStatus, JobView, Outcome, QueueState, QueueStats, WorkerInfo, WorkerSeen)
+                    JobStatus, JobView, LimitOptions, Outcome, QueueLimits, QueueState, QueueStats, WorkerInfo,
+                    WorkerSeen)
 
 if TYPE_CHECKING:  # never imported at run time: a worker has no use for the ORM (`db.kinds`)
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -38,7 +38,6 @@ if TYPE_CHECKING:  # never imported at run time: a worker has no use for the ORM
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_RECOVERY_LIMIT = 100
-
 
 
 class Queue:
@@ -106,10 +105,8 @@ class Queue:
     def task(self, func: None = None, **options: Unpack[TaskOptions]) -> TaskDecorator: ...
 
     def task(self, func: Handler | None = None, **options: Unpack[TaskOptions]) -> Any:
-        """Register a handler ``(payload, ctx)``: ``@queue.task`` or ``@queue.task(...)`` with
-        `TaskOptions` (name, queue, max_attempts, timeout, retry_delay, retry_on, no_retry_on,
-        idempotency_key, max_payload_bytes, priority, max_snoozes, session_factory). Returns a
-        `Task` typed by the handler's payload, whose ``enqueue`` a type checker checks."""
+        """Register a handler ``(payload, ctx)``: ``@queue.task`` or ``@queue.task(...)`` with `TaskOptions`;
+        returns a `Task` typed by the handler's payload, whose ``enqueue`` a type checker checks."""
         chosen = task_options(dict(options))
 
         def register(handler: Handler) -> Task[Any]:
@@ -318,9 +315,13 @@ class Queue:
     def resume(self, queue_name: str) -> QueueState:
         return self.core.operations.resume(queue_name)
 
+    def set_limits(self, queue_name: str, **limits: Unpack[LimitOptions]) -> QueueLimits | None:
+        """Flow control for `queue_name`, cluster-wide, enforced by every claim (docs/how-to/limits.md)."""
+        return self.core.limits.set(queue_name, **limits)
+
     def list_queues(self) -> list[QueueState]:
-        """Every queue with active jobs or a pause record."""
-        return self.core.operations.list_queues()
+        """Every queue with active jobs, a pause record or limits."""
+        return self.core.operations.list_queues(self.core.limits.all())
 
     def prune(self, **options: Any) -> pruning.PruneResult:
         """Delete old finished jobs until caught up; options are `PruneConfig`'s fields."""
@@ -356,9 +357,8 @@ class Queue:
 
     def _refuse_inline(self, method: str) -> None:
         if self._inline is not None:
-            raise ConfigurationError(f"{method} does not run jobs inline (testing='inline' covers enqueue "
-                                     "and enqueue_many); in asyncio tests enqueue on a queue without "
-                                     "testing= and run the jobs with sqla_queue.testing.drain_async")
+            raise ConfigurationError(f"{method} does not run jobs inline (testing='inline' covers enqueue and "
+                                     "enqueue_many); in asyncio tests use a queue without testing= and drain_async")
 
 
 def _inline_runner(core: Callable[[], Core], mode: Any) -> Any:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     Identity,
     Index,
     Integer,
@@ -107,6 +108,10 @@ def job_columns() -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]]:
         # What enqueue stored with the job for its handler (revision sqlaq_0007): ``meta=`` and
         # the `sqla_queue_job_meta` hooks' keys (a trace context), read as ``ctx.meta``. NULL: none.
         "meta": ((JSONB,), {}),
+        # The job's group (revision sqlaq_0011): a tenant, a customer, an ordering key. The
+        # queue's limits (`limits_table`) cap running jobs and starts per key and share claims
+        # between keys; NULL: no group, and no per-key limit applies.
+        "group_key": ((Text,), {}),
         "created_at": ((_TIMESTAMP,), {"nullable": False, "server_default": func.now()}),
     }
 
@@ -155,6 +160,25 @@ def job_table_args(name: str) -> tuple[Any, ...]:
         # Retention (delete finished jobs older than N) and recent-window stats scan finished
         # jobs by the time they finished, one index per terminal state (`states.FINISHED`);
         # the pending/running rows never enter these indexes.
+        # A limited claim (sql/claim/limited.py) walks the distinct keys of a queue's pending
+        # jobs (a loose index scan) and each key's jobs in claim order; it counts running jobs
+        # per key. Only grouped rows enter either index, so jobs without a key (every job of a
+        # queue that never uses keys) cost nothing more to enqueue or claim.
+        Index(
+            f"{name}_pending_group_idx",
+            "queue_name",
+            "group_key",
+            text("priority DESC"),
+            "run_at",
+            "id",
+            postgresql_where="status = 'pending' AND group_key IS NOT NULL",
+        ),
+        Index(
+            f"{name}_running_group_idx",
+            "queue_name",
+            "group_key",
+            postgresql_where="status = 'running' AND group_key IS NOT NULL",
+        ),
         *(Index(f"{name}_{state.finished_at}_idx", state.finished_at,
                 postgresql_where=f"status = '{state.value}'") for state in FINISHED),
     )
@@ -179,10 +203,12 @@ def job_table_of(model: Any) -> Table:
     return table
 
 
-def companion_tables(job_table: Table) -> tuple[Table, Table, Table, Table, Table]:
-    """The tables that live beside a job table: counters, queues, schedules, samples and workers."""
+def companion_tables(job_table: Table) -> tuple[Table, ...]:
+    """The tables that live beside a job table: counters, queues, schedules, samples, workers,
+    limits and group rates."""
     return (counters_table(job_table), queues_table(job_table), schedules_table(job_table),
-            samples_table(job_table), workers_table(job_table))
+            samples_table(job_table), workers_table(job_table), limits_table(job_table),
+            group_rates_table(job_table))
 
 
 def counters_table(job_table: Table) -> Table:
@@ -287,6 +313,49 @@ def workers_table(job_table: Table) -> Table:
         Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
         Column("expires_at", DateTime(timezone=True), nullable=False),
         CheckConstraint(f"state IN ({', '.join(repr(state) for state in WORKER_STATES)})", name="state"),
+    )
+
+
+def limits_table(job_table: Table) -> Table:
+    """``<job table>_limits``: each limited queue's flow control (revision sqlaq_0011), one row
+    per queue, read and locked by every claim of that queue (`sql.claim.limited`).
+
+    ``concurrency``: running jobs of the queue at most; ``group_concurrency``: running jobs per
+    group key at most; ``rate`` starts per ``rate_period`` at most for the queue and
+    ``group_rate`` per ``group_rate_period`` for each key (token buckets: the queue's in
+    ``tokens``/``refilled_at``, each key's in `group_rates_table`); ``fair``: claims take from
+    the group keys in turn. NULL: no such limit. A queue without a row is unlimited, and its
+    claims never read this table's rows.
+    """
+    return _companion(
+        job_table, "limits",
+        Column("queue_name", Text, primary_key=True),
+        Column("concurrency", Integer),
+        Column("group_concurrency", Integer),
+        Column("rate", Integer),
+        Column("rate_period", Interval),
+        Column("group_rate", Integer),
+        Column("group_rate_period", Interval),
+        Column("fair", Boolean, nullable=False, server_default=false()),
+        Column("tokens", Float),
+        Column("refilled_at", DateTime(timezone=True)),
+        # The group key the last claim served last: the next claim visits keys after it first.
+        Column("last_group_key", Text),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    )
+
+
+def group_rates_table(job_table: Table) -> Table:
+    """``<job table>_group_rates``: one token bucket per (queue, group key) under a
+    ``group_rate`` (revision sqlaq_0011), written by the limited claim that starts the key's
+    jobs. A bucket that has refilled is the same as no row, so pruning may delete it."""
+    return _companion(
+        job_table, "group_rates",
+        Column("queue_name", Text, nullable=False),
+        Column("group_key", Text, nullable=False),
+        Column("tokens", Float, nullable=False),
+        Column("refilled_at", DateTime(timezone=True), nullable=False),
+        PrimaryKeyConstraint("queue_name", "group_key"),
     )
 
 

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._batches import BatchCommitted  # noqa: F401  (re-exported: a lifecycle event payload)
+from .queue_state import LimitOptions, QueueLimits, QueueState, Rate  # noqa: F401  (re-exported: API value types)
 from .states import ACTIVE, FINISHED_STATUSES, JobStatus  # noqa: F401  (re-exported: the value types of the API)
 
 if TYPE_CHECKING:
@@ -215,6 +216,8 @@ class JobView:
     """The handler's return value as stored (JSON), when it returned one and completed."""
     meta: dict[str, Any] | None = None
     """What was stored with the job when it was enqueued (`JobContext.meta`)."""
+    group_key: str | None = None
+    """The job's group (``enqueue(group_key=)``): the queue's per-key limits apply to it."""
 
 
 DEFAULT_STATS_WINDOW = timedelta(minutes=15)
@@ -233,7 +236,8 @@ class QueueHealth:
     and ``empty_claims_*``: claims on this queue that returned nothing while jobs were pending,
     by reason (due jobs were locked, all due later, none with attempts left, only in other
     queues). Finished counts cover the window only: counting every finished job ever kept would
-    read the whole table.
+    read the whole table. `throttled`: claims in the window that a limit held back while due jobs
+    waited (not empty claims); `limits`: the queue's limits (None: unlimited).
     """
 
     queue: str
@@ -256,6 +260,8 @@ class QueueHealth:
     empty_claims_scheduled: int = 0
     empty_claims_exhausted: int = 0
     empty_claims_other_queue: int = 0
+    throttled: int = 0
+    limits: QueueLimits | None = None
 
     @property
     def empty_claims(self) -> int:
@@ -286,18 +292,6 @@ class QueueStats:
 
     def __iter__(self):
         return iter(self.queues.values())
-
-
-@dataclass(frozen=True)
-class QueueState:
-    """One queue as `Queue.list_queues` (and `pause`, `resume`) report it: whether workers may
-    claim from it (`paused`, since `paused_at`, database time) and its active jobs now."""
-
-    name: str
-    paused: bool
-    paused_at: datetime | None
-    pending: int
-    running: int
 
 
 @dataclass(frozen=True)

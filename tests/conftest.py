@@ -177,14 +177,16 @@ def clean_jobs(engine: Engine) -> Iterator[None]:
     wait for a fixture that is still reading the table."""
     with engine.begin() as conn:
         conn.execute(text("SET LOCAL lock_timeout = '30s'"))
-        conn.execute(text("TRUNCATE sqla_queue_jobs, sqla_queue_jobs_queues, sqla_queue_jobs_schedules "
-                          "RESTART IDENTITY"))
+        conn.execute(text("TRUNCATE sqla_queue_jobs, sqla_queue_jobs_queues, sqla_queue_jobs_schedules, "
+                          "sqla_queue_jobs_limits, sqla_queue_jobs_group_rates RESTART IDENTITY"))
     yield
     with engine.begin() as conn:
         conn.execute(text("SET LOCAL lock_timeout = '30s'"))
         conn.execute(text("DELETE FROM sqla_queue_jobs"))
         conn.execute(text("DELETE FROM sqla_queue_jobs_queues"))
         conn.execute(text("DELETE FROM sqla_queue_jobs_schedules"))
+        conn.execute(text("DELETE FROM sqla_queue_jobs_limits"))
+        conn.execute(text("DELETE FROM sqla_queue_jobs_group_rates"))
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ..ops.formatting import format_duration
-from ..types import QueueHealth, QueueStats
+from ..types import QueueHealth, QueueLimits, QueueStats
 from ._params import DURATION, DURATION_HELP, console, timestamp
 from .root import CliContext, main
 
@@ -77,6 +77,8 @@ def stats_as_dict(result: QueueStats) -> dict:
     """Every queue (idle ones too) with every signal; durations in seconds, times in ISO 8601."""
 
     def encode(value):
+        if isinstance(value, QueueLimits):
+            return value.as_dict()
         return value.total_seconds() if isinstance(value, timedelta) else value
 
     def one(health: QueueHealth, idle: bool) -> dict:
@@ -100,15 +102,21 @@ EMPTY_COLUMNS = ("empty_claims_locked", "empty_claims_scheduled", "empty_claims_
 def stats_tables(result: QueueStats) -> Group:
     """Three tables: jobs now; what finished and happened in the window; claims that came back
     empty while jobs were pending, by reason. Idle queues appear in the last two; a paused
-    queue is marked in all three."""
+    queue is marked in all three. A fourth when a queue has limits: them, and its claims a
+    limit held back in the window (throttled)."""
     window = format_duration(result.window)
     everyone = [*result, *result.idle.values()]
-    return Group(
+    tables = [
         _table("jobs now", NOW_COLUMNS, list(result)),
         _table(f"last {window}", WINDOW_COLUMNS, everyone, result.idle),
         _table(f"empty claims while jobs were pending, last {window}", EMPTY_COLUMNS, everyone,
                result.idle, strip="empty_claims_"),
-    )
+    ]
+    limited = [health for health in everyone if health.limits is not None or health.throttled]
+    if limited:
+        tables.append(_table(f"limits, and claims they held back in the last {window}", ("limits", "throttled"),
+                             limited, result.idle))
+    return Group(*tables)
 
 
 def _table(title: str, columns, healths, idle=(), strip: str = "") -> Table:
@@ -125,6 +133,8 @@ def _table(title: str, columns, healths, idle=(), strip: str = "") -> Table:
 def _cell(value) -> str:
     if value is None:
         return "-"
+    if isinstance(value, QueueLimits):
+        return value.describe()
     if isinstance(value, timedelta):
         return format_duration(value)
     return str(value)

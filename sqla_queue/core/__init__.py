@@ -8,7 +8,8 @@ the plugin manager, and the objects that do the work, each on that one executor:
 * `Enqueuer` (`core.enqueue`): validation, idempotency keys, the INSERT;
 * `Outcomes` (`core.outcomes`): claims, fenced outcomes, leases, recovery;
 * `Operations` (`core.operations`): stats, listing, operator actions, history;
-* `Counters` (`core.counters`): the hot-path event counters.
+* `Counters` (`core.counters`): the hot-path event counters;
+* `Limits` (`core.limits`): queue limits, stored and enforced by the limited claim.
 
 Services and the worker take a `Core`, never a `Queue`: the layers below the facade do not
 reach back up through it.
@@ -28,6 +29,7 @@ from ..types import CancelSignal, ClaimedJob
 from .counters import Counters, EmptyClaimThrottle
 from .enqueue import Enqueuer
 from .handler_transaction import HandlerSessions, HandlerTransaction
+from .limits import Limits
 from .operations import Operations
 from .outcomes import Outcomes
 from .schedules import Schedule, Schedules
@@ -48,6 +50,8 @@ class Core:
         self.enqueuer = Enqueuer(executor, tasks, plugin_manager, max_payload_bytes)
         self.outcomes = Outcomes(executor, plugin_manager, self.counters, max_result_bytes=max_result_bytes)
         self.operations = Operations(executor, plugin_manager)
+        self.limits = Limits(executor, self.counters)
+        self.outcomes.limits = self.limits
 
     def on_engine(self, engine: Engine, *, call_timeout: float | None = None) -> Core:
         """The same queue (table, tasks, schedules, plugins, empty-claim tally) running its

@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # annotations only: the ORM is the caller's to import (`db.ki
 
 _ENQUEUE_ROUNDS = 5
 _ENQUEUE_OPTIONS = frozenset(
-    {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key", "priority", "meta"}
+    {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key", "priority", "meta",
+     "group_key"}
 )
 
 _NO_DELAY = timedelta(0)
@@ -172,7 +173,7 @@ class Enqueuer:
                     jobs, job["task"], job["payload"], queue=job.get("queue"),
                     run_at=job.get("run_at"), delay=job.get("delay"),
                     max_attempts=job.get("max_attempts"), idempotency_key=job.get("idempotency_key"),
-                    priority=job.get("priority"), meta=job.get("meta"),
+                    priority=job.get("priority"), meta=job.get("meta"), group_key=job.get("group_key"),
                 )
         except (InvalidInputError, UnknownTaskError) as exc:
             raise type(exc)(f"jobs[{index}]: {exc}") from None
@@ -191,6 +192,7 @@ class Enqueuer:
         priority: int | None = None,
         meta: Mapping[str, Any] | None = None,
         scheduled_at: datetime | None = None,
+        group_key: str | None = None,
     ) -> None:
         """Validate one job and append it to `jobs`: nothing is appended if a check fails.
         `scheduled_at` is the scheduler's (`sqla_queue.core.schedules`): the tick the job is for."""
@@ -219,7 +221,7 @@ class Enqueuer:
         for column, value in zip(
             jobs.columns,
             (queue_name, registered.name, payload_json, when, wait, attempts, idempotency_key, rank, scheduled_at,
-             meta),
+             meta, None if group_key is None else _validate.group_key(group_key)),
         ):
             column.append(value)
 

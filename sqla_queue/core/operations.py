@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +22,7 @@ from .. import _validate
 from ..db.executor import Executor, Statements
 from ..errors import DatabaseError, InvalidInputError, JobStateError
 from ..plugins.calls import emit
+from ..queue_state import QueueLimits
 from ..sql import counters as counter_sql
 from ..types import (
     ACTIVE_STATUSES,
@@ -58,6 +59,7 @@ _KIND_FIELDS = {
     counter_sql.EMPTY_SCHEDULED: "empty_claims_scheduled",
     counter_sql.EMPTY_EXHAUSTED: "empty_claims_exhausted",
     counter_sql.EMPTY_OTHER_QUEUE: "empty_claims_other_queue",
+    counter_sql.THROTTLED: "throttled",
 }
 _VIEW_COLUMNS = {"queue": "queue_name"}
 
@@ -115,6 +117,8 @@ class Operations:
         for row in counted:
             if row.kind in _KIND_FIELDS:
                 signals[row.queue_name][_KIND_FIELDS[row.kind]] = row.events
+        for row in conn.execute(s.all_limits).all():
+            signals[row.queue_name]["limits"] = QueueLimits.from_row(row)
         healths = {name: QueueHealth(queue=name, **values) for name, values in sorted(signals.items())}
         return QueueStats(
             queues={name: h for name, h in healths.items() if name in with_jobs},
@@ -328,10 +332,14 @@ class Operations:
             return QueueState(name=queue_name, paused=False, paused_at=None, pending=0, running=0)
         return _queue_state(row)
 
-    def list_queues(self) -> list[QueueState]:
-        """Every queue with active jobs or a pause row, by name."""
+    def list_queues(self, limits: dict[str, QueueLimits] | None = None) -> list[QueueState]:
+        """Every queue with active jobs, a pause row or `limits` (by queue name), by name."""
         with self.executor.connection() as conn:
-            return [_queue_state(row) for row in conn.execute(self.statements.queue_states).all()]
+            states = {row.queue_name: _queue_state(row) for row in conn.execute(self.statements.queue_states).all()}
+        for name, found in (limits or {}).items():
+            state = states.get(name) or QueueState(name=name, paused=False, paused_at=None, pending=0, running=0)
+            states[name] = replace(state, limits=found)
+        return [states[name] for name in sorted(states)]
 
 
 def worker_info(row: Any) -> WorkerInfo:

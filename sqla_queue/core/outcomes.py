@@ -37,6 +37,7 @@ from ..types import (
     Outcome,
 )
 from .counters import Counters
+from .limits import LimitedClaim, Limits
 
 
 class Outcomes:
@@ -50,6 +51,7 @@ class Outcomes:
         self.plugin_manager = plugin_manager
         self.counters = counters
         self.statements = executor.statements
+        self.limits: Limits | None = None  # set by `Core`: the claim of a limited queue goes there
 
     # -- results -----------------------------------------------------------------------------
 
@@ -75,6 +77,8 @@ class Outcomes:
         queue = _validate.name(queue, "queue")
         worker_id = _validate.name(worker_id, "worker_id")
         limit = _validate.positive_int(limit, "limit")
+        if self.limits is not None and queue in self.limits.limited.names():
+            return self.claim_limited(queue, worker_id, limit, lease).jobs
         params = {
             "queue": queue, "worker_id": worker_id, "limit": limit,
             "token": secrets.token_urlsafe(24), "lease": _lease(lease),
@@ -88,6 +92,17 @@ class Outcomes:
         self._emit_claimed(jobs, rows, queue, worker_id, limit, empty_reason)
         self._emit_batch("claim", worker_id, [queue], jobs, (), started)
         return jobs
+
+    def claim_limited(self, queue: str, worker_id: str, limit: int, lease: timedelta | float = DEFAULT_LEASE,
+                      tasks: Sequence[str] | None = None) -> LimitedClaim:
+        """Claim from a limited queue (`core.limits`), announced as any claim; a claim a limit
+        held back is not an empty claim."""
+        if self.limits is None:
+            raise RuntimeError("Outcomes.limits is set by Core; this Outcomes was built without one")
+        got = self.limits.claim(queue, worker_id, limit, lease, tasks)
+        if got.jobs or not got.throttled:
+            self._emit_claimed(got.jobs, got.jobs, queue, worker_id, limit)
+        return got
 
     def claim_by_id(self, job_id: int, worker_id: str, *, attempt: int | None = None,
                     scheduled_at: datetime | None = None, due_only: bool = False,

@@ -17,10 +17,11 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 
 from .. import sql
-from ..tables import counters_table, queues_table, samples_table, workers_table
+from ..tables import counters_table, group_rates_table, limits_table, queues_table, samples_table, workers_table
 from ..sql import catalog, time_travel
 from ..sql import counters as counter_sql
 from ..sql import jobs as job_sql
+from ..sql import limits as limits_sql
 from ..sql import operator_actions as ops_sql
 from ..sql import prune as prune_sql
 from ..sql import queues as queues_sql
@@ -29,6 +30,7 @@ from ..sql import schedules as schedule_sql
 from ..sql import stats as stats_sql
 from ..sql import workers as workers_sql
 from ..sql.claim import DEFAULT_ORDER, ClaimOrder, claim_job_by_id
+from ..sql.claim.limited import claim_limited_jobs
 from ..sql.enqueue import INPUT_COLUMNS
 from ..sql.notify import listen_finished
 from ..states import FINISHED, JobStatus
@@ -73,6 +75,8 @@ class Statements:
     queues = _Built(lambda s: queues_table(s.table))
     samples = _Built(lambda s: samples_table(s.table))
     workers = _Built(lambda s: workers_table(s.table))
+    limits = _Built(lambda s: limits_table(s.table))
+    group_rates = _Built(lambda s: group_rates_table(s.table))
 
     # enqueue
     insert = _Built(lambda s: sql.insert_jobs(s.table))
@@ -117,6 +121,13 @@ class Statements:
     queue_states = _Built(lambda s: queues_sql.queue_states(s.table, s.queues))
     queue_state = _Built(lambda s: queues_sql.queue_states(s.table, s.queues, one=True))
     paused_queues = _Built(lambda s: queues_sql.paused_queues(s.queues))
+    # flow control (the limited claim: `limited_claim`)
+    set_limits = _Built(lambda s: limits_sql.set_limits(s.limits))
+    clear_limits = _Built(lambda s: limits_sql.clear_limits(s.limits))
+    clear_group_rates = _Built(lambda s: limits_sql.clear_group_rates(s.group_rates))
+    all_limits = _Built(lambda s: limits_sql.all_limits(s.limits))
+    limited_queue_names = _Built(lambda s: limits_sql.limited_queue_names(s.limits))
+    lock_limits = _Built(lambda s: limits_sql.lock_limits(s.limits))
     cancelled_in_window = _Built(lambda s: stats_sql.cancelled_in_window(s.table))
     cancel = _Built(lambda s: ops_sql.cancel_job(s.table))
     # the dashboard's reads: history, workers
@@ -164,6 +175,10 @@ class Statements:
         """The `list_jobs` page statement for this combination of filters."""
         return self._variant(ops_sql.list_jobs, status=status, by_queue=by_queue, by_task=by_task, paged=paged,
                              created_after=created_after, created_before=created_before)
+
+    def limited_claim(self, grouped: bool, fair: bool) -> Any:
+        """`sql.claim.limited.claim_limited_jobs`, one per shape (fair implies grouped)."""
+        return self._variant(claim_limited_jobs, grouped=grouped or fair, fair=fair)
 
     def retry_jobs(self, **filters: bool) -> Any:
         """The bulk retry statement for this combination of filters (`ops_sql.retry_failed_jobs`)."""

@@ -20,6 +20,9 @@ EMPTY_LOCKED = "empty_locked"
 EMPTY_SCHEDULED = "empty_scheduled"
 EMPTY_EXHAUSTED = "empty_exhausted"
 EMPTY_OTHER_QUEUE = "empty_other_queue"
+THROTTLED = "throttled"
+"""A claim of a limited queue took fewer jobs than it asked for while due jobs were left: a limit
+held them back (`sql.claim.limited`). Not an empty claim: the queue is working as configured."""
 
 
 def _minute():

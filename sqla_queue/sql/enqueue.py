@@ -37,6 +37,7 @@ _INPUT_COLUMNS = (
     ("priority", SmallInteger),
     ("scheduled_at", DateTime(timezone=True)),
     ("meta", Text),
+    ("group_key", Text),
 )
 
 INPUT_COLUMNS = tuple(name for name, _ in _INPUT_COLUMNS)
@@ -77,12 +78,13 @@ def insert_jobs(table: Table) -> Executable:
         src.c.priority,
         src.c.scheduled_at,
         cast(src.c.meta, JSONB),
+        src.c.group_key,
     ).order_by(src.c.ord)
     return _skipping_held_keys_and_notifying(
         table,
         insert(table).from_select(
             ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key", "priority",
-             "scheduled_at", "meta"], rows
+             "scheduled_at", "meta", "group_key"], rows
         ),
     )
 
@@ -107,6 +109,7 @@ def insert_job(table: Table) -> Executable:
             priority=values["priority"],
             scheduled_at=values["scheduled_at"],
             meta=cast(values["meta"], JSONB),
+            group_key=values["group_key"],
         ),
     )
 

@@ -71,6 +71,8 @@ class ClaimLoop:
         self.queues: tuple[str, ...] = config.queues or ()
         self.tasks: tuple[str, ...] | None = None
         self.turn = 0  # rounds that claimed: which queue comes first in the next one
+        # A limit held due jobs back in the last round: claim again then, not at the poll interval.
+        self.throttled_until: float | None = None
 
     def serve(self, queues: tuple[str, ...], tasks: list[str] | None) -> None:
         """Claim from `queues`, only jobs of `tasks` (None: any task)."""
@@ -106,7 +108,8 @@ class ClaimLoop:
                         warm_until = min(warm_until, time.monotonic() + WARM_UP)
                         if not warming:
                             continue  # the passes now, before any rest or the end of the run
-                    if until_empty and asked and claimed == 0 and idle_before and from_start:
+                    if (until_empty and asked and claimed == 0 and idle_before and from_start
+                            and self.throttled_until is None):
                         return
                 elif self._flush_due():
                     self.flush()
@@ -136,6 +139,8 @@ class ClaimLoop:
         elif from_start:
             self.empty = True
             self.claim_at = time.monotonic() + self._idle_wait()
+            if self.throttled_until is not None:
+                self.claim_at = min(self.claim_at, self.throttled_until)
         else:
             self.empty = False
             self.slots.nudge()
@@ -149,7 +154,7 @@ class ClaimLoop:
         hint = self.slots.take_claim_hint()
         if self.empty:
             return (hint or time.monotonic() >= self.claim_at
-                    or (until_empty and self.slots.held_count() == 0))
+                    or (until_empty and self.slots.held_count() == 0 and self.throttled_until is None))
         if self._flush_due():
             return True
         room = self.slots.free() + self.slots.finished_count()
@@ -167,7 +172,7 @@ class ClaimLoop:
         the oldest buffered job's TTL, the next claim on an empty queue, the periodic services.
         None with `until_empty` once the queue looked empty and the last held job is settled:
         the last look comes at once, not a poll interval later."""
-        if until_empty and self.empty and self.slots.held_count() == 0:
+        if until_empty and self.empty and self.slots.held_count() == 0 and self.throttled_until is None:
             return 0.0
         now = time.monotonic()
         due = [now + self._idle_wait()]
@@ -205,7 +210,8 @@ class ClaimLoop:
     # -- rounds -----------------------------------------------------------------------------
 
     def round(self) -> tuple[int, int, bool]:
-        """One statement for every queue: complete what finished, claim into the free slots.
+        """One statement for every unlimited queue: complete what finished, claim into the free
+        slots; then the limited queues' claims (`_claim_limited`), one short transaction each.
         Returns the jobs asked for, the jobs claimed and whether the claim started from the
         beginning of the claim order in every queue (only such a claim can tell that nothing
         is due)."""
@@ -214,17 +220,40 @@ class ClaimLoop:
         finished = self.slots.take_finished()
         free = self.slots.free() + len(finished)
         limit = 0 if self.stopping.is_set() else max(0, free if batch is None else min(free, batch))
+        self.throttled_until = None
         if not finished and limit <= 0:
             return 0, 0, True
-        queues = self._queue_order() if limit else list(self.queues)
+        order = self._queue_order() if limit else list(self.queues)
+        limited = self.core.limits.limited.known() if limit else frozenset()
+        queues = [name for name in order if name not in limited]
         positions = {} if not limit else {
             name: position for name in queues if (position := self._claim_from(name)) is not None}
-        jobs = self._complete_and_claim(finished, queues, limit, positions)
+        jobs = self._complete_and_claim(finished, queues, limit if queues else 0, positions) \
+            if queues or finished else []
+        if limit and queues:
+            self._note_positions(queues, jobs, limit)
+        got = len(jobs) + self._claim_limited([name for name in order if name in limited], limit - len(jobs))
         if limit:
             self.turn += 1
-            self._note_positions(queues, jobs, limit)
+            self.core.limits.limited.refresh_if_stale()  # after the claim: a wake-up's claim never waits for it
         self.slots.count("claimed", len(jobs))
-        return limit, len(jobs), not positions
+        return limit, got, not positions
+
+    def _claim_limited(self, queues: list[str], room: int) -> int:
+        """Claim up to `room` jobs from the limited `queues`, in turn; a claim a limit held back
+        sets `throttled_until`, when to look again (`LimitedClaim.retry_after`)."""
+        got = 0
+        for name in queues:
+            if room - got <= 0:
+                break
+            claim = self.core.outcomes.claim_limited(name, self.worker_id, room - got, self.config.lease, self.tasks)
+            self.hold(claim.jobs)
+            self.slots.count("claimed", len(claim.jobs))
+            got += len(claim.jobs)
+            if claim.throttled or (not claim.jobs and claim.retry_after == 0):
+                wait = time.monotonic() + claim.retry_after
+                self.throttled_until = min(wait, self.throttled_until or wait)
+        return got
 
     def _complete_and_claim(self, finished: list[HeldJob], queues: list[str], limit: int,
                             positions: dict[str, Any]) -> list:

@@ -36,6 +36,15 @@ def test_overview_shows_every_queue_with_its_backlog_and_pause(client, dash_queu
     assert page.text.count("<svg") == 5  # backlog, throughput, failures, durations, empty claims
 
 
+def test_overview_shows_a_queues_limits_and_its_throttled_claims(client, dash_queue):
+    dash_queue.enqueue_many([{"task": "send_email", "payload": {}, "group_key": "k"}] * 2)
+    dash_queue.set_limits("default", group_concurrency=1)
+    assert len(dash_queue.claim("default", worker_id="w", limit=5)) == 1  # the other job held back
+    page = client.get("/")
+    assert 'class="badge limited" title="limits">group concurrency 1' in row_html(page.text, "default")
+    assert int(table_rows(page.text, "queues")["default"][-1]) >= 1  # throttled (counters outlive jobs)
+
+
 def test_overview_plots_what_the_samples_recorded(client, dash_queue, failed_job):
     dash_queue.enqueue("send_email", {"to": "x"})
     failed_job()

@@ -269,3 +269,20 @@ def test_the_operator_retries_cancels_pauses_recovers_and_prunes(roles):
     assert {check.name: check.verdict for check in Doctor(operator).run().checks}["claim plan"] is Verdict.OK
 
     refused(lambda: operator.enqueue("send", {}))
+
+
+def test_the_worker_honours_limits_and_one_without_the_limits_grant_warns_and_claims_unlimited(roles, caplog):
+    admin = admin_queue(roles, "limited")
+    admin.enqueue_many([{"task": "send", "payload": {}, "group_key": "k"}] * 2)
+    admin.set_limits("limited", group_concurrency=1)
+    worker = with_tasks(roles.queue("worker"), "limited")
+    assert len(worker.claim("limited", worker_id="granted", limit=5)) == 1  # the limit holds for the worker role
+
+    roles.sql("REVOKE SELECT, UPDATE ON sqla_queue_jobs_limits FROM queue_worker")
+    try:
+        ungranted = with_tasks(roles.queue("worker"), "limited")
+        with caplog.at_level("WARNING", logger="sqla_queue.limits"):
+            assert len(ungranted.claim("limited", worker_id="ungranted", limit=5)) == 1  # the other job, unlimited
+        assert "cannot read queue limits, so none are enforced" in caplog.text
+    finally:
+        roles.sql("GRANT SELECT, UPDATE ON sqla_queue_jobs_limits TO queue_worker")

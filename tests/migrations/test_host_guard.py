@@ -96,8 +96,8 @@ def test_the_guard_refuses_an_autogenerate_that_would_drop_the_queue_tables(host
 
 def test_the_guard_refuses_an_autogenerate_that_would_change_a_queue_table(host_app, empty_url):
     """A database behind the queue's schema (installed up to sqlaq_0007, the models at the head):
-    autogenerate would add the queue's new column itself; the guard points at the queue's own
-    revisions instead."""
+    autogenerate would add the queue's new tables and columns itself; the guard points at the
+    queue's own revisions instead."""
     app = host_app(queue_location=None)
     app.shell.env["HOST_GUARD"] = "1"
     app.shell.run("sqla-queue alembic install --to sqlaq_0007")
@@ -108,7 +108,7 @@ def test_the_guard_refuses_an_autogenerate_that_would_change_a_queue_table(host_
 
     assert refused.returncode != 0
     assert "FAILED: this revision would change the queue's tables (" in output(refused)
-    assert "add column on sqla_queue_jobs" in output(refused)
+    assert "create table on sqla_queue_jobs_group_rates" in output(refused)
     assert "`sqla-queue alembic update` writes the revision" in output(refused)
     assert versions(app) == before
     app.shell.run("sqla-queue alembic update")

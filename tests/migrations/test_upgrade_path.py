@@ -36,6 +36,20 @@ def reflected_jobs(engine: Engine) -> Table:
     return Table("sqla_queue_jobs", MetaData(), autoload_with=engine)
 
 
+def enqueued_at_this_revision(engine: Engine, payload: dict | None = None) -> int:
+    """A pending job inserted through the table as this revision has it (the code's enqueue
+    writes the columns of the head revision)."""
+    with engine.begin() as conn:
+        return conn.execute(insert(reflected_jobs(engine)).values(
+            queue_name="default", task="send_email", payload=payload or {}).returning(text("id"))).scalar_one()
+
+
+def status_at_this_revision(engine: Engine, job_id: int) -> str:
+    table = reflected_jobs(engine)
+    with engine.connect() as conn:
+        return conn.execute(select(table.c.status).where(table.c.id == job_id)).scalar_one()
+
+
 def all_rows(engine: Engine, table: Table) -> list[dict]:
     with engine.connect() as conn:
         return [dict(row._mapping) for row in conn.execute(select(table).order_by(table.c.id))]
@@ -176,12 +190,12 @@ def test_revision_8_leaves_running_jobs_claimed_before_it_to_the_fallback_lease(
     assert {k: row[k] for k in before[0]} == before[0] and row["lease_expires_at"] is None
     queue = sq.Queue(empty_engine, load_entrypoints=False)
     queue.task(lambda payload, ctx: None, name="send_email")
-    fresh = queue.enqueue("send_email", {"n": 2})
+    fresh = enqueued_at_this_revision(empty_engine, payload={"n": 2})
     [claimed] = queue.claim("default", worker_id="new-worker", lease=timedelta(seconds=30))
     assert claimed.id == fresh
     assert queue.recover_expired(lease=timedelta(minutes=11)) == []
     assert queue.recover_expired(lease=timedelta(minutes=9)) == [row["id"]]  # only the old claim
-    assert queue.get_job(fresh).status is sq.JobStatus.RUNNING
+    assert status_at_this_revision(empty_engine, fresh) == "running"
 
     downgrade(empty_engine, "sqlaq_0007")
     rows = all_rows(empty_engine, reflected_jobs(empty_engine))
@@ -208,11 +222,11 @@ def test_revision_9_indexes_only_the_running_jobs_without_a_lease_end(empty_engi
     assert indexes[unleased].endswith("WHERE ((status = 'running'::text) AND (lease_expires_at IS NULL))"), indexes
     queue = sq.Queue(empty_engine, load_entrypoints=False)
     queue.task(lambda payload, ctx: None, name="send_email")
-    fresh = queue.enqueue("send_email", {})
+    fresh = enqueued_at_this_revision(empty_engine)
     [claimed] = queue.claim("default", worker_id="new-worker", lease=timedelta(seconds=30))
     assert claimed.id == fresh
     [old_id] = queue.recover_expired(lease=timedelta(minutes=9))
-    assert old_id != fresh and queue.get_job(fresh).status is sq.JobStatus.RUNNING
+    assert old_id != fresh and status_at_this_revision(empty_engine, fresh) == "running"
 
     downgrade(empty_engine, "sqlaq_0008")
     indexes = _index_definitions(empty_engine)
@@ -277,5 +291,35 @@ def test_revision_10_adds_the_worker_registry_beside_live_jobs_and_its_downgrade
     with empty_engine.connect() as conn:
         assert conn.execute(text("SELECT to_regclass('sqla_queue_jobs_workers')")).scalar() is None
     assert [row["id"] for row in all_rows(empty_engine, reflected_jobs(empty_engine))] == [before[0]["id"]]
+    upgrade(empty_engine)
+    assert stamped(empty_engine) == {HEAD_ID}
+
+
+def test_revision_11_adds_group_keys_and_limits_beside_live_jobs_and_its_downgrade_removes_them(empty_engine):
+    """sqlaq_0011: existing jobs get no group key and keep working; grouped jobs enter the two
+    partial indexes; downgrade drops the column, both indexes and both tables, keeping the jobs."""
+    upgrade(empty_engine, "sqlaq_0010")
+    old = enqueued_at_this_revision(empty_engine)
+
+    upgrade(empty_engine, "sqlaq_0011")
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    grouped = queue.enqueue("send_email", {}, group_key="tenant-1")
+    assert (queue.get_job(old).group_key, queue.get_job(grouped).group_key) == (None, "tenant-1")
+    indexes = _index_definitions(empty_engine)
+    assert indexes["sqla_queue_jobs_pending_group_idx"].endswith(
+        "WHERE ((status = 'pending'::text) AND (group_key IS NOT NULL))")
+    assert indexes["sqla_queue_jobs_running_group_idx"].endswith(
+        "WHERE ((status = 'running'::text) AND (group_key IS NOT NULL))")
+    assert {"sqla_queue_jobs_limits", "sqla_queue_jobs_group_rates"} <= set(schema_catalog(empty_engine))
+
+    downgrade(empty_engine, "sqlaq_0010")
+    rows = all_rows(empty_engine, reflected_jobs(empty_engine))
+    assert [r["id"] for r in rows] == [old, grouped] and "group_key" not in rows[0]
+    indexes = _index_definitions(empty_engine)
+    assert not {"sqla_queue_jobs_pending_group_idx", "sqla_queue_jobs_running_group_idx"} & set(indexes)
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT to_regclass('sqla_queue_jobs_limits'), "
+                                 "to_regclass('sqla_queue_jobs_group_rates')")).one() == (None, None)
     upgrade(empty_engine)
     assert stamped(empty_engine) == {HEAD_ID}

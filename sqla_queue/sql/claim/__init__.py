@@ -38,7 +38,7 @@ from ..outcome import complete_jobs
 from .order import DEFAULT_ORDER, ClaimOrder, PriorityOrder
 
 __all__ = ["ClaimOrder", "DEFAULT_ORDER", "PriorityOrder", "claim_job_by_id", "claim_jobs", "claim_served_jobs",
-           "complete_and_claim_jobs"]
+           "claimed_update", "complete_and_claim_jobs", "registered_task"]
 
 
 def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
@@ -90,7 +90,7 @@ def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder =
         .with_for_update(skip_locked=True)
         .cte("due_jobs")
     )
-    return _claimed(table, table.c.id == due.c.id)
+    return claimed_update(table, table.c.id == due.c.id)
 
 
 def claim_served_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
@@ -124,7 +124,7 @@ def claim_served_jobs(table: Table, *, from_position: bool = False, order: Claim
         status_is(table, JobStatus.PENDING),
         table.c.run_at <= func.clock_timestamp(),
         table.c.attempts < table.c.max_attempts,
-        _registered_task(table),
+        registered_task(table),
         # Only the outer row's queue in it: a gate (One-Time Filter) checked before the queue's
         # index is read. In the outer WHERE the planner makes it an anti-join, which may hash
         # the served queues and so lose their order.
@@ -149,7 +149,7 @@ def claim_served_jobs(table: Table, *, from_position: bool = False, order: Claim
         .limit(_limit())
         .cte("due_jobs")
     )
-    return _claimed(table, table.c.id == due.c.id)
+    return claimed_update(table, table.c.id == due.c.id)
 
 
 def _due_in_order(table: Table, order: ClaimOrder, conditions: list) -> Select:
@@ -188,7 +188,7 @@ def _position_binds(order: ClaimOrder, table: Table) -> list[BindParameter]:
     return list(found.values())
 
 
-def _registered_task(table: Table):
+def registered_task(table: Table):
     """The job's task is one of ``:tasks``, or ``:tasks`` is NULL (any task)."""
     tasks = bindparam("tasks", type_=ARRAY(Text))
     return or_(tasks.is_(None), table.c.task == any_(tasks))
@@ -215,7 +215,7 @@ def claim_job_by_id(table: Table, *, due_only: bool = False) -> Executable:
     )
     attempt = bindparam("attempt", type_=Integer)
     scheduled_at = bindparam("scheduled_at", type_=DateTime(timezone=True))
-    return _claimed(table, table.c.id == target.c.id,
+    return claimed_update(table, table.c.id == target.c.id,
                     attempts=func.coalesce(attempt, table.c.attempts + 1),
                     scheduled_at=func.coalesce(scheduled_at, table.c.scheduled_at))
 
@@ -233,7 +233,7 @@ def _paused(table: Table, queue_name, *, outer=None):
     return paused if outer is None else paused.correlate(outer)
 
 
-def _claimed(table: Table, which, **values) -> Executable:
+def claimed_update(table: Table, which, **values) -> Executable:
     """The claim's UPDATE of the rows `which` picks, and what it returns: one shape for the
     claim and the claim by id, so a job claimed either way is the same `ClaimedJob`."""
     marked = {

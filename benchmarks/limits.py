@@ -1,0 +1,188 @@
+"""Section 13, limits (docs/how-to/limits.md): the four flow-control targets, side by side in one run.
+
+* **fair tenant**: tenant B's jobs enqueued (at the start signal) behind tenant A's backlog, the
+  queue `fair=True`; B's p99 from enqueue (``created_at``) to claim (``locked_at``), against B's
+  p99 when it runs alone. Target: at most 2x.
+* **fair drain**: the same jobs spread over `limits_keys` group keys drained with `fair=True`
+  and with no limits at all. Target: fair at least 90 % of unlimited.
+* **serial keys**: `group_concurrency=1` over `limits_serial_keys` keys and `fleet_processes`
+  worker processes, against the same drain with no limits; afterwards, per key, no job claimed
+  before the previous one of its key completed. Target: 0 overlaps and at least 80 % of unlimited.
+* **rate**: `rate=500/s` over 4 worker processes for `limits_rate_seconds`: starts (claims) per
+  second of the database clock, every full second after the first. Target: each within 1 % of 500.
+
+Claim times are ``locked_at``, which a lease renewal moves on; these jobs are no-ops, finished
+long before a renewal. Each drain's rate is section 3's: jobs over the span from the database
+clock at the start signal to the last ``completed_at``.
+"""
+
+from __future__ import annotations
+
+from . import raw_sql, tables
+from .procs import run_workers
+from .server import Database
+from .sizes import Size
+from .stats import percentile, summary
+
+TABLE = raw_sql.TABLE
+LIMITS = f"{TABLE}_limits"
+RATE = 500
+FILL_KEYED = f"""
+INSERT INTO {TABLE} (queue_name, task, payload, run_at, group_key)
+SELECT %(queue)s, %(task)s, jsonb_build_object('i', g),
+       now() - interval '1 hour' + (g * interval '1 hour') / %(n)s, %(prefix)s || (g %% %(keys)s)
+FROM generate_series(1, %(n)s) AS g
+"""
+FILL_NOW = f"""
+INSERT INTO {TABLE} (queue_name, task, payload, group_key)
+SELECT %(queue)s, %(task)s, jsonb_build_object('i', g), %(key)s FROM generate_series(1, %(n)s) AS g
+"""
+WAITS = f"""
+SELECT extract(epoch FROM locked_at - created_at) FROM {TABLE} WHERE group_key = %(key)s AND locked_at IS NOT NULL
+"""
+OVERLAPS = f"""
+SELECT count(*) FROM (
+  SELECT locked_at, lag(completed_at) OVER (PARTITION BY group_key ORDER BY locked_at) AS previous_end
+  FROM {TABLE} WHERE status = 'completed'
+) runs WHERE locked_at < previous_end
+"""
+STARTS_PER_SECOND = f"""
+SELECT date_trunc('second', locked_at) AS second, count(*) FROM {TABLE} GROUP BY 1 ORDER BY 1
+"""
+
+
+def run(db: Database, size: Size, log) -> dict:
+    out: dict = {"fair_tenant": {"alone": [], "behind": []}, "fair_drain": {"fair": [], "unlimited": []},
+                 "serial_keys": {"serial": [], "unlimited": [], "overlaps": []}, "rate": {"per_second": []}}
+    for rep in range(size.repeat):
+        for variant in ("alone", "behind"):
+            p99 = _tenant(db, size, backlog=size.limits_backlog if variant == "behind" else 0)
+            out["fair_tenant"][variant].append(p99)
+            log(f"limits: tenant B ({size.limits_small_tenant} jobs) {variant}, fair: p99 {p99 * 1000:,.0f} ms")
+        for variant, limits in (("fair", {"fair": True}), ("unlimited", None)):
+            rate = _drain(db, size.drain_jobs, size.limits_keys, 2, 10, limits)["jobs_per_s"]
+            out["fair_drain"][variant].append(rate)
+            log(f"limits: drain over {size.limits_keys} keys, {variant}: {rate:,.0f} jobs/s")
+        for variant, limits in (("serial", {"group_concurrency": 1}), ("unlimited", None)):
+            done = _drain(db, size.drain_jobs, size.limits_serial_keys, size.fleet_processes, 2, limits)
+            out["serial_keys"][variant].append(done["jobs_per_s"])
+            if variant == "serial":
+                out["serial_keys"]["overlaps"].append(done["overlaps"])
+            log(f"limits: {size.fleet_processes} workers over {size.limits_serial_keys} keys, {variant}: "
+                f"{done['jobs_per_s']:,.0f} jobs/s, {done['overlaps']} overlapping runs of one key")
+        per_second = _rate(db, size)
+        out["rate"]["per_second"].append(per_second)
+        log(f"limits: rate {RATE}/s over 4 workers: starts per full second {per_second}")
+    return _summarised(out, size)
+
+
+def _summarised(out: dict, size: Size) -> dict:
+    seconds = [n for run in out["rate"]["per_second"] for n in run]
+    return {
+        "sizes": {"backlog": size.limits_backlog, "tenant": size.limits_small_tenant, "keys": size.limits_keys,
+                  "serial_keys": size.limits_serial_keys, "workers": size.fleet_processes,
+                  "jobs": size.drain_jobs, "rate_seconds": size.limits_rate_seconds},
+        "fair_tenant": {k: summary(v) for k, v in out["fair_tenant"].items()},
+        "fair_drain": {k: summary(v) for k, v in out["fair_drain"].items()},
+        "serial_keys": {"serial": summary(out["serial_keys"]["serial"]),
+                        "unlimited": summary(out["serial_keys"]["unlimited"]),
+                        "overlaps": sum(out["serial_keys"]["overlaps"])},
+        "rate": {"rate": RATE, "seconds": seconds,
+                 "worst_deviation": max((abs(n - RATE) / RATE for n in seconds), default=None)},
+    }
+
+
+def _reset(db: Database, limits: dict | None) -> None:
+    tables.reset(db)
+    with db.connect(autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {LIMITS}")
+        conn.execute(f"DELETE FROM {TABLE}_group_rates")
+    if limits:
+        import sqla_queue as sq
+
+        queue = sq.Queue(db.sqlalchemy_url, load_entrypoints=False)
+        try:
+            queue.set_limits(raw_sql.QUEUE, **limits)
+        finally:
+            queue.engine.dispose()
+
+
+def _drain(db: Database, jobs: int, keys: int, processes: int, concurrency: int, limits: dict | None) -> dict:
+    _reset(db, limits)
+    with db.connect(autocommit=True) as conn:
+        conn.execute(FILL_KEYED, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": jobs, "keys": keys,
+                                  "prefix": "key-"})
+        tables.settle(conn)
+    result = run_workers(db.url, processes=processes, mode="drain", before_go=lambda: _clock(db),
+                         options={"concurrency": concurrency})
+    with db.connect() as conn:
+        done, last, _claims = conn.execute(raw_sql.DRAIN_RESULT).fetchone()
+        overlaps = conn.execute(OVERLAPS).fetchone()[0]
+    return {"jobs": done, "jobs_per_s": done / (last - result["started"]).total_seconds(), "overlaps": overlaps}
+
+
+def _tenant(db: Database, size: Size, *, backlog: int) -> float:
+    """B's p99 enqueue-to-claim wait in seconds, with A's `backlog` ahead of it (0: alone)."""
+    _reset(db, {"fair": True})
+    with db.connect(autocommit=True) as conn:
+        if backlog:
+            conn.execute(FILL_KEYED, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": backlog, "keys": 1,
+                                      "prefix": "A-"})
+        tables.settle(conn)
+
+    def enqueue_b():
+        with db.connect(autocommit=True) as conn:
+            conn.execute(FILL_NOW, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": size.limits_small_tenant,
+                                    "key": "B"})
+        return _clock(db)
+
+    run_workers(db.url, processes=2, mode="drain", before_go=enqueue_b, options={"concurrency": 10})
+    with db.connect() as conn:
+        waits = [float(row[0]) for row in conn.execute(WAITS, {"key": "B"}).fetchall()]
+    return percentile(waits, 99)
+
+
+def _rate(db: Database, size: Size) -> list[int]:
+    """Starts in each full second of the database clock after the first (the last is partial)."""
+    _reset(db, {"rate": f"{RATE}/s"})
+    with db.connect(autocommit=True) as conn:
+        conn.execute(FILL_KEYED, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": RATE * (size.limits_rate_seconds + 1),
+                                  "keys": 1, "prefix": "r-"})
+        tables.settle(conn)
+    run_workers(db.url, processes=4, mode="drain", before_go=lambda: _clock(db), options={"concurrency": 10})
+    with db.connect() as conn:
+        counts = [row[1] for row in conn.execute(STARTS_PER_SECOND).fetchall()]
+    return counts[1:-1]
+
+
+def _clock(db: Database):
+    with db.connect() as conn:
+        return conn.execute(raw_sql.DB_CLOCK).fetchone()[0]
+
+
+def rows(results: dict) -> list[dict]:
+    """The section's four targets: ``target``, ``measured``, ``met`` (None: not measured)."""
+    found = results.get("limits")
+    if not found:
+        return []
+    tenant, drain, serial, rate = found["fair_tenant"], found["fair_drain"], found["serial_keys"], found["rate"]
+    alone, behind = tenant["alone"]["median"], tenant["behind"]["median"]
+    fair_ratio = drain["fair"]["median"] / drain["unlimited"]["median"]
+    serial_ratio = serial["serial"]["median"] / serial["unlimited"]["median"]
+    worst = rate["worst_deviation"]
+    return [
+        {"target": "fair: tenant B's p99 enqueue to start behind A's backlog <= 2x B alone",
+         "measured": f"{behind * 1000:,.0f} ms vs {alone * 1000:,.0f} ms alone ({behind / alone:.2f}x)",
+         "met": behind <= 2 * alone},
+        {"target": "fair drain over many keys >= 90 % of the unlimited drain",
+         "measured": f"{drain['fair']['median']:,.0f} vs {drain['unlimited']['median']:,.0f} jobs/s ({fair_ratio:.0%})",
+         "met": fair_ratio >= 0.9},
+        {"target": "group_concurrency=1: 0 overlapping runs of a key, >= 80 % of the unlimited drain",
+         "measured": f"{serial['overlaps']} overlaps; {serial['serial']['median']:,.0f} vs "
+                     f"{serial['unlimited']['median']:,.0f} jobs/s ({serial_ratio:.0%})",
+         "met": serial["overlaps"] == 0 and serial_ratio >= 0.8},
+        {"target": f"rate={rate['rate']}/s: every full second after the first within 1 % of {rate['rate']}",
+         "measured": "no full second measured" if worst is None else
+                     f"{min(rate['seconds'])}-{max(rate['seconds'])} starts/s, worst {worst:.1%} off",
+         "met": None if worst is None else worst <= 0.01},
+    ]

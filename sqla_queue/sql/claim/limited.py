@@ -1,0 +1,281 @@
+"""The claim of a queue with limits (``<table>_limits``): caps on running jobs, per group key,
+token-bucket rates and fair turns between keys, enforced by the statement that claims.
+
+A queue without limits never runs this: its claim stays `claim_jobs` / the worker's round, the
+same SQL and plan as before limits existed. A limited claim is a transaction of two statements
+(`core.limits`): `sql.limits.lock_limits` locks the queue's limits row, then the statement built
+here claims. Claims of one limited queue therefore take turns, and each one's snapshot (taken
+when its statement starts, after the lock) sees everything the previous claims committed: a
+count of running jobs in it is exact, so a cap is never overshot however many workers claim at
+once. docs/explanation/limits.md has the whole argument and the cost.
+
+The statement's parts, as CTEs:
+
+* ``budget``: how many jobs this claim may take, ``:limit`` at most, less what the queue's
+  ``:concurrency`` leaves (its running jobs counted now) and the whole tokens in its bucket
+  (``tokens`` refilled at ``:per_second`` up to ``:burst`` since ``refilled_at``).
+* with group limits (`grouped`): the group keys of the queue's pending jobs, read as a loose
+  index scan (one probe of ``pending_group_idx`` per key) starting after the key the last claim
+  served (``:cursor``) and wrapping around, at most ``4 × :limit`` keys; per key a LATERAL read
+  of its due jobs in claim order, at most what ``:group_concurrency`` (its running jobs
+  counted) and its bucket in ``<table>_group_rates`` leave; and the jobs without a key among
+  the queue's first ``4 × :limit`` due jobs. The claim takes ``budget`` of these: in claim
+  order, or with ``:fair`` round-robin (each key's first job, then each key's second...).
+* ``due_jobs``: the chosen rows, locked ``FOR UPDATE SKIP LOCKED`` (they are read unlocked
+  first: the claims of this queue are serialized, so only a job claimed by id or an operator's
+  write can take one meanwhile, and the lock's recheck of ``status = 'pending'`` drops it).
+* the UPDATE of the claim, the buckets' and the rotation's writes, and ``throttled``: whether
+  due jobs were left behind while the claim took fewer than ``:limit`` (the health signal).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Float,
+    Integer,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    null,
+    select,
+    true,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.sql import Executable
+
+from ...tables import group_rates_table, limits_table
+from ...types import JobStatus
+from .._predicates import status_is
+from . import claimed_update, registered_task
+
+KEYS_PER_JOB = 4
+"""A grouped claim visits at most this many keys (and jobs without a key) per job it may take."""
+
+
+def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False) -> Executable:
+    """Claim up to ``:limit`` due jobs of ``:queue`` within its limits (the module's docs), for
+    ``:worker_id`` under ``:token`` and ``:lease``; ``:tasks`` as in `claim_served_jobs`.
+
+    Returns the claimed rows (`claimed_update`'s columns and ``group_key``) with ``throttled``
+    on each, or a single row of NULLs but ``throttled`` when nothing was claimed. `grouped`:
+    the queue has a group limit or is fair (the key-by-key read); `fair`: round-robin order.
+    """
+    limits = limits_table(table)
+    budget = _budget(table, limits)
+    chosen = _chosen_grouped(table, budget, fair) if grouped else _chosen_plain(table, budget)
+    due = (select(table.c.id)
+           .where(table.c.id.in_(select(chosen.c.id)), status_is(table, JobStatus.PENDING))
+           .with_for_update(skip_locked=True)
+           .cte("due_jobs"))
+    claimed = claimed_update(table, table.c.id == due.c.id).returning(table.c.group_key).cte("claimed")
+    writes = [_rate_bucket(limits, claimed, chosen if grouped else None)]
+    if grouped:
+        writes.append(_group_buckets(table, claimed))
+    summary = select(_throttled(table, claimed).label("throttled")).subquery("summary")
+    # The buckets' writes are CTEs nothing reads: PostgreSQL runs a data-modifying WITH query
+    # to completion whether or not it is read, and add_cte makes SQLAlchemy render them.
+    return (select(*claimed.c, summary.c.throttled)
+            .select_from(summary.outerjoin(claimed, true()))
+            .add_cte(*writes))
+
+
+def _due_conditions(table: Table) -> list:
+    return [
+        table.c.queue_name == bindparam("queue", type_=Text),
+        status_is(table, JobStatus.PENDING),
+        table.c.run_at <= func.clock_timestamp(),
+        table.c.attempts < table.c.max_attempts,
+        registered_task(table),
+    ]
+
+
+def _order(table_or_columns) -> list:
+    c = table_or_columns.c
+    return [c.priority.desc(), c.run_at, c.id]
+
+
+def _number(name: str):
+    """A float parameter, cast: the driver sends NULL untyped, and ``$n IS NULL`` needs a type."""
+    return cast(bindparam(name, type_=Float), Float)
+
+
+def _limit():
+    return bindparam("limit", type_=Integer, literal_execute=True)
+
+
+def _running(table: Table, group_key=None, keys=None) -> object:
+    """Running jobs of ``:queue`` (of `group_key`) now: in the statement's snapshot, taken
+    after the limits lock, so every earlier claim is counted. An alias of its own, so the
+    count never correlates to the enclosing read of the job table."""
+    running = table.alias("running_jobs")
+    extra = [] if group_key is None else [running.c.group_key == group_key]
+    return (select(func.count()).select_from(running)
+            .where(running.c.queue_name == bindparam("queue", type_=Text), status_is(running, JobStatus.RUNNING),
+                   *extra)
+            .correlate(*([] if keys is None else [keys]))
+            .scalar_subquery())
+
+
+def _tokens(tokens, refilled_at, per_second, burst):
+    """A token bucket's content now: `tokens` at `refilled_at` (NULL: a full bucket) plus
+    `per_second` since, at most `burst`."""
+    elapsed = func.extract("epoch", func.clock_timestamp() - func.coalesce(refilled_at, func.clock_timestamp()))
+    return func.least(burst, func.coalesce(tokens, burst) + per_second * elapsed)
+
+
+def _queue_tokens(limits: Table):
+    return _tokens(limits.c.tokens, limits.c.refilled_at, _number("per_second"),
+                   _number("burst"))
+
+
+def _budget(table: Table, limits: Table):
+    """How many jobs this claim may take (0 or more)."""
+    limit = _limit()
+    left = bindparam("max_running", type_=Integer) - _running(table)
+    tokens = select(func.floor(_queue_tokens(limits))).where(
+        limits.c.queue_name == bindparam("queue", type_=Text)).scalar_subquery()
+    return func.greatest(0, func.least(limit, func.coalesce(left, limit), func.coalesce(cast(tokens, Integer), limit)))
+
+
+def _chosen_plain(table: Table, budget):
+    """The first ``budget`` due jobs in claim order."""
+    return select(table.c.id).where(*_due_conditions(table)).order_by(*_order(table)).limit(budget).cte("chosen")
+
+
+def _chosen_grouped(table: Table, budget, fair: bool):
+    """``budget`` jobs from the next keys in rotation and the jobs without a key (module docs)."""
+    keys = _keys_in_rotation(table)
+    per_key = _per_key(table, keys)
+    ungrouped = _ungrouped(table)
+    candidates = union_all(
+        select(per_key.c.id, per_key.c.priority, per_key.c.run_at, per_key.c.turn, keys.c.seq)
+        .select_from(keys.join(per_key, true())),
+        select(ungrouped.c.id, ungrouped.c.priority, ungrouped.c.run_at, ungrouped.c.turn, literal(0).label("seq")),
+    ).subquery("candidates")
+    order = [candidates.c.turn, candidates.c.seq, *_order(candidates)] if fair else _order(candidates)
+    return select(candidates.c.id, candidates.c.seq).order_by(*order).limit(budget).cte("chosen")
+
+
+def _next_key(table: Table, after):
+    """The smallest group key of ``:queue``'s pending jobs above `after`: one probe of the
+    pending-group index (a loose index scan is a chain of these)."""
+    jobs = table.alias("key_probe")
+    return (select(jobs.c.group_key)
+            .where(jobs.c.queue_name == bindparam("queue", type_=Text), status_is(jobs, JobStatus.PENDING),
+                   jobs.c.group_key.is_not(None), jobs.c.group_key > after)
+            .order_by(jobs.c.group_key).limit(1).scalar_subquery())
+
+
+def _keys_in_rotation(table: Table):
+    """Up to ``4 × :limit`` keys with pending jobs: those after ``:cursor``, then from the first
+    key up to ``:cursor``, each with its place in that rotation (``seq``)."""
+    most = _limit() * KEYS_PER_JOB
+    cursor = bindparam("cursor", type_=Text)
+    walks = []
+    for name, start, offset in (("after_cursor", func.coalesce(cursor, ""), 0), ("to_cursor", literal(""), most)):
+        first = select(_next_key(table, start).label("group_key"), literal(1).label("n"))
+        walk = first.cte(name, recursive=True)
+        walk = walk.union_all(select(_next_key(table, walk.c.group_key), walk.c.n + 1)
+                              .where(walk.c.group_key.is_not(None), walk.c.n < most))
+        wrapped = [walk.c.group_key <= cursor] if name == "to_cursor" else []
+        walks.append(select(walk.c.group_key, (walk.c.n + offset).label("seq"))
+                     .where(walk.c.group_key.is_not(None), *wrapped))
+    both = union_all(*walks).subquery("rotation")
+    return select(both.c.group_key, both.c.seq).order_by(both.c.seq).limit(most).subquery("group_keys")
+
+
+def _per_key(table: Table, keys):
+    """Per key of `keys` (LATERAL): its due jobs in claim order, as many as its
+    ``:group_concurrency`` (running jobs counted now) and its bucket allow, numbered (``turn``)."""
+    group_rates = group_rates_table(table)
+    limit = _limit()
+    running = _running(table, keys.c.group_key, keys)
+    left = bindparam("max_running_per_key", type_=Integer) - running
+    bucket = (select(func.floor(_tokens(group_rates.c.tokens, group_rates.c.refilled_at,
+                                        _number("group_per_second"),
+                                        _number("group_burst"))))
+              .where(group_rates.c.queue_name == bindparam("queue", type_=Text),
+                     group_rates.c.group_key == keys.c.group_key)
+              .correlate(keys).scalar_subquery())
+    tokens = case((_number("group_per_second").is_(None), limit),
+                  else_=cast(func.coalesce(bucket, func.floor(_number("group_burst"))), Integer))
+    cap = func.greatest(0, func.least(limit, func.coalesce(left, limit), tokens))
+    jobs = (select(table.c.id, table.c.priority, table.c.run_at)
+            .where(*_due_conditions(table), table.c.group_key == keys.c.group_key)
+            .order_by(*_order(table)).limit(cap)
+            .correlate(keys).subquery("key_jobs"))
+    numbered = select(jobs.c.id, jobs.c.priority, jobs.c.run_at,
+                      func.row_number().over(order_by=_order(jobs)).label("turn")).correlate(keys)
+    return numbered.lateral("per_key")
+
+
+def _ungrouped(table: Table):
+    """Jobs without a key among the queue's first ``4 × :limit`` due jobs in claim order,
+    numbered (``turn``) as one more key. Bounded: a queue with group limits whose head is all
+    grouped jobs does not walk its whole backlog to find one without a key."""
+    head = (select(table.c.id, table.c.priority, table.c.run_at, table.c.group_key)
+            .where(*_due_conditions(table)).order_by(*_order(table)).limit(_limit() * KEYS_PER_JOB)
+            .subquery("queue_head"))
+    return (select(head.c.id, head.c.priority, head.c.run_at,
+                   func.row_number().over(order_by=_order(head)).label("turn"))
+            .where(head.c.group_key.is_(None)).subquery("ungrouped"))
+
+
+def _rate_bucket(limits: Table, claimed, chosen):
+    """The queue's row after the claim: its bucket less the jobs claimed (when it has a rate),
+    and with `chosen` (a grouped claim) the key of the last claimed job in rotation, where the
+    next claim starts."""
+    claimed_count = select(func.count()).select_from(claimed).scalar_subquery()
+    per_second = _number("per_second")
+    values = {
+        "tokens": case((per_second.is_(None), null()), else_=_queue_tokens(limits) - claimed_count),
+        "refilled_at": case((per_second.is_(None), null()), else_=func.clock_timestamp()),
+    }
+    if chosen is not None:
+        keyed = claimed.join(chosen, chosen.c.id == claimed.c.id)
+        last = (select(claimed.c.group_key).select_from(keyed).where(chosen.c.seq > 0)
+                .order_by(chosen.c.seq.desc()).limit(1).scalar_subquery())
+        values["last_group_key"] = func.coalesce(last, limits.c.last_group_key)
+    return (update(limits).where(limits.c.queue_name == bindparam("queue", type_=Text)).values(values)
+            .returning(limits.c.queue_name).cte("queue_bucket"))
+
+
+def _group_buckets(table: Table, claimed):
+    """Each claimed key's bucket less its jobs claimed (when the queue has a ``group_rate``)."""
+    group_rates = group_rates_table(table)
+    per_second = _number("group_per_second")
+    burst = _number("group_burst")
+    old = group_rates.alias("old_bucket")
+    now_tokens = _tokens(old.c.tokens, old.c.refilled_at, per_second, burst)
+    rows = (select(bindparam("queue", type_=Text), claimed.c.group_key,
+                   func.coalesce(now_tokens, burst) - func.count(), func.clock_timestamp())
+            .select_from(claimed.outerjoin(old, and_(old.c.queue_name == bindparam("queue", type_=Text),
+                                                     old.c.group_key == claimed.c.group_key)))
+            .where(claimed.c.group_key.is_not(None), per_second.is_not(None))
+            .group_by(claimed.c.group_key, old.c.tokens, old.c.refilled_at))
+    statement = insert(group_rates).from_select(["queue_name", "group_key", "tokens", "refilled_at"], rows)
+    return statement.on_conflict_do_update(
+        index_elements=[group_rates.c.queue_name, group_rates.c.group_key],
+        set_={"tokens": statement.excluded.tokens, "refilled_at": statement.excluded.refilled_at},
+    ).returning(group_rates.c.group_key).cte("key_buckets")
+
+
+def _throttled(table: Table, claimed):
+    """The claim took fewer than ``:limit`` jobs while a due job of the queue it did not claim
+    was left (the statement's snapshot still shows the claimed ones pending)."""
+    claimed_count = select(func.count()).select_from(claimed).scalar_subquery()
+    jobs = table.alias("left_behind")
+    # A scalar subquery in claim order, not EXISTS (whose ORDER BY and LIMIT PostgreSQL drops):
+    # the pending index is read from its head, where the claimed rows and then the first one
+    # left behind are, instead of a scan looking for any such row.
+    left_behind = (select(jobs.c.id).where(*_due_conditions(jobs), jobs.c.id.not_in(select(claimed.c.id)))
+                   .order_by(*_order(jobs)).limit(1).scalar_subquery().is_not(None))
+    return and_(claimed_count < _limit(), left_behind)
+

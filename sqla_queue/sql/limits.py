@@ -1,0 +1,59 @@
+"""Flow control's own statements: store, clear and read a queue's limits (``<table>_limits``),
+and the lock every claim of a limited queue takes first (`lock_limits`).
+
+The claim itself, which enforces them, is `sql.claim.limited`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Integer, Interval, Table, Text, bindparam, delete, func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.sql import Executable
+
+LIMIT_COLUMNS = ("concurrency", "group_concurrency", "rate", "rate_period", "group_rate", "group_rate_period", "fair")
+"""What `set_limits` writes, each from a bind parameter of the same name."""
+
+_TYPES = {"rate_period": Interval, "group_rate_period": Interval, "fair": Boolean}
+
+
+def set_limits(limits: Table) -> Executable:
+    """Store queue ``:queue``'s limits (every column of `LIMIT_COLUMNS`; NULL: none), replacing
+    what it had. The rate bucket starts full again and the key rotation from the first key."""
+    values = {name: bindparam(name, type_=_TYPES.get(name, Integer)) for name in LIMIT_COLUMNS}
+    statement = insert(limits).values(queue_name=bindparam("queue", type_=Text), **values)
+    fresh = {**{name: statement.excluded[name] for name in LIMIT_COLUMNS},
+             "tokens": None, "refilled_at": None, "last_group_key": None, "updated_at": func.now()}
+    return statement.on_conflict_do_update(index_elements=[limits.c.queue_name], set_=fresh)
+
+
+def clear_limits(limits: Table) -> Executable:
+    """Remove queue ``:queue``'s limits: its claims are the unlimited claim again."""
+    return delete(limits).where(limits.c.queue_name == bindparam("queue", type_=Text))
+
+
+def clear_group_rates(group_rates: Table) -> Executable:
+    """Forget queue ``:queue``'s per-key buckets (its limits were replaced or cleared)."""
+    return delete(group_rates).where(group_rates.c.queue_name == bindparam("queue", type_=Text))
+
+
+def all_limits(limits: Table) -> Executable:
+    """Every limited queue's row, by name: `Queue.limits`, the queues list, stats."""
+    return select(limits).order_by(limits.c.queue_name)
+
+
+def limited_queue_names(limits: Table) -> Executable:
+    """The names of the queues that have limits: what a worker refreshes every second to know
+    which of its queues take the limited claim (a table of a row per limited queue)."""
+    return select(limits.c.queue_name)
+
+
+def lock_limits(limits: Table) -> Executable:
+    """Queue ``:queue``'s limits row, locked ``FOR UPDATE`` until the claim's transaction ends.
+
+    This is what makes a limit exact across workers. Claims of one limited queue take turns
+    here, and the claim statement that follows in the same transaction starts after the lock
+    is granted: under READ COMMITTED it then takes a new snapshot, which sees every claim the
+    previous holder committed. A count of running jobs made in the same statement as the lock
+    would not (its snapshot is taken before the statement waits for the lock).
+    """
+    return select(limits).where(limits.c.queue_name == bindparam("queue", type_=Text)).with_for_update()

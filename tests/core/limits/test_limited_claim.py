@@ -1,0 +1,201 @@
+"""Limits enforced by the claim, across several workers claiming at once on real PostgreSQL.
+
+Every start and end of a run is logged by a trigger on the job table (the database's clock at
+the claim and at the outcome), so overlapping runs are found after the fact, whatever the
+workers' timing: a job claimed while another of its key was still running starts before that
+one's end."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+from waiting import wait_until
+
+import sqla_queue as sq
+
+pytestmark = pytest.mark.slow
+
+RUN_LOG = """
+CREATE TABLE run_log (job_id bigint, group_key text, event text, at timestamptz DEFAULT clock_timestamp());
+CREATE FUNCTION log_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.status = 'running' AND OLD.status = 'pending' THEN
+    INSERT INTO run_log (job_id, group_key, event) VALUES (NEW.id, NEW.group_key, 'start');
+  ELSIF OLD.status = 'running' AND NEW.status <> 'running' THEN
+    INSERT INTO run_log (job_id, group_key, event) VALUES (NEW.id, NEW.group_key, 'end');
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER log_runs AFTER UPDATE OF status ON sqla_queue_jobs FOR EACH ROW EXECUTE FUNCTION log_runs();
+"""
+
+
+@pytest.fixture
+def logged(own_database):
+    _url, engine = own_database
+    with engine.begin() as conn:
+        conn.exec_driver_sql(RUN_LOG)
+    queue = sq.Queue(engine, load_entrypoints=False)
+
+    @queue.task(queue="tenants")
+    def work(payload, ctx):
+        return None
+
+    return queue, engine
+
+
+def runs(engine) -> list[tuple[str | None, object, object]]:
+    """``(group_key, start, end)`` of every run, from the trigger's log."""
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT job_id, group_key, event, at FROM run_log ORDER BY at")).all()
+    starts: dict[int, tuple] = {}
+    found = []
+    for job_id, key, event, at in rows:
+        if event == "start":
+            starts[job_id] = (key, at)
+        else:
+            key, started = starts.pop(job_id)
+            found.append((key, started, at))
+    assert not starts, "every run ended"
+    return found
+
+
+def most_at_once(intervals) -> int:
+    """The largest number of intervals that overlap at one instant."""
+    edges = sorted([(start, 1) for _, start, _ in intervals] + [(end, -1) for _, _, end in intervals],
+                   key=lambda edge: (edge[0], edge[1]))
+    most = current = 0
+    for _, step in edges:
+        current += step
+        most = max(most, current)
+    return most
+
+
+def drain_with_workers(queue: sq.Queue, workers: int, **options) -> int:
+    """`workers` workers, each in a thread of its own with its own connections, until empty."""
+    results: list = []
+    errors: list = []
+
+    def run() -> None:
+        try:
+            results.append(queue.worker(queues=["tenants"], **options).run(until_empty=True))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    return sum(result.completed for result in results)
+
+
+def test_group_concurrency_1_never_runs_two_jobs_of_a_key_at_once(logged):
+    queue, engine = logged
+    queue.set_limits("tenants", group_concurrency=1)
+    queue.enqueue_many([{"task": "work", "payload": {}, "group_key": f"tenant-{n % 8}"} for n in range(240)]
+                       + [{"task": "work", "payload": {}} for _ in range(10)])
+
+    assert drain_with_workers(queue, 4, concurrency=4, poll_interval=0.05) == 250
+
+    by_key = defaultdict(list)
+    for key, start, end in runs(engine):
+        by_key[key].append((key, start, end))
+    assert sorted(k for k in by_key if k) == [f"tenant-{n}" for n in range(8)]
+    assert {key: most_at_once(found) for key, found in by_key.items() if key} == {
+        f"tenant-{n}": 1 for n in range(8)}
+    assert most_at_once(by_key[None]) > 1  # jobs without a key are not serialized
+
+
+HOLD_CLAIMS = """
+CREATE FUNCTION hold_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock_shared(4242);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER hold_claims AFTER UPDATE OF status ON sqla_queue_jobs FOR EACH ROW
+  WHEN (NEW.status = 'running' AND OLD.status = 'pending') EXECUTE FUNCTION hold_claims();
+"""
+
+
+def waiting_backends(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted")).scalar_one()
+
+
+@pytest.mark.parametrize("limits", [{"group_concurrency": 1}, {"concurrency": 1}])
+def test_a_claim_that_starts_while_another_is_uncommitted_sees_its_jobs_running(logged, limits):
+    """The race a cap must survive, made to happen: claim A has marked its job running but not
+    committed (a trigger holds it there), a more urgent job of the key arrives, and claim B
+    starts. B waits for A's limits lock, and its snapshot, taken after A commits, counts A's
+    job: B claims nothing. Without the lock B would count no running job and claim the new one."""
+    queue, engine = logged
+    queue.set_limits("tenants", **limits)
+    first, second = queue.enqueue_many([{"task": "work", "payload": {}, "group_key": "k"}] * 2)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(HOLD_CLAIMS)
+    claimed: dict[str, list] = {}
+
+    def claim(name: str) -> None:
+        claimed[name] = queue.claim("tenants", worker_id=name, limit=10)
+
+    with engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_lock(4242)"))
+        a = threading.Thread(target=claim, args=("a",))
+        a.start()
+        wait_until(lambda: waiting_backends(engine) == 1, "claim A to hold its job uncommitted")
+        urgent = queue.enqueue("work", {}, group_key="k", priority=10)
+        b = threading.Thread(target=claim, args=("b",))
+        b.start()
+        wait_until(lambda: waiting_backends(engine) == 2, "claim B to wait")
+        holder.execute(text("SELECT pg_advisory_unlock(4242)"))
+        holder.commit()
+    a.join(timeout=60)
+    b.join(timeout=60)
+
+    assert [job.id for job in claimed["a"]] == [first] and claimed["b"] == []
+    assert {queue.get_job(job).status for job in (second, urgent)} == {sq.JobStatus.PENDING}
+
+
+def test_concurrency_caps_the_running_jobs_of_the_queue_across_workers(logged):
+    queue, engine = logged
+    queue.set_limits("tenants", concurrency=3)
+    queue.enqueue_many([{"task": "work", "payload": {}} for _ in range(200)])
+
+    assert drain_with_workers(queue, 4, concurrency=4, poll_interval=0.05) == 200
+
+    found = runs(engine)
+    assert len(found) == 200 and most_at_once(found) == 3
+
+
+def test_group_concurrency_2_allows_two_per_key_and_no_more(logged):
+    queue, engine = logged
+    queue.set_limits("tenants", group_concurrency=2, concurrency=5)
+    queue.enqueue_many([{"task": "work", "payload": {}, "group_key": f"k{n % 3}"} for n in range(150)])
+
+    assert drain_with_workers(queue, 3, concurrency=4, poll_interval=0.05) == 150
+
+    found = runs(engine)
+    per_key = {key: most_at_once([run for run in found if run[0] == key]) for key in ("k0", "k1", "k2")}
+    assert max(per_key.values()) == 2 and most_at_once(found) <= 5
+
+
+def test_claim_within_limits_through_the_api(logged):
+    """`queue.claim` honours the limits too, and a claim a limit held back is counted as
+    throttled, not as an empty claim."""
+    queue, _engine = logged
+    queue.enqueue_many([{"task": "work", "payload": {}, "group_key": key} for key in "aab"])
+    queue.set_limits("tenants", group_concurrency=1)
+
+    first = queue.claim("tenants", worker_id="w", limit=10)
+    assert sorted(job.id for job in first) == [1, 3]
+    assert queue.claim("tenants", worker_id="w", limit=10) == []
+    health = queue.stats(window=timedelta(minutes=5))["tenants"]
+    assert health.throttled == 2 and health.empty_claims_locked == 0
+    assert queue.complete(first[0].id, first[0].claim_token)
+    assert [job.id for job in queue.claim("tenants", worker_id="w", limit=10)] == [2]
