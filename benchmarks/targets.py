@@ -438,7 +438,7 @@ def _why_vs_graphile(peers: dict, ours: dict, theirs: dict, field: str, factor: 
         return None
     if field == "steady_per_s":
         needed = factor * rate
-        start = f"At {factor:g}x graphile-worker's steady rate ({needed:,.0f} jobs/s)"
+        start = f"{factor:g}x graphile-worker's steady rate is {needed:,.0f} jobs/s"
     else:
         floor = _median(peers, "import_floor_s")
         left = jobs / (factor * rate) - (floor or 0.0)
@@ -452,7 +452,8 @@ def _why_vs_graphile(peers: dict, ours: dict, theirs: dict, field: str, factor: 
     gw_client, gw_server = _median(theirs, "client_cpu_us_per_job"), _median(theirs, "server_cpu_us_per_job")
     gw_text = (f" (graphile-worker's: {gw_client:,.0f} and {gw_server:,.0f} µs)"
                if gw_client is not None and gw_server is not None else "")
-    return (f"{start}, this machine's {cores} cores give the workers and PostgreSQL together {budget:,.0f} µs of "
+    return (f"{start}. At that rate this machine's {cores} cores give the workers and PostgreSQL together "
+            f"{budget:,.0f} µs of "
             f"CPU per job. sqla_queue's best drain spent {client:,.0f} µs per job in its worker processes (their "
             f"start-up included) and "
             f"{server:,.0f} µs in PostgreSQL{gw_text}: PostgreSQL's part alone is {server / budget:.0%} of that "
