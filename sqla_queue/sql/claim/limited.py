@@ -126,7 +126,10 @@ def _running(table: Table, group_key=None, keys=None) -> object:
 def _tokens(tokens, refilled_at, per_second, burst):
     """A token bucket's content now: `tokens` at `refilled_at` (NULL: a full bucket) plus
     `per_second` since, at most `burst`."""
-    elapsed = func.extract("epoch", func.clock_timestamp() - func.coalesce(refilled_at, func.clock_timestamp()))
+    # Never below zero: for a full bucket (`refilled_at` NULL) the two clock readings are taken one
+    # after the other, and a negative difference of microseconds would floor 2 tokens down to 1.
+    elapsed = func.greatest(0, func.extract("epoch", func.clock_timestamp()
+                                            - func.coalesce(refilled_at, func.clock_timestamp())))
     return func.least(burst, func.coalesce(tokens, burst) + per_second * elapsed)
 
 
