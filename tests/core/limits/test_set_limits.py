@@ -95,3 +95,16 @@ def test_a_retried_or_snoozed_job_frees_its_keys_slot(queue):
     assert then.id == second
     assert queue.snooze(then, timedelta(hours=1)) is not None
     assert [job.id for job in queue.claim("default", worker_id="w", limit=10)] == [third]
+
+
+def test_a_full_rate_bucket_holds_its_whole_burst_however_the_clock_is_read(engine):
+    # A bucket never refilled (refilled_at NULL) is full: its elapsed time is zero, not the
+    # difference of two clock readings, which may come out a few microseconds negative.
+    from sqlalchemy import Float, bindparam, func, literal, null, select
+    from sqla_queue.sql.claim.limited import _tokens
+
+    full = func.floor(_tokens(null(), null(), literal(200 / 3600, Float), literal(2.0, Float)))
+    rows = func.generate_series(1, 20_000).table_valued("n")
+    with engine.connect() as conn:
+        fewest = conn.execute(select(func.min(full)).select_from(rows)).scalar_one()
+    assert fewest == 2
