@@ -48,6 +48,11 @@ class AsyncSide:
                     self._engine = async_library_engine(made)
         return self._engine
 
+    @property
+    def made(self) -> bool:
+        """True once the engine was made here from the URL (and is ours to dispose)."""
+        return self._made is not None
+
     def reaches(self, url: URL) -> bool:
         """True if `url` names this engine's database (host, port, database and user: the
         driver may differ)."""

@@ -152,6 +152,11 @@ class Executor:
         from an Engine: where ``async with ctx.transaction()`` opens its session by default."""
         return None if self._asyncio is None else self._asyncio.engine
 
+    def made_asyncio_engine(self) -> AsyncEngine | None:
+        """The asyncio engine this queue made from its URL, if it made one yet: what there is to
+        dispose (asking `asyncio_engine` would make one only to close it)."""
+        return self._asyncio.engine if self._asyncio is not None and self._asyncio.made else None
+
     @property
     def asyncio_engine_missing(self) -> bool:
         """True for a queue built from a synchronous Engine: no asyncio engine of its own."""

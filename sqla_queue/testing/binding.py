@@ -74,7 +74,7 @@ def _dispose(core: Any, given: Any) -> None:
     The asyncio engine's pool is closed on a loop of its own when none runs here (a sync test),
     else dropped for the garbage collector (its connections belong to the test's loop)."""
     core.engine.dispose()
-    asyncio_engine = core.executor.asyncio_engine() if isinstance(given, str) else None
+    asyncio_engine = core.executor.made_asyncio_engine() if isinstance(given, str) else None
     if asyncio_engine is None:
         return
     try:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import NonRetryableError
 from ..hookspecs import LIFECYCLE_HOOKS

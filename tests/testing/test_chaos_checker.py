@@ -9,6 +9,7 @@ from sqlalchemy import insert
 
 from sqla_queue.testing.chaos import events
 from sqla_queue.testing.chaos.checker import FAILURE_CLASSES, Observations, Row, classify, observe
+from sqla_queue.testing.chaos.enqueuer import call_meta
 from sqla_queue.testing.chaos.workload import build_queue, effects, effects_metadata
 
 PLAIN, TRANSACTION = "chaos_plain", "chaos_transaction"
@@ -117,8 +118,8 @@ def test_observe_reads_the_table_the_effects_and_both_logs(own_database, tmp_pat
     effects_metadata.create_all(engine)
     trace, enqueues = tmp_path / "events.jsonl", tmp_path / "enqueues.jsonl"
     queue = build_queue(engine, str(trace))
-    done = queue.enqueue(TRANSACTION, {"n": 0, "try": 1})
-    left = queue.enqueue(PLAIN, {"n": 1, "try": 1})
+    done = queue.enqueue(TRANSACTION, {}, meta=call_meta(0, 1))
+    left = queue.enqueue(PLAIN, {}, meta=call_meta(1, 1))
     claimed = {job.id: job for job in queue.claim(worker_id="checker-test", limit=2)}
     assert queue.complete(done, claimed[done].claim_token)
     with engine.begin() as conn:

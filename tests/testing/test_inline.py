@@ -10,8 +10,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 import sqla_queue as sq
-from sqla_queue.testing import enqueued
-from sqla_queue.testing import InlineLimitError
+from sqla_queue.testing import InlineLimitError, enqueued
 
 
 @pytest.fixture

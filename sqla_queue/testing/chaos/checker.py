@@ -1,7 +1,7 @@
 """After the schedule healed: every job, and every acknowledged enqueue, sorted into classes.
 
-What the checker reads (`Observations`): the job table (status, attempts, the payload's ``n``
-and ``try``, which say which enqueue call made the row), the effects table (committed effects
+What the checker reads (`Observations`): the job table (status, attempts, the ``meta``'s
+``chaos_n`` and ``chaos_try``, which say which enqueue call made the row), the effects table (committed effects
 per job), the enqueuers' log (an ``intent`` line before each call, an ``ack`` line with the id
 after it returned) and the workers' ``completed`` events (a completion the worker saw commit).
 
@@ -131,8 +131,9 @@ def observe(engine: Engine, trace: Path, enqueues: Path) -> Observations:
     jobs = sq.Job.__table__
     with engine.connect() as conn:
         rows = {
-            r.id: Row(r.id, r.status, r.attempts, r.task, _int(r.payload, "n"), _int(r.payload, "try"), r.claim_token)
-            for r in conn.execute(select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.task, jobs.c.payload,
+            r.id: Row(r.id, r.status, r.attempts, r.task, _int(r.meta, "chaos_n"), _int(r.meta, "chaos_try"),
+                      r.claim_token)
+            for r in conn.execute(select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.task, jobs.c.meta,
                                          jobs.c.claim_token))
         }
         committed = defaultdict(list)
@@ -149,6 +150,6 @@ def observe(engine: Engine, trace: Path, enqueues: Path) -> Observations:
     )
 
 
-def _int(payload, key: str) -> int | None:
-    value = payload.get(key) if isinstance(payload, dict) else None
+def _int(meta, key: str) -> int | None:
+    value = meta.get(key) if isinstance(meta, dict) else None
     return value if isinstance(value, int) else None

@@ -26,6 +26,14 @@ def worker_argv(processes: int = 1, *, until_empty: bool = False) -> list[str]:
     return argv + (["--until-empty"] if until_empty else [])
 
 
+def cpu_storm(seconds: float) -> list[subprocess.Popen]:
+    """Busy processes, twice as many as the CPUs, each spinning for `seconds` and then exiting:
+    the workers get a fraction of a CPU, so every timer of theirs fires late."""
+    spin = f"import time\nend = time.monotonic() + {float(seconds)!r}\nwhile time.monotonic() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL)
+            for _ in range(2 * (os.cpu_count() or 1))]
+
+
 def enqueuer_argv(seed: int, jobs: int, slot: int, log: Path) -> list[str]:
     return [sys.executable, "-m", "sqla_queue.testing.chaos.enqueuer", str(seed), str(jobs), str(slot), str(log)]
 

@@ -10,8 +10,8 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import Engine, column, create_engine, func, select, table
@@ -23,9 +23,10 @@ import sqla_queue as sq
 from sqla_queue.testing import EmbeddedServer, copied_database, embedded_server, migrated_database
 
 from . import events
+from .app import APP_ENV, App
 from .checker import TERMINAL, Verdict, classify, observe
 from .enqueuer import APPLICATION_NAME as ENQUEUER_NAME
-from .processes import SelfPauses, Slot, enqueuer_argv, stop_all, worker_argv
+from .processes import SelfPauses, Slot, cpu_storm, enqueuer_argv, stop_all, worker_argv
 from .proxy import TcpProxy
 from .schedule import ENQUEUERS, LEASE, WINDOW, WORKERS, Fault, make_schedule
 from .workload import DATABASE_URL_ENV, EVENTS_ENV, effects_metadata
@@ -37,6 +38,7 @@ WORKER_BACKENDS = "sqla-queue%"  # the workers' default application_name
 RUNNER_NAME = "sqlaq-chaos-runner"
 HEAL_TIMEOUT = 20.0 + 3 * LEASE  # seconds after the faults for every job to end terminal
 TICK = 0.05
+_MIGRATING = threading.Lock()  # Alembic's context is module-global: one --parallel stream migrates at a time
 
 activity = table("pg_stat_activity", column("pid"), column("datname"), column("application_name"))
 
@@ -48,39 +50,52 @@ class SeedResult:
     verdict: Verdict
     seconds: float
     logs: Path
+    app: str | None = None  # the --app spec the seed ran, for its replay command
 
 
 @contextmanager
-def chaos_server() -> Iterator[tuple[EmbeddedServer, str]]:
-    """The runner's own PostgreSQL and a migrated template database (with the effects table)."""
-    with embedded_server(SERVER_SETTINGS) as server, migrated_database(server=server.url) as template:
+def chaos_server(app: App | None = None) -> Iterator[tuple[EmbeddedServer, str]]:
+    """The runner's own PostgreSQL and a migrated template database (with the effects table, and
+    what the --app's `setup` creates)."""
+    with embedded_server(SERVER_SETTINGS) as server, ExitStack() as stack:
+        with _MIGRATING:
+            template = stack.enter_context(migrated_database(server=server.url))
         engine = create_engine(template, poolclass=NullPool)
         effects_metadata.create_all(engine)
+        if app is not None and app.setup is not None:
+            app.setup(engine)
         engine.dispose()
         yield server, make_url(template).database
 
 
-def run_seed(seed: int, jobs: int, server: EmbeddedServer, template: str, out: Path) -> SeedResult:
+def run_seed(seed: int, jobs: int, server: EmbeddedServer, template: str, out: Path,
+             app_spec: str | None = None) -> SeedResult:
+    """`app_spec`: an --app's ``module:attribute`` (already checked), whose jobs and handlers
+    replace the built-in workload's."""
     started = time.monotonic()
     run_dir = out / f"seed-{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)  # an earlier run's trace must not mix with this one
     run_dir.mkdir(parents=True)
-    schedule = make_schedule(seed, jobs)
+    schedule = make_schedule(seed, jobs, app=app_spec is not None)
     (run_dir / "schedule.json").write_text(schedule.to_json())
     trace, enqueues = run_dir / "events.jsonl", run_dir / "enqueues.jsonl"
     with copied_database(template, server=server.url) as url:
         engine = create_engine(make_url(url).update_query_dict({"application_name": RUNNER_NAME}),
                                poolclass=NullPool, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         env = {**os.environ, DATABASE_URL_ENV: url, EVENTS_ENV: str(trace), "PYTHONUNBUFFERED": "1"}
+        env = {**env, APP_ENV: app_spec} if app_spec else {k: v for k, v in env.items() if k != APP_ENV}
         proxy = TcpProxy(server.host, server.port)
         proxied = make_url(url).set(host=proxy.host, port=proxy.port).render_as_string(hide_password=False)
         slots = _slots(seed, jobs, env, {**env, DATABASE_URL_ENV: proxied}, run_dir, enqueues)
-        pauses = SelfPauses(trace)
+        pauses, targets = SelfPauses(trace), Targets(server, proxy, engine)
         try:
-            _run_faults(schedule.faults, slots, pauses, Targets(server, proxy, engine), trace)
+            _run_faults(schedule.faults, slots, pauses, targets, trace)
             events.append(trace, "healing")
             events.append(trace, "healed" if _heal(engine, pauses) else "heal_timed_out")
         finally:
+            for busy in targets.storm:
+                busy.kill()
+                busy.wait()
             proxy.heal()
             stop_all(slots.values(), grace=3.0)
             proxy.close()
@@ -88,7 +103,7 @@ def run_seed(seed: int, jobs: int, server: EmbeddedServer, template: str, out: P
         verdict = classify(observe(engine, trace, enqueues))
         engine.dispose()
     events.append(trace, "verdict", classes=verdict.classes)
-    return SeedResult(seed, jobs, verdict, time.monotonic() - started, run_dir)
+    return SeedResult(seed, jobs, verdict, time.monotonic() - started, run_dir, app_spec)
 
 
 def _slots(seed: int, jobs: int, env: dict, worker_env: dict, run_dir: Path, enqueues: Path) -> dict[str, Slot]:
@@ -111,11 +126,17 @@ class Targets:
     proxy: TcpProxy
     engine: Engine
     heal_network_at: float | None = None
+    storm: list = field(default_factory=list)  # a cpu_storm's busy processes
 
     def tick(self, now: float) -> None:
         if self.heal_network_at is not None and now >= self.heal_network_at:
             self.proxy.heal()
             self.heal_network_at = None
+        self.storm = [p for p in self.storm if p.poll() is None]
+
+    @property
+    def calm(self) -> bool:
+        return self.heal_network_at is None and not self.storm
 
 
 def _run_faults(faults: tuple[Fault, ...], slots: dict[str, Slot], pauses: SelfPauses, targets: Targets,
@@ -137,7 +158,7 @@ def _run_faults(faults: tuple[Fault, ...], slots: dict[str, Slot], pauses: SelfP
             slot.tick(now)
         pauses.tick(now)
         targets.tick(now)
-        calm = not pending and not pauses.due and targets.heal_network_at is None and \
+        calm = not pending and not pauses.due and targets.calm and \
             all(s.resume_at is None and s.start_at is None for s in slots.values())
         if calm and all(s.finished() for s in enqueuers) and not any(t.is_alive() for t in restarts):
             return
@@ -170,6 +191,8 @@ def _apply(fault: Fault, slots: dict[str, Slot], targets: Targets, trace: Path) 
         thread = threading.Thread(target=_restart, args=(targets.server, trace), daemon=True)
         thread.start()
         return [thread]
+    elif kind == "cpu_storm":
+        targets.storm += cpu_storm(fault.duration)
     elif kind == "cut_network":
         events.append(trace, "cut", connections=targets.proxy.cut())
     elif kind in ("stall_network", "refuse_network"):

@@ -16,11 +16,14 @@ from dataclasses import asdict, dataclass
 # Job kinds: a plain job; one with an idempotency key (sometimes another job's key, so two
 # enqueues share one live job); one that fails its first attempts (some fail for good); one that
 # runs longer than the lease renewal period; one whose effect is written in ctx.transaction();
-# and a pausing one: its first attempt stops its own worker process (SIGSTOP) inside
+# a pausing one: its first attempt stops its own worker process (SIGSTOP) inside
 # ctx.transaction(), after writing its effect and before the commit, for longer than the lease,
 # while another worker runs its next attempt; the runner resumes it (a stale claim, on purpose).
-KINDS = ("plain", "idempotent", "failing", "long", "transaction", "pausing")
-KIND_WEIGHTS = (3, 2, 2, 2, 3, 1)
+# And the clock's: a scheduled job (enqueued with a delay, due during the faults) and a snoozing
+# one (it snoozes a few times for a fraction of a second before it returns).
+KINDS = ("plain", "idempotent", "failing", "long", "transaction", "pausing", "scheduled", "snoozing")
+KIND_WEIGHTS = (3, 2, 2, 2, 3, 1, 2, 2)
+APP_KIND = "app"  # --app: every job is the app's own, made by its `job(rng, n)`
 
 # Fault kinds, each aimed at a slot the runner keeps alive (a killed process is started again).
 FAULTS = (
@@ -35,8 +38,10 @@ FAULTS = (
     "cut_network",          # the workers' proxy closes every open connection
     "stall_network",        # the proxy stops forwarding (sockets stay open) for `duration` seconds
     "refuse_network",       # the proxy closes new connections too, for `duration` seconds
+    "cpu_storm",            # busy processes, twice the CPUs, for `duration` seconds: every timer
+                            # (lease renewals, heartbeats, polls, the enqueuers' pacing) runs late
 )
-FAULT_WEIGHTS = (4, 4, 2, 3, 3, 2, 2, 1, 2, 2, 1)
+FAULT_WEIGHTS = (4, 4, 2, 3, 3, 2, 2, 1, 2, 2, 1, 2)
 
 WORKERS = 2      # single-process worker slots
 ENQUEUERS = 2    # enqueuer slots
@@ -57,6 +62,9 @@ class Item:
     max_attempts: int = MAX_ATTEMPTS
     sleep: float = 0.0
     pause: float = 0.0  # pausing: seconds its first attempt's worker stays stopped
+    delay: float = 0.0  # scheduled: seconds after the enqueue that it is due
+    snoozes: int = 0    # snoozing: how often it snoozes before it returns
+    snooze: float = 0.0  # snoozing: seconds of each snooze
 
 
 @dataclass(frozen=True)
@@ -78,13 +86,16 @@ class Schedule:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def make_schedule(seed: int, jobs: int) -> Schedule:
-    """The schedule of `seed` over `jobs` jobs (a string seed: stable across Python versions)."""
+def make_schedule(seed: int, jobs: int, *, app: bool = False) -> Schedule:
+    """The schedule of `seed` over `jobs` jobs (string seeds: stable across Python versions).
+    The faults have a generator of their own: a seed hurts the built-in workload and an --app's
+    jobs (`app`: each item only a place, the app makes the job) the same way."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     rng = random.Random(f"sqla_queue-chaos-{seed}")
-    items = tuple(_item(rng, seed, n) for n in range(jobs))
-    faults = sorted((_fault(rng) for _ in range(rng.randint(3, 8))), key=lambda f: f.at)
+    items = tuple(Item(n, APP_KIND, n % ENQUEUERS) if app else _item(rng, seed, n) for n in range(jobs))
+    hurt = random.Random(f"sqla_queue-chaos-{seed}-faults")
+    faults = sorted((_fault(hurt) for _ in range(hurt.randint(3, 8))), key=lambda f: f.at)
     return Schedule(seed=seed, jobs=jobs, items=items, faults=tuple(faults))
 
 
@@ -100,6 +111,10 @@ def _item(rng: random.Random, seed: int, n: int) -> Item:
     if kind == "pausing":  # resumed while the next attempt (sleeping longer still) holds the job
         return Item(n, kind, enqueuer, pause=round(rng.uniform(2 * LEASE + 1, 2 * LEASE + 2), 2),
                     sleep=round(rng.uniform(LEASE + 2.5, LEASE + 3.5), 2))
+    if kind == "scheduled":  # due somewhere in the fault window, or just after it
+        return Item(n, kind, enqueuer, delay=round(rng.uniform(0.1, 3.0), 2), sleep=round(rng.uniform(0.02, 0.4), 3))
+    if kind == "snoozing":
+        return Item(n, kind, enqueuer, snoozes=rng.randint(1, 3), snooze=round(rng.uniform(0.05, 0.5), 2))
     if kind == "long" or (kind == "transaction" and rng.random() < 0.4):  # its transaction open a while
         return Item(n, kind, enqueuer, sleep=round(rng.uniform(0.5, 2.5 * LEASE), 2))
     return Item(n, kind, enqueuer, sleep=round(rng.uniform(0.02, 0.4), 3))  # jobs in flight when faults hit
@@ -118,6 +133,8 @@ def _fault(rng: random.Random) -> Fault:
         duration = round(rng.uniform(0.3, 2 * LEASE), 2)
     elif kind == "refuse_network":
         duration = round(rng.uniform(0.3, 2.0), 2)
+    elif kind == "cpu_storm":  # sometimes past the lease: renewals may come too late
+        duration = round(rng.uniform(0.5, 1.5 * LEASE), 2)
     else:
         duration = 0.0
     return Fault(at=at, kind=kind, slot=slot, duration=duration)

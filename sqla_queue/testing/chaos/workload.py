@@ -1,9 +1,10 @@
 """The workload's app, as ``sqla-queue --app sqla_queue.testing.chaos.workload:queue worker``
 runs it: four tasks, an effects table, and an observer plugin writing the run's trace.
 
-The queue is built on first access from two environment variables the runner sets,
+The queue is built on first access from environment variables the runner sets,
 ``SQLA_QUEUE_CHAOS_DATABASE_URL`` and ``SQLA_QUEUE_CHAOS_EVENTS`` (the trace file), so importing
-this module costs nothing and needs neither.
+this module costs nothing and needs neither. With ``SQLA_QUEUE_CHAOS_APP`` set (``--app``), it is
+that app's queue instead, rebound to the run's database, with the same observer (`app`).
 
 Effects: ``chaos_transaction`` inserts one ``chaos_effects`` row inside ``ctx.transaction()``,
 which commits with the job's completion or not at all. The table has no unique constraint on
@@ -22,11 +23,12 @@ from sqlalchemy import BigInteger, Column, Engine, Integer, MetaData, Table, Tex
 
 import sqla_queue as sq
 
-from . import events
+from . import app, events
 
 DATABASE_URL_ENV = "SQLA_QUEUE_CHAOS_DATABASE_URL"
 EVENTS_ENV = "SQLA_QUEUE_CHAOS_EVENTS"
 RETRY_DELAY = 0.2  # seconds: failing jobs come back quickly, so the run heals in seconds
+MAX_SNOOZES = 50  # a stale claim's snooze must be refused, not counted: far above a plan's few
 
 effects_metadata = MetaData()
 effects = Table(
@@ -93,6 +95,15 @@ def build_queue(database: str | Engine, events_path: str) -> sq.Queue:
             raise ChaosFailure(f"planned failure {ctx.attempt} of {payload['fail_attempts']}")
         ran(ctx, "handler_returned")
 
+    @queue.task(name="chaos_snoozing", retry_delay=RETRY_DELAY, max_snoozes=MAX_SNOOZES)
+    def snoozing(payload: dict[str, Any], ctx: sq.JobContext) -> None:
+        """Snoozes `snoozes` times (the row counts them: a snooze gives the attempt back), each
+        for `snooze` seconds, then returns: the clock decides when it runs next, not a claim."""
+        ran(ctx, "handler_started")
+        if queue.get_job(ctx.job_id).snoozes < payload["snoozes"]:
+            raise sq.Snooze(payload["snooze"])
+        ran(ctx, "handler_returned")
+
     @queue.task(name="chaos_transaction", retry_delay=RETRY_DELAY)
     def transaction(payload: dict[str, Any], ctx: sq.JobContext) -> None:
         ran(ctx, "handler_started")
@@ -114,13 +125,22 @@ def build_queue(database: str | Engine, events_path: str) -> sq.Queue:
     return queue
 
 
-TASKS = {"plain": "chaos_plain", "idempotent": "chaos_plain", "long": "chaos_plain",
-         "failing": "chaos_failing", "transaction": "chaos_transaction", "pausing": "chaos_transaction"}
+TASKS = {"plain": "chaos_plain", "idempotent": "chaos_plain", "long": "chaos_plain", "scheduled": "chaos_plain",
+         "failing": "chaos_failing", "transaction": "chaos_transaction", "pausing": "chaos_transaction",
+         "snoozing": "chaos_snoozing"}
+
+
+def run_queue(database_url: str, events_path: str) -> sq.Queue:
+    """The queue a worker or enqueuer process runs: the --app's, else the built-in workload's."""
+    spec = os.environ.get(app.APP_ENV)
+    if spec:
+        return app.bound_queue(app.load(spec), database_url, TraceObserver(events_path))
+    return build_queue(database_url, events_path)
 
 
 def __getattr__(name: str) -> Any:
     if name != "queue":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    queue = build_queue(os.environ[DATABASE_URL_ENV], os.environ[EVENTS_ENV])
+    queue = run_queue(os.environ[DATABASE_URL_ENV], os.environ[EVENTS_ENV])
     globals()["queue"] = queue
     return queue
