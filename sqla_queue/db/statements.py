@@ -17,6 +17,7 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 
 from .. import sql
+from ..tables import counters_table, group_rates_table, limits_table, queues_table, samples_table, workers_table
 from ..sql import catalog, time_travel
 from ..sql import counters as counter_sql
 from ..sql import jobs as job_sql
@@ -33,7 +34,6 @@ from ..sql.claim.limited import claim_limited_jobs
 from ..sql.enqueue import INPUT_COLUMNS
 from ..sql.notify import listen_finished
 from ..states import FINISHED, JobStatus
-from ..tables import counters_table, group_rates_table, limits_table, queues_table, samples_table, workers_table
 from .driver import DriverStatement
 
 __all__ = ["ARRAY_PARAMS", "DriverStatements", "Statements"]

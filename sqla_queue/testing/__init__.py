@@ -70,6 +70,9 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "alembic_upgrade",
+    "bind",
+    "migrate_queue",
     "BackoffReport",
     "ConformanceError",
     "DedupeReport",
@@ -81,8 +84,6 @@ __all__ = [
     "MetaReport",
     "MiddlewareReport",
     "Ran",
-    "alembic_upgrade",
-    "bind",
     "check_backoff_plugin",
     "check_dedupe_plugin",
     "check_lifecycle_plugin",
@@ -94,7 +95,6 @@ __all__ = [
     "embedded_server",
     "embedded_tools_dir",
     "enqueued",
-    "migrate_queue",
     "migrated_database",
     "run_job",
     "server_url",

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import NonRetryableError
 from ..hookspecs import LIFECYCLE_HOOKS

@@ -183,9 +183,8 @@ def alembic_upgrade(config: str | Path = "alembic.ini", revision: str = "heads",
     path = Path(config)
 
     def migrate(url: str) -> None:
-        from alembic.config import Config as AlembicConfig
-
         from alembic import command
+        from alembic.config import Config as AlembicConfig
 
         if not path.is_file():
             raise ConfigurationError(

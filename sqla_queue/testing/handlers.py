@@ -27,7 +27,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..core.operations import job_view
@@ -51,7 +51,7 @@ RUN_JOB_CONTEXT = ("attempt", "max_attempts", "priority", "queue", "idempotency_
 """The parts of a job's context `run_job` lets a test choose."""
 
 _SHOWN = 10  # jobs an `Enqueued` lists in its repr
-_BEGINNING = datetime(1, 1, 1, tzinfo=UTC)
+_BEGINNING = datetime(1, 1, 1, tzinfo=timezone.utc)
 
 
 class DrainLimitError(SqlaQueueError, AssertionError):

@@ -10,7 +10,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 import sqla_queue as sq
-from sqla_queue.testing import InlineLimitError, enqueued
+from sqla_queue.testing import enqueued
+from sqla_queue.testing import InlineLimitError
 
 
 @pytest.fixture

@@ -60,7 +60,7 @@ def test_importing_the_plugin_starts_nothing_and_needs_no_embedded_server():
 
 
 def test_the_lazy_exports_are_the_listed_ones():
-    from sqla_queue import testing
+    import sqla_queue.testing as testing
 
     assert sorted(testing.__all__) == sorted(testing._EXPORTS)
     for name in testing.__all__:

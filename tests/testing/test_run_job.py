@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 
@@ -24,7 +24,7 @@ def test_runs_the_handler_with_a_real_context_and_records_the_outcome(queue, cal
 
 
 def test_the_context_can_be_chosen(queue, calls, job_row):
-    tick = datetime(2026, 1, 1, 9, tzinfo=UTC)
+    tick = datetime(2026, 1, 1, 9, tzinfo=timezone.utc)
     ran = run_job(queue, queue.get_task("resize").handler, {"n": 1}, attempt=3, max_attempts=4, priority=7,
                   queue="bulk", idempotency_key="resize-1", scheduled_at=tick)
 

@@ -3,7 +3,7 @@ compiled shapes of the testing helpers' statements are in tests/sql/test_queue_s
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select
 
@@ -24,7 +24,7 @@ def test_time_travel_against_postgresql(queue, own_engine):
     before = _run_at(own_engine)
     hour = timedelta(hours=1)
 
-    first = _advance(own_engine, since=datetime(1, 1, 1, tzinfo=UTC), advance=hour)
+    first = _advance(own_engine, since=datetime(1, 1, 1, tzinfo=timezone.utc), advance=hour)
     assert sorted(first.moved) == [due, *soon]
     after = _run_at(own_engine)
     assert {i: after[i] - before[i] for i in [due, *soon]} == dict.fromkeys([due, *soon], -hour)

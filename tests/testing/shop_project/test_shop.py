@@ -6,9 +6,9 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from shop import Shop
 
 import sqla_queue as sq
+from shop import Shop
 
 
 @pytest.fixture
