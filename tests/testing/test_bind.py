@@ -93,6 +93,16 @@ def test_bind_with_a_url_rebinds_an_async_sessionmaker_too(sqla_queue_database_u
         assert conn.execute(text("SELECT text FROM notes")).scalars().all() == ["async"]
 
 
+def test_bind_with_a_url_makes_no_asyncio_engine_a_synchronous_block_never_used(sqla_queue_database_url):
+    """Closing the block disposes what it made: it used to make the asyncio engine only to close
+    it, which failed when the block was closed at interpreter exit (a process-long binding)."""
+    queue = sq.Queue(PRODUCTION, load_entrypoints=False)
+    with sq.testing.bind(queue, sqla_queue_database_url) as bound:
+        inner = bound.core
+        assert bound.list_jobs().jobs == []
+    assert inner.executor.made_asyncio_engine() is None
+
+
 def test_bind_refuses_what_it_cannot_rebind(app, own_engine):
     queue, session_maker, production, _ = app
     async_maker = async_sessionmaker()

@@ -7,7 +7,9 @@ import subprocess
 import sys
 import time
 
-from sqla_queue.testing.chaos.processes import SelfPauses, Slot
+import os
+
+from sqla_queue.testing.chaos.processes import SelfPauses, Slot, cpu_storm
 
 PAUSING = """
 import os, signal, sys
@@ -91,3 +93,15 @@ def _running(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_cpu_storm_is_twice_the_cpus_and_ends_by_itself():
+    storm = cpu_storm(0.3)
+    try:
+        assert len(storm) == 2 * os.cpu_count()
+        assert all(busy.poll() is None for busy in storm)  # spinning
+        assert [busy.wait(timeout=30) for busy in storm] == [0] * len(storm)
+    finally:
+        for busy in storm:
+            busy.kill()
+            busy.wait()

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sqla_queue.testing.chaos.schedule import FAULTS, KINDS, make_schedule
+from sqla_queue.testing.chaos.schedule import APP_KIND, FAULTS, KINDS, make_schedule
 
 
 def test_the_same_seed_gives_the_same_schedule():
@@ -36,3 +36,19 @@ def test_a_schedule_covers_the_workload_and_its_faults_are_in_order():
 def test_no_jobs_is_refused():
     with pytest.raises(ValueError, match="jobs must be at least 1, got 0"):
         make_schedule(1, 0)
+
+
+def test_the_clock_kinds_are_due_later_or_snooze_a_few_times():
+    items = make_schedule(5, 300).items
+    scheduled = [i for i in items if i.kind == "scheduled"]
+    snoozing = [i for i in items if i.kind == "snoozing"]
+    assert scheduled and all(0.1 <= i.delay <= 3.0 for i in scheduled)
+    assert snoozing and all(1 <= i.snoozes <= 3 and 0.05 <= i.snooze <= 0.5 for i in snoozing)
+    assert all(i.delay == 0 for i in items if i.kind != "scheduled")
+
+
+def test_an_app_seed_has_the_same_faults_and_leaves_the_jobs_to_the_app():
+    """The faults have their own generator: a seed hurts an --app run as it hurts the built-in one."""
+    built_in, app = make_schedule(9, 30), make_schedule(9, 30, app=True)
+    assert app.faults == built_in.faults
+    assert [(i.n, i.kind, i.enqueuer) for i in app.items] == [(n, APP_KIND, n % 2) for n in range(30)]
