@@ -100,16 +100,28 @@ class TcpProxy:
                 self.refused += 1
                 _close(client)
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                _close(client)
-                continue
-            self.accepted += 1
-            link = _Link(client, upstream, self._flowing, self._closed, self._forget)
-            with self._lock:
-                self._links.add(link)
-            link.start()
+            # A thread per connection opens the upstream side: a server that is restarting
+            # must not hold up the accepts of every other client behind it.
+            threading.Thread(target=self._link, args=(client,), name="proxy-link", daemon=True).start()
+
+    def _link(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+            client.setblocking(True)
+            upstream.setblocking(True)
+        except OSError:  # the server is down, or the client is already gone
+            _close(client)
+            return
+        if self.mode == "refuse":  # refused while this connection was being made
+            self.refused += 1
+            _close(client)
+            _close(upstream)
+            return
+        self.accepted += 1
+        link = _Link(client, upstream, self._flowing, self._closed, self._forget)
+        with self._lock:
+            self._links.add(link)
+        link.start()
 
     def _forget(self, link: _Link) -> None:
         with self._lock:
@@ -129,8 +141,9 @@ class _Link:
         self._closing = threading.Lock()
 
     def start(self) -> None:
+        """Both pumps get their sockets as they are now: the first may close the link (its peer
+        left at once) before the second starts, and must not break it."""
         for src, dst, name in ((self.client, self.upstream, "up"), (self.upstream, self.client, "down")):
-            src.setblocking(True)
             threading.Thread(target=self._pump, args=(src, dst), name=f"proxy-{name}", daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
