@@ -90,6 +90,10 @@ class DoctorConfig:
         lease ago is stuck: every worker runs recovery each half lease. Default 60 s.
     :param max_transaction_age: a transaction (or a snapshot holding the vacuum horizon) older
         than this fails. Default 5 minutes.
+    :param horizon_warning: a snapshot or prepared transaction of this database holding the
+        vacuum horizon for longer than this warns, naming it: dead tuples pile up from its
+        first second, so the warning comes long before claims have slowed much. Default 60 s
+        (one past `max_transaction_age` fails instead).
     :param max_lock_wait: a lock wait involving the queue table longer than this fails.
         Default 5 s; SKIP LOCKED claims never wait, so any wait is someone else's.
     :param max_xmin_age: a replication slot or standby holding the horizon back by more than
@@ -110,6 +114,7 @@ class DoctorConfig:
 
     lease: timedelta = DEFAULT_LEASE
     max_transaction_age: timedelta = timedelta(minutes=5)
+    horizon_warning: timedelta = timedelta(seconds=60)
     max_lock_wait: timedelta = timedelta(seconds=5)
     max_xmin_age: int = 1_000_000
     dead_tuples_min: int = 10_000
@@ -122,7 +127,7 @@ class DoctorConfig:
     statement_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        for name, positive in (("lease", True), ("max_transaction_age", False),
+        for name, positive in (("lease", True), ("max_transaction_age", False), ("horizon_warning", False),
                                ("max_lock_wait", False), ("failed_window", True),
                                ("max_latency", False)):
             value = _config(_validate.duration, getattr(self, name), name, positive=positive)
@@ -308,17 +313,24 @@ class Doctor:
         a session of this database or of a standby's feedback, replication slots (cluster-wide)
         and this database's prepared transactions. Other databases' sessions and prepared
         transactions are shown but do not count: since PostgreSQL 14 they do not hold back
-        vacuum of this database's tables."""
+        vacuum of this database's tables. A session or prepared transaction holding it past
+        `horizon_warning` warns, a holder past the limits fails."""
         holders = list(self._horizon_holders(conn))
-        offenders = [text for text, in_scope, too_old in holders if in_scope and too_old]
-        details = tuple(text for text, _, _ in holders)
-        if not offenders:
-            return Check("vacuum horizon", Verdict.OK,
-                         "nothing holds the vacuum horizon of this database back beyond the limits",
-                         details=details)
+        details = tuple(text for text, _ in holders)
+        for verdict in (Verdict.FAIL, Verdict.WARN):
+            named = [text for text, level in holders if level is verdict]
+            if named:
+                return self._horizon_held(verdict, named[0], details)
+        return Check("vacuum horizon", Verdict.OK,
+                     "nothing holds the vacuum horizon of this database back beyond the limits",
+                     details=details)
+
+    def _horizon_held(self, verdict: Verdict, holder: str, details: tuple[str, ...]) -> Check:
+        summary = (f"vacuum of this database is held back by {holder}" if verdict is Verdict.FAIL else
+                   f"vacuum of this database has been held back for over "
+                   f"{format_duration(self.config.horizon_warning)} by {holder}")
         return Check(
-            "vacuum horizon", Verdict.FAIL,
-            f"vacuum of this database is held back by {offenders[0]}",
+            "vacuum horizon", verdict, summary,
             "Until it ends, every completed job stays in the table and its indexes as a dead "
             "tuple and claims slow down. End the session (pg_terminate_backend), drop an "
             "abandoned replication slot (pg_drop_replication_slot), or COMMIT/ROLLBACK PREPARED "
@@ -327,25 +339,36 @@ class Doctor:
             details,
         )
 
-    def _horizon_holders(self, conn: Connection) -> Iterator[tuple[str, bool, bool]]:
-        max_age, max_xids = self.config.max_transaction_age, self.config.max_xmin_age
+    def _horizon_holders(self, conn: Connection) -> Iterator[tuple[str, Verdict | None]]:
+        """Each holder's line and what it earns in this database: FAIL, WARN or None."""
         for r in conn.execute(catalog.horizon_backends(), {"limit": 5}):
-            too_old = (r.age is not None and r.age > max_age) or (r.age is None and r.xmin_age > max_xids)
             scope = "" if r.in_scope else " [other database: does not hold back this one]"
+            query = "" if r.query_age is None else f", its query started {format_duration(r.query_age)} ago"
             yield (f"pid {r.pid} ({r.backend_type}, {r.application_name or 'no application_name'}, "
                    f"{r.state or 'no state'}, database {r.datname or '-'}): snapshot {r.xmin_age} xids "
-                   f"old, transaction open {format_duration(r.age)}{scope}", bool(r.in_scope), too_old)
+                   f"old, transaction open {format_duration(r.age)}{query}{scope}",
+                   self._held_for(r.in_scope, r.age, r.xmin_age))
         for r in conn.execute(catalog.horizon_slots()):
             if r.xmin_age is not None:
                 yield (f"replication slot {r.slot_name} ({r.slot_type}, {'active' if r.active else 'inactive'}): "
-                       f"xmin {r.xmin_age} xids old", True, r.xmin_age > max_xids)
+                       f"xmin {r.xmin_age} xids old", self._held_for(True, None, r.xmin_age))
             if r.catalog_xmin_age is not None:
                 yield (f"replication slot {r.slot_name}: catalog_xmin {r.catalog_xmin_age} xids old "
-                       "[system catalogs only]", False, False)
+                       "[system catalogs only]", None)
         for r in conn.execute(catalog.horizon_prepared()):
             scope = "" if r.in_scope else " [other database: does not hold back this one]"
             yield (f"prepared transaction {r.gid!r} (database {r.database}, owner {r.owner}) "
-                   f"prepared {format_duration(r.age)} ago{scope}", bool(r.in_scope), r.age > max_age)
+                   f"prepared {format_duration(r.age)} ago{scope}", self._held_for(r.in_scope, r.age, None))
+
+    def _held_for(self, in_scope: bool, age: timedelta | None, xmin_age: int | None) -> Verdict | None:
+        """A holder's verdict by how long it has held (or, with no start time, how many xids)."""
+        if not in_scope:
+            return None
+        if age is not None:
+            if age > self.config.max_transaction_age:
+                return Verdict.FAIL
+            return Verdict.WARN if age > self.config.horizon_warning else None
+        return Verdict.FAIL if xmin_age is not None and xmin_age > self.config.max_xmin_age else None
 
     def check_stuck_jobs(self, conn: Connection) -> Check:
         stuck_after = self.config.stuck_after

@@ -47,6 +47,7 @@ _activity = table(
     column("backend_type", Text),
     column("state", Text),
     column("xact_start", DateTime(timezone=True)),
+    column("query_start", DateTime(timezone=True)),
     column("wait_event_type", Text),
     column("wait_event", Text),
     column("backend_xmin"),
@@ -230,6 +231,7 @@ def horizon_backends() -> Executable:
             a.c.pid, a.c.datname, a.c.backend_type, a.c.application_name, a.c.state,
             func.age(a.c.backend_xmin).label("xmin_age"),
             (func.clock_timestamp() - a.c.xact_start).label("age"),
+            (func.clock_timestamp() - a.c.query_start).label("query_age"),
             or_(a.c.datname == func.current_database(), a.c.datname.is_(None)).label("in_scope"),
         )
         .where(

@@ -107,6 +107,18 @@ def test_a_snapshot_in_this_database_holds_the_vacuum_horizon_back(db):
     assert checks(queue, max_transaction_age=NOW)["vacuum horizon"].verdict is Verdict.OK
 
 
+def test_a_snapshot_held_past_the_horizon_warning_warns_naming_its_pid_and_query_start(db):
+    """Before the limit fails, the holder is named: dead tuples pile up from its first second."""
+    queue, engine = db
+    with open_transaction(engine, snapshot=True) as pid:
+        check = checks(queue, horizon_warning=NOW)["vacuum horizon"]
+        assert check.verdict is Verdict.WARN
+        assert check.summary.startswith("vacuum of this database has been held back for over 0ms by ")
+        assert f"pid {pid} " in check.summary and ", its query started " in check.summary
+        assert checks(queue)["vacuum horizon"].verdict is Verdict.OK  # not yet 60 s
+    assert checks(queue, horizon_warning=NOW)["vacuum horizon"].verdict is Verdict.OK
+
+
 def test_a_snapshot_in_another_database_is_listed_but_does_not_fail_this_one(db, create_database):
     queue, _ = db
     elsewhere = create_engine(create_database())
