@@ -16,13 +16,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import (asyncio_rows, claim_cost, cpu_scaling, drain, enqueue, fleet, idle, latency, limits, otel, peers,
-               raw, report, roundtrips, sustained, wakeups)
+from . import (asyncio_rows, claim_cost, cpu_scaling, drain, enqueue, fleet, horizon, idle, latency, limits, otel,
+               peers, raw, report, roundtrips, sustained, wakeups)
 from .server import benchmark_database, load_average, server_facts
 from .sizes import SIZES
 
 SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "idle", "asyncio", "roundtrips",
-            "wakeups", "fleet", "cpu", "otel", "limits", "peers")
+            "wakeups", "fleet", "cpu", "otel", "limits", "horizon", "peers")
 # What runs without --sections: every section but the peers, which install pgqueuer and
 # graphile-worker from PyPI and npm (--peers adds them).
 DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "peers")
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu": lambda: cpu_scaling.run(db, size, log),
             "otel": lambda: otel.run(db, size, log),
             "limits": lambda: limits.run(db, size, log),
+            "horizon": lambda: horizon.run(db, size, log, drain_rate=_drain_rate(results.get("drain") or {})),
             "peers": lambda: peers.run(db, size, log),
         }
         for name in args.sections:
@@ -165,6 +166,12 @@ def _sustained_batch(drains: dict) -> int:
     concurrency, when the drain section was not run)."""
     d = drains.get("2x10") or next(iter(drains.values()), None)
     return max(1, round(d["batch"]["median"] or 1)) if d else 10
+
+
+def _drain_rate(drains: dict) -> float | None:
+    """The 2 x 10 drain's median jobs/s, for the held-horizon section's feed (None: not run)."""
+    d = drains.get("2x10")
+    return d["jobs_per_s"]["median"] if d else None
 
 
 def _roundtrips(db, size, log) -> dict | None:

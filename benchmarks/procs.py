@@ -32,7 +32,8 @@ def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler
     """One worker process.
 
     mode ``drain``: run until the queue is empty (or `stop` is set). mode ``serve``: run until
-    `stop` is set, recording handler starts (the wake-up latency). `sync` holds the shared
+    `stop` is set, recording handler starts (the wake-up latency). mode ``run``: run no-op jobs
+    until `stop` is set (a queue fed while it runs). `sync` holds the shared
     ``ready`` barrier, ``go``/``stop``/``release`` events, the ``listening`` barrier (serve mode)
     and the ``results`` queue. After putting its results the process waits for ``release`` (its
     worker has closed its connections by then: `benchmarks.cpu` counts their backends' CPU time

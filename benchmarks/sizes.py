@@ -58,6 +58,9 @@ class Size:
     limits_keys: int = 100
     limits_serial_keys: int = 1_000
     limits_rate_seconds: int = 30
+    # held horizon (section 15): each of its two runs lasts this long
+    horizon_seconds: float = 300.0
+    horizon_calibration_jobs: int = 20_000
 
     def with_repeat(self, repeat: int | None) -> Size:
         return self if repeat is None else replace(self, repeat=repeat)
@@ -74,7 +77,7 @@ SIZES = {
         sustained_jobs=3_000, sustained_window=1.0, sustained_max_seconds=10.0, sustained_repeat=1,
         asyncio_sleep_jobs=1_000, peers_latency_jobs=2, fleet_processes=4,
         limits_backlog=2_000, limits_small_tenant=20, limits_keys=20, limits_serial_keys=50,
-        limits_rate_seconds=2,
+        limits_rate_seconds=2, horizon_seconds=8.0, horizon_calibration_jobs=1_000,
     ),
     "small": Size(
         name="small", repeat=2,
@@ -87,7 +90,7 @@ SIZES = {
         sustained_jobs=100_000, sustained_window=5.0, sustained_max_seconds=40.0, sustained_repeat=1,
         asyncio_sleep_jobs=1_000, peers_latency_jobs=40, wakeup_seconds=3.0,
         limits_backlog=20_000, limits_small_tenant=100, limits_keys=100, limits_serial_keys=200,
-        limits_rate_seconds=5,
+        limits_rate_seconds=5, horizon_seconds=60.0, horizon_calibration_jobs=5_000,
     ),
     "full": Size(
         name="full", repeat=3,
