@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -97,3 +98,31 @@ def test_refuse_closes_new_connections_at_accept_until_healed(proxy):
     proxy.heal()
     with connect(proxy) as sock:
         assert roundtrip(sock, b"c") == b"c"
+
+
+def test_clients_that_leave_at_once_never_stop_the_proxy_accepting(echo):
+    """A link whose client is gone before its second pump starts used to raise in the accept
+    thread (a closed socket's setblocking), which then died: every later client timed out."""
+    with TcpProxy(*echo) as proxy:
+        for _ in range(300):
+            connect(proxy).close()
+        with connect(proxy) as sock:
+            assert roundtrip(sock, b"ping") == b"ping"
+
+
+def test_an_upstream_that_does_not_answer_does_not_hold_up_the_next_client(echo):
+    """Each connection opens its upstream side on a thread of its own: the stuck one's connect
+    (5 s to its timeout) used to block the accept loop, so the next client waited it out."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)  # never accepts: once one connection fills its queue, connecting hangs
+    filler = socket.create_connection(full.getsockname()[:2], timeout=5)
+    with TcpProxy(*full.getsockname()[:2]) as proxy:
+        stuck = connect(proxy)
+        time.sleep(0.5)  # the proxy accepts it (every 50 ms) and starts its hanging connect
+        proxy.target = echo  # the next connection goes where it is answered
+        with socket.create_connection((proxy.host, proxy.port), timeout=2.0) as sock:
+            assert roundtrip(sock, b"next") == b"next"
+        stuck.close()
+    filler.close()
+    full.close()
