@@ -84,6 +84,7 @@ class EmbeddedServer:
     bin_dir: Path
     log: Path
     run_as: str | None
+    options: str = ""  # the postgres options it was started with (port, host, sockets, settings)
 
     @property
     def url(self) -> str:
@@ -96,6 +97,11 @@ class EmbeddedServer:
 
     def stop(self, mode: str = "fast") -> None:
         self._pg_ctl("-m", mode, "stop")
+
+    def start(self) -> None:
+        """``pg_ctl start`` with the options it was first started with (a restart reuses them
+        by itself; a start after a stop needs them given again)."""
+        self._pg_ctl("-l", str(self.log), "-t", "60", "-o", self.options, "start")
 
     def _pg_ctl(self, *args: str) -> None:
         _run([self.bin_dir / "pg_ctl", "-D", self.data_dir, "-w", *args], self.run_as)
@@ -120,6 +126,7 @@ def tcp_server(settings: Mapping[str, str] | None = None) -> Iterator[EmbeddedSe
     server = EmbeddedServer("127.0.0.1", _free_port(), data, tools, root / "server.log", run_as)
     options = " ".join([f"-p {server.port} -h {server.host} -k {sockets}",
                         *(f"-c {name}={value}" for name, value in (settings or {}).items())])
+    server.options = options
     try:
         _run([tools / "initdb", "-D", data, "--auth=trust", "-U", "postgres", "--encoding=UTF8",
               "--no-sync"], run_as)

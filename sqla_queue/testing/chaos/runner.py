@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ WORKER_BACKENDS = "sqla-queue%"  # the workers' default application_name
 RUNNER_NAME = "sqlaq-chaos-runner"
 HEAL_TIMEOUT = 20.0 + 3 * LEASE  # seconds after the faults for every job to end terminal
 TICK = 0.05
+RESTART_WAIT = 60.0  # seconds a server whose restart pg_ctl called failed gets to come back
 _MIGRATING = threading.Lock()  # Alembic's context is module-global: one --parallel stream migrates at a time
 
 activity = table("pg_stat_activity", column("pid"), column("datname"), column("application_name"))
@@ -216,9 +218,34 @@ def _terminate(engine: Engine, matches) -> int | None:
         return None
 
 
-def _restart(server: EmbeddedServer, trace: Path) -> None:
-    server.restart(mode="immediate")
+def _restart(server: EmbeddedServer, trace: Path, wait: float = RESTART_WAIT) -> None:
+    """An immediate restart. ``pg_ctl -w restart`` can report failure on a loaded machine while
+    the server comes back all the same: then the runner waits for it, and starts it only if it
+    never does, so the seed goes on against a live server either way."""
+    try:
+        server.restart(mode="immediate")
+    except subprocess.CalledProcessError as error:
+        events.append(trace, "restart_failed", status=error.returncode)
+        if not _accepting(server, wait):
+            server.start()
     events.append(trace, "server_back")
+
+
+def _accepting(server: EmbeddedServer, seconds: float) -> bool:
+    """Whether the server accepts a connection within `seconds`."""
+    engine = create_engine(server.url, poolclass=NullPool, connect_args={"connect_timeout": 2})
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            try:
+                with engine.connect():
+                    return True
+            except sa_exc.OperationalError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.2)
+    finally:
+        engine.dispose()
 
 
 def _heal(engine: Engine, pauses: SelfPauses) -> bool:
