@@ -31,6 +31,7 @@ The statement's parts, as CTEs:
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Float,
     Integer,
     Table,
@@ -39,6 +40,7 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    exists,
     func,
     literal,
     null,
@@ -50,7 +52,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql import Executable
 
-from ...tables import group_rates_table, limits_table
+from ...tables import counters_table, group_rates_table, limits_table
+from .. import counters as counter_sql
+from ..limits import LIMIT_COLUMNS
 from ...types import JobStatus
 from .._predicates import status_is
 from . import claimed_update, registered_task
@@ -63,12 +67,18 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False) -> Ex
     """Claim up to ``:limit`` due jobs of ``:queue`` within its limits (the module's docs), for
     ``:worker_id`` under ``:token`` and ``:lease``; ``:tasks`` as in `claim_served_jobs`.
 
+    The limits the caller built it for (their columns as parameters ``:known_<column>``, for
+    each of `LIMIT_COLUMNS`) must still be the queue's row: if the row changed or is gone, the claim
+    takes nothing and says ``stale`` (the caller reads the limits again). A claim the limits
+    held back adds one ``throttled`` event to the queue's counter in the same statement.
+
     Returns the claimed rows (`claimed_update`'s columns and ``group_key``) with ``throttled``
-    on each, or a single row of NULLs but ``throttled`` when nothing was claimed. `grouped`:
-    the queue has a group limit or is fair (the key-by-key read); `fair`: round-robin order.
+    and ``stale`` on each, or a single row of NULLs but those two when nothing was claimed.
+    `grouped`: the queue has a group limit or is fair (the key-by-key read); `fair`:
+    round-robin order.
     """
     limits = limits_table(table)
-    budget = _budget(table, limits)
+    budget = case((_still_current(limits), _budget(table, limits)), else_=0)
     chosen = _chosen_grouped(table, budget, fair) if grouped else _chosen_plain(table, budget)
     due = (select(table.c.id)
            .where(table.c.id.in_(select(chosen.c.id)), status_is(table, JobStatus.PENDING))
@@ -78,10 +88,11 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False) -> Ex
     writes = [_rate_bucket(limits, claimed, chosen if grouped else None)]
     if grouped:
         writes.append(_group_buckets(table, claimed))
-    summary = select(_throttled(table, claimed).label("throttled")).subquery("summary")
+    summary = select(_throttled(table, claimed).label("throttled"), (~_still_current(limits)).label("stale")).cte("summary")
+    writes.append(_count_throttled(table, summary))
     # The buckets' writes are CTEs nothing reads: PostgreSQL runs a data-modifying WITH query
     # to completion whether or not it is read, and add_cte makes SQLAlchemy render them.
-    return (select(*claimed.c, summary.c.throttled)
+    return (select(*claimed.c, summary.c.throttled, summary.c.stale)
             .select_from(summary.outerjoin(claimed, true()))
             .add_cte(*writes))
 
@@ -99,6 +110,28 @@ def _due_conditions(table: Table) -> list:
 def _order(table_or_columns) -> list:
     c = table_or_columns.c
     return [c.priority.desc(), c.run_at, c.id]
+
+
+def _still_current(limits: Table):
+    """The queue's limits row is the one the statement was given (``:known_<column>``): it is
+    read under the claim's lock, so the limits cannot change before the commit."""
+    same = [limits.c[name].is_not_distinct_from(bindparam(f"known_{name}", type_=limits.c[name].type))
+            for name in LIMIT_COLUMNS]
+    return exists().where(limits.c.queue_name == bindparam("queue", type_=Text), *same)
+
+
+def _cursor(limits: Table):
+    """The key the last claim of ``:queue`` served: the rotation starts after it."""
+    return (select(limits.c.last_group_key).where(limits.c.queue_name == bindparam("queue", type_=Text))
+            .scalar_subquery())
+
+
+def _count_throttled(table: Table, summary):
+    """One ``throttled`` event on ``:queue``'s counter for this minute, when the claim was held back."""
+    rows = (select(counter_sql.minute(), bindparam("queue", type_=Text), literal(counter_sql.THROTTLED),
+                   literal(1, BigInteger))
+            .where(summary.c.throttled))
+    return counter_sql.upsert(counters_table(table), rows).returning(literal(1)).cte("throttled_count")
 
 
 def _number(name: str):
@@ -180,7 +213,7 @@ def _keys_in_rotation(table: Table):
     """Up to ``4 × :limit`` keys with pending jobs: those after ``:cursor``, then from the first
     key up to ``:cursor``, each with its place in that rotation (``seq``)."""
     most = _limit() * KEYS_PER_JOB
-    cursor = bindparam("cursor", type_=Text)
+    cursor = _cursor(limits_table(table))
     walks = []
     for name, start, offset in (("after_cursor", func.coalesce(cursor, ""), 0), ("to_cursor", literal(""), most)):
         first = select(_next_key(table, start).label("group_key"), literal(1).label("n"))
