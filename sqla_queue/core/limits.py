@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -42,12 +42,14 @@ refills continuously and other workers' completions free slots, neither of which
 
 @dataclass(frozen=True)
 class LimitedClaim:
-    """What a limited claim got: the jobs, whether a limit held due jobs back, and when to
-    claim again if it did (seconds)."""
+    """What a limited claim got: the jobs, whether a limit held due jobs back, when to claim
+    again if it did (seconds), and the round statement's rows of the finished jobs it
+    completed in the same transaction (`Limits.claim`'s `completing`)."""
 
     jobs: list[ClaimedJob]
     throttled: bool
     retry_after: float = THROTTLED_RETRY
+    completed: list[Any] = field(default_factory=list)
 
 
 class LimitedQueues:
@@ -166,31 +168,44 @@ class Limits:
 
     # -- claiming ------------------------------------------------------------------------
 
+    @property
+    def folds_completions(self) -> bool:
+        """Whether `claim` can complete a worker's finished jobs in its own round trip."""
+        return self.executor.capabilities.driver_fast_path
+
     def claim(self, queue: str, worker_id: str, limit: int, lease: timedelta | float = DEFAULT_LEASE,
-              tasks: Sequence[str] | None = None) -> LimitedClaim:
+              tasks: Sequence[str] | None = None, completing: dict[str, Any] | None = None) -> LimitedClaim:
         """Claim up to `limit` jobs of `queue` within its limits (none, asking to be called again
         at once, when its limits were just removed); a throttled claim is counted for the health
         signals by the claim itself.
 
-        One round trip with psycopg: the lock, the claim built for the limits this process
-        last read, and the commit, sent together (`Executor.one_round_trip`). If those limits
-        are no longer the queue's, that claim took nothing, and the limits are read under the
-        lock and the claim made again (`_claim_under_lock`)."""
+        One round trip with psycopg (`folds_completions`): the lock, the claim built for the
+        limits this process last read and the commit, sent together (`Executor.one_round_trip`),
+        after the worker's round statement with `completing` (its parameters: complete the
+        finished jobs, claim none) if given, in the same transaction. If those limits are no
+        longer the queue's, that claim took nothing, and the limits are read under the lock
+        and the claim made again (`_claim_under_lock`)."""
         params: dict[str, Any] = {
             "queue": queue, "worker_id": worker_id, "limit": limit, "token": secrets.token_urlsafe(24),
             "lease": _validate.duration(lease, "lease", positive=True), "tasks": None if tasks is None else list(tasks),
         }
         known = self.limited.cached(queue)
-        if known is not None:
-            rows = self.executor.one_round_trip(lambda fast: [
-                (fast.lock_limits, {"queue": queue}),
-                (fast.limited_claim(_grouped(known), known.fair), {**params, **_claim_params(known)}),
+        completed: list[Any] = []
+        if known is not None or completing is not None:
+            steps = self.executor.one_round_trip(lambda fast: [
+                *([] if completing is None else [(fast.round, completing)]),
+                *([] if known is None else [
+                    (fast.lock_limits, {"queue": queue}),
+                    (fast.limited_claim(_grouped(known), known.fair), {**params, **_claim_params(known)})]),
             ])
-            if rows is not None and not rows[0].stale:
-                return _claimed(rows, known)
-            if rows is not None:
+            if steps is not None:
+                completed = steps[0] if completing is not None else []
+                rows = steps[-1] if known is not None else []
+                if known is not None and not rows[0].stale:
+                    return _claimed(rows, known, completed)
                 self.limited.forget()
-        return self._claim_under_lock(queue, params)
+        got = self._claim_under_lock(queue, params)
+        return LimitedClaim(got.jobs, got.throttled, got.retry_after, completed)
 
     def _claim_under_lock(self, queue: str, params: dict[str, Any]) -> LimitedClaim:
         """The claim in three round trips: lock the limits row and read it, claim, commit."""
@@ -205,9 +220,9 @@ class Limits:
         return _claimed(rows, found)
 
 
-def _claimed(rows: list[Any], limits: QueueLimits) -> LimitedClaim:
+def _claimed(rows: list[Any], limits: QueueLimits, completed: list[Any] | None = None) -> LimitedClaim:
     jobs = sorted((ClaimedJob.from_row(r) for r in rows if r.id is not None), key=lambda j: j.id)
-    return LimitedClaim(jobs, bool(rows and rows[0].throttled), _retry_after(limits))
+    return LimitedClaim(jobs, bool(rows and rows[0].throttled), _retry_after(limits), completed or [])
 
 
 def _retry_after(limits: QueueLimits) -> float:

@@ -139,12 +139,12 @@ def _dbapi_of(target: Connection | PoolProxiedConnection) -> Any:
 
 
 def one_round_trip(target: Connection | PoolProxiedConnection,
-                   steps: Sequence[tuple[DriverStatement, dict[str, Any]]]) -> list[Any]:
+                   steps: Sequence[tuple[DriverStatement, dict[str, Any]]]) -> list[list[Any]]:
     """Run `steps` in order as one transaction, sent together in psycopg's pipeline mode: one
     round trip in all (BEGIN, the statements, COMMIT) on a connection in autocommit, and each
-    statement still takes its own snapshot when it starts. The last step's rows. On a
+    statement still takes its own snapshot when it starts. On a
     connection already in a transaction (not autocommit) the statements join it, and its owner
-    commits. On an error nothing is committed: the transaction is rolled back."""
+    commits. On an error nothing is committed: the transaction is rolled back. Each step's rows."""
     dbapi = _dbapi_of(target)
     own = bool(dbapi.autocommit)
     last = steps[-1][0]
@@ -159,7 +159,7 @@ def one_round_trip(target: Connection | PoolProxiedConnection,
                 cursor.execute(statement.sql(params), statement.values(params))
             if own:
                 dbapi.execute("COMMIT")
-        return last.made(cursors[-1].fetchall())
+        return [statement.made(cursor.fetchall()) for (statement, _), cursor in zip(steps, cursors)]
     except last._dbapi_error as exc:
         if own and not dbapi.closed:
             _roll_back(dbapi)

@@ -346,8 +346,9 @@ class Executor:
         statement = self.statements.complete_and_claim_from if from_position else self.statements.complete_and_claim
         return conn.execute(statement, params).all()
 
-    def one_round_trip(self, steps: Callable[[DriverStatements], Sequence[tuple[Any, dict[str, Any]]]]) -> list[Any] | None:
-        """The rows of the last of `steps` (built from the compiled statements), run as one
+    def one_round_trip(self, steps: Callable[[DriverStatements], Sequence[tuple[Any, dict[str, Any]]]]
+                       ) -> list[list[Any]] | None:
+        """The rows of each of `steps` (built from the compiled statements), run as one
         transaction sent in one round trip on the round connection (`driver.one_round_trip`);
         None, running nothing, when the driver has no fast path."""
         fast = self._driver_statements
