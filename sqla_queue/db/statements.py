@@ -178,7 +178,7 @@ class Statements:
 
     def limited_claim(self, grouped: bool, fair: bool) -> Any:
         """`sql.claim.limited.claim_limited_jobs`, one per shape (fair implies grouped)."""
-        return self._variant(claim_limited_jobs, grouped=grouped or fair, fair=fair)
+        return self._variant(claim_limited_jobs, grouped=grouped or fair, fair=fair, order=self.order)
 
     def retry_jobs(self, **filters: bool) -> Any:
         """The bulk retry statement for this combination of filters (`ops_sql.retry_failed_jobs`)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Column,
     Float,
     Integer,
     Table,
@@ -50,7 +51,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import Executable, visitors
 
 from ...tables import counters_table, group_rates_table, limits_table
 from .. import counters as counter_sql
@@ -58,12 +59,14 @@ from ..limits import LIMIT_COLUMNS
 from ...types import JobStatus
 from .._predicates import status_is
 from . import claimed_update, registered_task
+from .order import DEFAULT_ORDER, ClaimOrder
 
 KEYS_PER_JOB = 4
 """A grouped claim visits at most this many keys (and jobs without a key) per job it may take."""
 
 
-def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False) -> Executable:
+def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False,
+                       order: ClaimOrder = DEFAULT_ORDER) -> Executable:
     """Claim up to ``:limit`` due jobs of ``:queue`` within its limits (the module's docs), for
     ``:worker_id`` under ``:token`` and ``:lease``; ``:tasks`` as in `claim_served_jobs`.
 
@@ -75,11 +78,11 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False) -> Ex
     Returns the claimed rows (`claimed_update`'s columns and ``group_key``) with ``throttled``
     and ``stale`` on each, or a single row of NULLs but those two when nothing was claimed.
     `grouped`: the queue has a group limit or is fair (the key-by-key read); `fair`:
-    round-robin order.
+    round-robin order; `order`: the Queue's claim order, within each key and between them.
     """
     limits = limits_table(table)
     budget = case((_still_current(limits), _budget(table, limits)), else_=0)
-    chosen = _chosen_grouped(table, budget, fair) if grouped else _chosen_plain(table, budget)
+    chosen = _chosen_grouped(table, budget, fair, order) if grouped else _chosen_plain(table, budget, order)
     due = (select(table.c.id)
            .where(table.c.id.in_(select(chosen.c.id)), status_is(table, JobStatus.PENDING))
            .with_for_update(skip_locked=True)
@@ -88,7 +91,7 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False) -> Ex
     writes = [_rate_bucket(limits, claimed, chosen if grouped else None)]
     if grouped:
         writes.append(_group_buckets(table, claimed))
-    summary = select(_throttled(table, claimed).label("throttled"), (~_still_current(limits)).label("stale")).cte("summary")
+    summary = select(_throttled(table, claimed, order).label("throttled"), (~_still_current(limits)).label("stale")).cte("summary")
     writes.append(_count_throttled(table, summary))
     # The buckets' writes are CTEs nothing reads: PostgreSQL runs a data-modifying WITH query
     # to completion whether or not it is read, and add_cte makes SQLAlchemy render them.
@@ -107,9 +110,12 @@ def _due_conditions(table: Table) -> list:
     ]
 
 
-def _order(table_or_columns) -> list:
-    c = table_or_columns.c
-    return [c.priority.desc(), c.run_at, c.id]
+def _order_columns(table: Table, order: ClaimOrder) -> list:
+    """``id`` and the job columns `order` sorts by: what the subqueries below carry so that
+    their rows can be put in that order again."""
+    used = [element for expression in order.order_by(table) for element in visitors.iterate(expression)
+            if isinstance(element, Column) and element.table is table]
+    return list({column.key: column for column in [table.c.id, *used]}.values())
 
 
 def _still_current(limits: Table):
@@ -180,23 +186,26 @@ def _budget(table: Table, limits: Table):
     return func.greatest(0, func.least(limit, func.coalesce(left, limit), func.coalesce(cast(tokens, Integer), limit)))
 
 
-def _chosen_plain(table: Table, budget):
+def _chosen_plain(table: Table, budget, order: ClaimOrder):
     """The first ``budget`` due jobs in claim order."""
-    return select(table.c.id).where(*_due_conditions(table)).order_by(*_order(table)).limit(budget).cte("chosen")
+    return (select(table.c.id).where(*_due_conditions(table)).order_by(*order.order_by(table)).limit(budget)
+            .cte("chosen"))
 
 
-def _chosen_grouped(table: Table, budget, fair: bool):
+def _chosen_grouped(table: Table, budget, fair: bool, order: ClaimOrder):
     """``budget`` jobs from the next keys in rotation and the jobs without a key (module docs)."""
     keys = _keys_in_rotation(table)
-    per_key = _per_key(table, keys)
-    ungrouped = _ungrouped(table)
+    per_key = _per_key(table, keys, order)
+    ungrouped = _ungrouped(table, order)
+    names = [column.key for column in _order_columns(table, order)]
     candidates = union_all(
-        select(per_key.c.id, per_key.c.priority, per_key.c.run_at, per_key.c.turn, keys.c.seq)
+        select(*(per_key.c[name] for name in names), per_key.c.turn, keys.c.seq)
         .select_from(keys.join(per_key, true())),
-        select(ungrouped.c.id, ungrouped.c.priority, ungrouped.c.run_at, ungrouped.c.turn, literal(0).label("seq")),
+        select(*(ungrouped.c[name] for name in names), ungrouped.c.turn, literal(0).label("seq")),
     ).subquery("candidates")
-    order = [candidates.c.turn, candidates.c.seq, *_order(candidates)] if fair else _order(candidates)
-    return select(candidates.c.id, candidates.c.seq).order_by(*order).limit(budget).cte("chosen")
+    in_order = order.order_by(candidates)  # type: ignore[arg-type]  (any FromClause with the columns)
+    ranked = [candidates.c.turn, candidates.c.seq, *in_order] if fair else in_order
+    return select(candidates.c.id, candidates.c.seq).order_by(*ranked).limit(budget).cte("chosen")
 
 
 def _next_key(table: Table, after):
@@ -227,7 +236,7 @@ def _keys_in_rotation(table: Table):
     return select(both.c.group_key, both.c.seq).order_by(both.c.seq).limit(most).subquery("group_keys")
 
 
-def _per_key(table: Table, keys):
+def _per_key(table: Table, keys, order: ClaimOrder):
     """Per key of `keys` (LATERAL): its due jobs in claim order, as many as its
     ``:group_concurrency`` (running jobs counted now) and its bucket allow, numbered (``turn``)."""
     group_rates = group_rates_table(table)
@@ -243,24 +252,23 @@ def _per_key(table: Table, keys):
     tokens = case((_number("group_per_second").is_(None), limit),
                   else_=cast(func.coalesce(bucket, func.floor(_number("group_burst"))), Integer))
     cap = func.greatest(0, func.least(limit, func.coalesce(left, limit), tokens))
-    jobs = (select(table.c.id, table.c.priority, table.c.run_at)
+    jobs = (select(*_order_columns(table, order))
             .where(*_due_conditions(table), table.c.group_key == keys.c.group_key)
-            .order_by(*_order(table)).limit(cap)
+            .order_by(*order.order_by(table)).limit(cap)
             .correlate(keys).subquery("key_jobs"))
-    numbered = select(jobs.c.id, jobs.c.priority, jobs.c.run_at,
-                      func.row_number().over(order_by=_order(jobs)).label("turn")).correlate(keys)
+    numbered = select(*jobs.c, func.row_number().over(order_by=order.order_by(jobs)).label("turn")).correlate(keys)
     return numbered.lateral("per_key")
 
 
-def _ungrouped(table: Table):
+def _ungrouped(table: Table, order: ClaimOrder):
     """Jobs without a key among the queue's first ``4 × :limit`` due jobs in claim order,
     numbered (``turn``) as one more key. Bounded: a queue with group limits whose head is all
     grouped jobs does not walk its whole backlog to find one without a key."""
-    head = (select(table.c.id, table.c.priority, table.c.run_at, table.c.group_key)
-            .where(*_due_conditions(table)).order_by(*_order(table)).limit(_limit() * KEYS_PER_JOB)
+    head = (select(*_order_columns(table, order), table.c.group_key)
+            .where(*_due_conditions(table)).order_by(*order.order_by(table)).limit(_limit() * KEYS_PER_JOB)
             .subquery("queue_head"))
-    return (select(head.c.id, head.c.priority, head.c.run_at,
-                   func.row_number().over(order_by=_order(head)).label("turn"))
+    return (select(*(head.c[column.key] for column in _order_columns(table, order)),
+                   func.row_number().over(order_by=order.order_by(head)).label("turn"))
             .where(head.c.group_key.is_(None)).subquery("ungrouped"))
 
 
@@ -303,7 +311,7 @@ def _group_buckets(table: Table, claimed):
     ).returning(group_rates.c.group_key).cte("key_buckets")
 
 
-def _throttled(table: Table, claimed):
+def _throttled(table: Table, claimed, order: ClaimOrder):
     """The claim took fewer than ``:limit`` jobs while a due job of the queue it did not claim
     was left (the statement's snapshot still shows the claimed ones pending)."""
     claimed_count = select(func.count()).select_from(claimed).scalar_subquery()
@@ -312,6 +320,6 @@ def _throttled(table: Table, claimed):
     # the pending index is read from its head, where the claimed rows and then the first one
     # left behind are, instead of a scan looking for any such row.
     left_behind = (select(jobs.c.id).where(*_due_conditions(jobs), jobs.c.id.not_in(select(claimed.c.id)))
-                   .order_by(*_order(jobs)).limit(1).scalar_subquery().is_not(None))
+                   .order_by(*order.order_by(jobs)).limit(1).scalar_subquery().is_not(None))
     return and_(claimed_count < _limit(), left_behind)
 
