@@ -199,3 +199,49 @@ def test_claim_within_limits_through_the_api(logged):
     assert health.throttled == 2 and health.empty_claims_locked == 0
     assert queue.complete(first[0].id, first[0].claim_token)
     assert [job.id for job in queue.claim("tenants", worker_id="w", limit=10)] == [2]
+
+
+def starts(engine) -> list[tuple[str | None, object]]:
+    """``(group_key, start)`` of every claim, in the order they started (the trigger's log)."""
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(text(
+            "SELECT group_key, at FROM run_log WHERE event = 'start' ORDER BY at, job_id")).all()]
+
+
+def most_in_one_second(times) -> int:
+    """The most starts in any window of one second (each window starting at a start)."""
+    times = sorted(times)
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] >= timedelta(seconds=1):
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def test_a_rate_holds_across_workers_in_every_one_second_window(logged):
+    """100/s over four workers claiming at once: no second holds more than 1 % over the rate
+    (a bucket of one start, a hundredth of the count, is all a window may add)."""
+    queue, engine = logged
+    queue.set_limits("tenants", rate="100/s")
+    queue.enqueue_many([{"task": "work", "payload": {}}] * 250)
+
+    assert drain_with_workers(queue, 4, concurrency=4, poll_interval=0.05) == 250
+
+    assert most_in_one_second([at for _key, at in starts(engine)]) <= 101
+
+
+def test_fair_claims_over_several_workers_serve_a_small_tenant_behind_a_backlog(logged):
+    """Tenant B's 20 jobs are enqueued after tenant A's 300; with fair turns three workers
+    claiming at once start B's jobs alongside A's, not after them: B's last start comes within
+    the first 2 × 20 starts, give or take what the workers claim in one round."""
+    queue, engine = logged
+    queue.set_limits("tenants", fair=True)
+    queue.enqueue_many([{"task": "work", "payload": {}, "group_key": "A"}] * 300)
+    queue.enqueue_many([{"task": "work", "payload": {}, "group_key": "B"}] * 20)
+
+    assert drain_with_workers(queue, 3, concurrency=4, poll_interval=0.05) == 320
+
+    order = [key for key, _at in starts(engine)]
+    last_b = max(position for position, key in enumerate(order) if key == "B")
+    assert last_b < 2 * 20 + 3 * 4
