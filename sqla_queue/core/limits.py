@@ -2,7 +2,8 @@
 claim that enforces them (docs/how-to/limits.md, docs/explanation/limits.md).
 
 A limited claim is one short transaction: lock the queue's limits row (`sql.limits.lock_limits`),
-then claim with `sql.claim.limited` under a snapshot that sees every earlier claim. Which of a
+then claim with `sql.claim.limited` under a snapshot that sees every earlier claim; with psycopg
+both statements and the commit go in one round trip (`Limits.claim`). Which of a
 worker's queues are limited is read at most every `REFRESH_EVERY` seconds (`LimitedQueues`), so
 an unlimited queue's claim costs nothing more than before limits existed.
 """

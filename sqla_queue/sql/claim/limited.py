@@ -3,8 +3,9 @@ token-bucket rates and fair turns between keys, enforced by the statement that c
 
 A queue without limits never runs this: its claim stays `claim_jobs` / the worker's round, the
 same SQL and plan as before limits existed. A limited claim is a transaction of two statements
-(`core.limits`): `sql.limits.lock_limits` locks the queue's limits row, then the statement built
-here claims. Claims of one limited queue therefore take turns, and each one's snapshot (taken
+(`core.limits`), sent in one round trip with psycopg: `sql.limits.lock_limits` locks the queue's
+limits row, then the statement built here claims (after checking that the row still holds the
+limits it was built for). Claims of one limited queue therefore take turns, and each one's snapshot (taken
 when its statement starts, after the lock) sees everything the previous claims committed: a
 count of running jobs in it is exact, so a cap is never overshot however many workers claim at
 once. docs/explanation/limits.md has the whole argument and the cost.
@@ -20,12 +21,14 @@ The statement's parts, as CTEs:
   of its due jobs in claim order, at most what ``:group_concurrency`` (its running jobs
   counted) and its bucket in ``<table>_group_rates`` leave; and the jobs without a key among
   the queue's first ``4 × :limit`` due jobs. The claim takes ``budget`` of these: in claim
-  order, or with ``:fair`` round-robin (each key's first job, then each key's second...).
+  order (the Queue's `ClaimOrder`), or with ``:fair`` round-robin (each key's first job, then
+  each key's second...).
 * ``due_jobs``: the chosen rows, locked ``FOR UPDATE SKIP LOCKED`` (they are read unlocked
   first: the claims of this queue are serialized, so only a job claimed by id or an operator's
   write can take one meanwhile, and the lock's recheck of ``status = 'pending'`` drops it).
 * the UPDATE of the claim, the buckets' and the rotation's writes, and ``throttled``: whether
-  due jobs were left behind while the claim took fewer than ``:limit`` (the health signal).
+  due jobs were left behind while the claim took fewer than ``:limit`` (the health signal,
+  counted in ``<table>_counters`` by the statement itself).
 """
 
 from __future__ import annotations
