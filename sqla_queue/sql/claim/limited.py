@@ -48,6 +48,7 @@ from sqlalchemy import (
     func,
     literal,
     null,
+    or_,
     select,
     true,
     union_all,
@@ -65,7 +66,9 @@ from . import claimed_update, registered_task
 from .order import DEFAULT_ORDER, ClaimOrder
 
 KEYS_PER_JOB = 4
-"""A grouped claim visits at most this many keys (and jobs without a key) per job it may take."""
+"""A grouped claim under a per-key cap (``group_concurrency``, ``group_rate``) visits at most this
+many keys (and jobs without a key) per job it may take: capped keys may supply none. A claim that
+is only fair visits one key per job (each key in the index has pending jobs)."""
 
 
 def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False,
@@ -183,10 +186,16 @@ def _queue_tokens(limits: Table):
 def _budget(table: Table, limits: Table):
     """How many jobs this claim may take (0 or more)."""
     limit = _limit()
-    left = bindparam("max_running", type_=Integer) - _running(table)
+    left = _left(bindparam("max_running", type_=Integer), _running(table), limit)
     tokens = select(func.floor(_queue_tokens(limits))).where(
         limits.c.queue_name == bindparam("queue", type_=Text)).scalar_subquery()
-    return func.greatest(0, func.least(limit, func.coalesce(left, limit), func.coalesce(cast(tokens, Integer), limit)))
+    return func.greatest(0, func.least(limit, left, func.coalesce(cast(tokens, Integer), limit)))
+
+
+def _left(cap, running, otherwise):
+    """`cap` less `running`, or `otherwise` without a cap: a CASE, so that the count of running
+    jobs is not made at all for a queue (a key) without one."""
+    return case((cap.is_(None), otherwise), else_=cap - running)
 
 
 def _chosen_plain(table: Table, budget, order: ClaimOrder):
@@ -224,7 +233,7 @@ def _next_key(table: Table, after):
 def _keys_in_rotation(table: Table):
     """Up to ``4 × :limit`` keys with pending jobs: those after ``:cursor``, then from the first
     key up to ``:cursor``, each with its place in that rotation (``seq``)."""
-    most = _limit() * KEYS_PER_JOB
+    most = _limit() * _keys_per_job()
     cursor = _cursor(limits_table(table))
     walks = []
     for name, start, offset in (("after_cursor", func.coalesce(cursor, ""), 0), ("to_cursor", literal(""), most)):
@@ -245,7 +254,7 @@ def _per_key(table: Table, keys, order: ClaimOrder):
     group_rates = group_rates_table(table)
     limit = _limit()
     running = _running(table, keys.c.group_key, keys)
-    left = bindparam("max_running_per_key", type_=Integer) - running
+    left = _left(bindparam("max_running_per_key", type_=Integer), running, limit)
     bucket = (select(func.floor(_tokens(group_rates.c.tokens, group_rates.c.refilled_at,
                                         _number("group_per_second"),
                                         _number("group_burst"))))
@@ -254,13 +263,19 @@ def _per_key(table: Table, keys, order: ClaimOrder):
               .correlate(keys).scalar_subquery())
     tokens = case((_number("group_per_second").is_(None), limit),
                   else_=cast(func.coalesce(bucket, func.floor(_number("group_burst"))), Integer))
-    cap = func.greatest(0, func.least(limit, func.coalesce(left, limit), tokens))
+    cap = func.greatest(0, func.least(limit, left, tokens))
     jobs = (select(*_order_columns(table, order))
             .where(*_due_conditions(table), table.c.group_key == keys.c.group_key)
             .order_by(*order.order_by(table)).limit(cap)
             .correlate(keys).subquery("key_jobs"))
     numbered = select(*jobs.c, func.row_number().over(order_by=order.order_by(jobs)).label("turn")).correlate(keys)
     return numbered.lateral("per_key")
+
+
+def _keys_per_job():
+    capped = or_(bindparam("max_running_per_key", type_=Integer).is_not(None),
+                 _number("group_per_second").is_not(None))
+    return case((capped, KEYS_PER_JOB), else_=1)
 
 
 def _ungrouped(table: Table, order: ClaimOrder):
