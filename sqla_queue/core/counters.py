@@ -88,10 +88,6 @@ class Counters:
         """Count jobs taken back from expired leases, one upsert per queue they belong to."""
         self._count(conn, counter_sql.LEASE_RECOVERED, [row.queue_name for row in rows])
 
-    def count_throttled(self, conn: Connection, queue_name: str) -> None:
-        """Count a claim a limit held back (`core.limits`), in the claim's transaction."""
-        self._count(conn, counter_sql.THROTTLED, [queue_name])
-
     def _count(self, conn: Connection, kind: str, queue_names: list[str]) -> None:
         per_queue = Counter(queue_names)
         if per_queue:

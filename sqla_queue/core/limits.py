@@ -2,7 +2,8 @@
 claim that enforces them (docs/how-to/limits.md, docs/explanation/limits.md).
 
 A limited claim is one short transaction: lock the queue's limits row (`sql.limits.lock_limits`),
-then claim with `sql.claim.limited` under a snapshot that sees every earlier claim. Which of a
+then claim with `sql.claim.limited` under a snapshot that sees every earlier claim; with psycopg
+both statements and the commit go in one round trip (`Limits.claim`). Which of a
 worker's queues are limited is read at most every `REFRESH_EVERY` seconds (`LimitedQueues`), so
 an unlimited queue's claim costs nothing more than before limits existed.
 """
@@ -14,7 +15,7 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -42,16 +43,18 @@ refills continuously and other workers' completions free slots, neither of which
 
 @dataclass(frozen=True)
 class LimitedClaim:
-    """What a limited claim got: the jobs, whether a limit held due jobs back, and when to
-    claim again if it did (seconds)."""
+    """What a limited claim got: the jobs, whether a limit held due jobs back, when to claim
+    again if it did (seconds), and the round statement's rows of the finished jobs it
+    completed in the same transaction (`Limits.claim`'s `completing`)."""
 
     jobs: list[ClaimedJob]
     throttled: bool
     retry_after: float = THROTTLED_RETRY
+    completed: list[Any] = field(default_factory=list)
 
 
 class LimitedQueues:
-    """The names of the queues that have limits, read again when older than `REFRESH_EVERY`.
+    """The queues that have limits, and their limits, read again when older than `REFRESH_EVERY`.
 
     A role without ``SELECT`` on the limits table (granted before limits existed), or a schema
     before revision sqlaq_0011 (no such table), sees no limited queue: its claims stay the
@@ -61,7 +64,7 @@ class LimitedQueues:
 
     def __init__(self, read: Any) -> None:
         self._read = read
-        self._names: frozenset[str] = frozenset()
+        self._limits: dict[str, QueueLimits] = {}
         self._read_at = float("-inf")
         self._lock = threading.Lock()
         self._warned = False
@@ -69,25 +72,29 @@ class LimitedQueues:
     def names(self) -> frozenset[str]:
         """The names, read again first when older than `REFRESH_EVERY`."""
         self.refresh_if_stale()
-        return self._names
+        return frozenset(self._limits)
+
+    def cached(self, name: str) -> QueueLimits | None:
+        """`name`'s limits as last read (None: unlimited then): what a claim is built for."""
+        return self._limits.get(name)
 
     def known(self) -> frozenset[str]:
         """The names as last read (read now if never): a worker's round uses these and refreshes
         them after its claim (`refresh_if_stale`), so a wake-up's claim never waits for the read."""
         if self._read_at == float("-inf"):
             self.refresh_if_stale()
-        return self._names
+        return frozenset(self._limits)
 
     def refresh_if_stale(self) -> None:
         if time.monotonic() - self._read_at >= REFRESH_EVERY:
             with self._lock:
                 if time.monotonic() - self._read_at >= REFRESH_EVERY:
-                    self._names = self._read_names()
+                    self._limits = self._read_limits()
                     self._read_at = time.monotonic()
 
-    def _read_names(self) -> frozenset[str]:
+    def _read_limits(self) -> dict[str, QueueLimits]:
         try:
-            return frozenset(self._read())
+            return dict(self._read())
         except DatabaseError as exc:
             missing = getattr(getattr(exc, "orig", None), "sqlstate", None) == UNDEFINED_TABLE
             if not (missing or isinstance(exc, PermissionDeniedError)):
@@ -98,7 +105,7 @@ class LimitedQueues:
                        "grant SELECT, UPDATE on the limits table: docs/how-to/database-roles.md")
                 logger.warning("cannot read queue limits, so none are enforced by this process's claims "
                                "(%s): %s", fix, exc)
-            return frozenset()
+            return {}
 
     def forget(self) -> None:
         """Read again on next use (this process just changed a queue's limits)."""
@@ -112,7 +119,7 @@ class Limits:
         self.executor = executor
         self.statements = executor.statements
         self.counters = counters
-        self.limited = LimitedQueues(self._limited_names)
+        self.limited = LimitedQueues(self.all)
 
     # -- storing -------------------------------------------------------------------------
 
@@ -120,34 +127,34 @@ class Limits:
             rate: Any = _UNSET, group_rate: Any = _UNSET, fair: Any = _UNSET) -> QueueLimits | None:
         """Change the limits named (None: remove that one), keep the others; all of them None:
         the queue is unlimited again (its row is deleted). Every value is checked before
-        anything is written."""
+        anything is written. The queue's row is locked (made first if missing) before it is
+        read, so two callers changing different limits at once both keep their change."""
         name = _validate.name(queue_name, "queue")
-        current = self.get(name) or QueueLimits(name)
-        wanted = QueueLimits(
-            queue=name,
-            concurrency=_changed(current.concurrency, concurrency, lambda v: limit_count(v, "concurrency")),
-            group_concurrency=_changed(current.group_concurrency, group_concurrency,
-                                       lambda v: limit_count(v, "group_concurrency")),
-            rate=_changed(current.rate, rate, lambda v: parse_rate(v, "rate")),
-            group_rate=_changed(current.group_rate, group_rate, lambda v: parse_rate(v, "group_rate")),
-            fair=bool(_changed(current.fair, fair, _fair)),
-        )
-        self._store(wanted)
+        given = {"concurrency": concurrency, "group_concurrency": group_concurrency, "rate": rate,
+                 "group_rate": group_rate, "fair": fair}
+        changes = {key: _checked(key, value) for key, value in given.items() if value is not _UNSET}
+        params = {"queue": name}
+        with self.executor.transaction() as conn:
+            conn.execute(self.statements.ensure_limits, params)
+            row = conn.execute(self.statements.lock_limits, params).first()
+            wanted = replace(QueueLimits.from_row(row), **changes)
+            self._store(conn, wanted)
+        self.limited.forget()
         return None if wanted.unlimited else wanted
 
     def clear(self, queue_name: str) -> None:
         """Remove every limit of `queue_name`."""
-        self._store(QueueLimits(_validate.name(queue_name, "queue")))
-
-    def _store(self, limits: QueueLimits) -> None:
-        params = {"queue": limits.queue}
         with self.executor.transaction() as conn:
-            conn.execute(self.statements.clear_group_rates, params)
-            if limits.unlimited:
-                conn.execute(self.statements.clear_limits, params)
-            else:
-                conn.execute(self.statements.set_limits, {**params, **_columns(limits)})
+            self._store(conn, QueueLimits(_validate.name(queue_name, "queue")))
         self.limited.forget()
+
+    def _store(self, conn: Any, limits: QueueLimits) -> None:
+        params = {"queue": limits.queue}
+        conn.execute(self.statements.clear_group_rates, params)
+        if limits.unlimited:
+            conn.execute(self.statements.clear_limits, params)
+        else:
+            conn.execute(self.statements.set_limits, {**params, **_columns(limits)})
 
     # -- reading -------------------------------------------------------------------------
 
@@ -160,21 +167,49 @@ class Limits:
     def get(self, queue_name: str) -> QueueLimits | None:
         return self.all().get(queue_name)
 
-    def _limited_names(self) -> list[str]:
-        with self.executor.connection() as conn:
-            return list(conn.execute(self.statements.limited_queue_names).scalars())
-
     # -- claiming ------------------------------------------------------------------------
 
+    @property
+    def folds_completions(self) -> bool:
+        """Whether `claim` can complete a worker's finished jobs in its own round trip."""
+        return self.executor.capabilities.driver_fast_path
+
     def claim(self, queue: str, worker_id: str, limit: int, lease: timedelta | float = DEFAULT_LEASE,
-              tasks: Sequence[str] | None = None) -> LimitedClaim:
+              tasks: Sequence[str] | None = None, completing: dict[str, Any] | None = None) -> LimitedClaim:
         """Claim up to `limit` jobs of `queue` within its limits (none, asking to be called again
         at once, when its limits were just removed); a throttled claim is counted for the health
-        signals in the same transaction."""
+        signals by the claim itself.
+
+        One round trip with psycopg (`folds_completions`): the lock, the claim built for the
+        limits this process last read and the commit, sent together (`Executor.one_round_trip`),
+        after the worker's round statement with `completing` (its parameters: complete the
+        finished jobs, claim none) if given, in the same transaction. If those limits are no
+        longer the queue's, that claim took nothing, and the limits are read under the lock
+        and the claim made again (`_claim_under_lock`)."""
         params: dict[str, Any] = {
             "queue": queue, "worker_id": worker_id, "limit": limit, "token": secrets.token_urlsafe(24),
             "lease": _validate.duration(lease, "lease", positive=True), "tasks": None if tasks is None else list(tasks),
         }
+        known = self.limited.cached(queue)
+        completed: list[Any] = []
+        if known is not None or completing is not None:
+            steps = self.executor.one_round_trip(lambda fast: [
+                *([] if completing is None else [(fast.round, completing)]),
+                *([] if known is None else [
+                    (fast.lock_limits, {"queue": queue}),
+                    (fast.limited_claim(_grouped(known), known.fair), {**params, **_claim_params(known)})]),
+            ])
+            if steps is not None:
+                completed = steps[0] if completing is not None else []
+                rows = steps[-1] if known is not None else []
+                if known is not None and not rows[0].stale:
+                    return _claimed(rows, known, completed)
+                self.limited.forget()
+        got = self._claim_under_lock(queue, params)
+        return LimitedClaim(got.jobs, got.throttled, got.retry_after, completed)
+
+    def _claim_under_lock(self, queue: str, params: dict[str, Any]) -> LimitedClaim:
+        """The claim in three round trips: lock the limits row and read it, claim, commit."""
         with self.executor.transaction() as conn:
             row = conn.execute(self.statements.lock_limits, params).first()
             if row is None:  # its limits were just removed: the next claim is the unlimited one
@@ -182,12 +217,13 @@ class Limits:
                 return LimitedClaim([], False, 0.0)
             found = QueueLimits.from_row(row)
             statement = self.statements.limited_claim(_grouped(found), found.fair)
-            rows = conn.execute(statement, {**params, **_claim_params(found, row.last_group_key)}).all()
-            throttled = bool(rows and rows[0].throttled)
-            if throttled:
-                self.counters.count_throttled(conn, queue)
-        jobs = sorted((ClaimedJob.from_row(r) for r in rows if r.id is not None), key=lambda j: j.id)
-        return LimitedClaim(jobs, throttled, _retry_after(found))
+            rows = conn.execute(statement, {**params, **_claim_params(found)}).all()
+        return _claimed(rows, found)
+
+
+def _claimed(rows: list[Any], limits: QueueLimits, completed: list[Any] | None = None) -> LimitedClaim:
+    jobs = sorted((ClaimedJob.from_row(r) for r in rows if r.id is not None), key=lambda j: j.id)
+    return LimitedClaim(jobs, bool(rows and rows[0].throttled), _retry_after(limits), completed or [])
 
 
 def _retry_after(limits: QueueLimits) -> float:
@@ -197,16 +233,17 @@ def _retry_after(limits: QueueLimits) -> float:
     return min([THROTTLED_RETRY, *refills])
 
 
-def _changed(current: Any, given: Any, check: Any) -> Any:
-    if given is _UNSET:
-        return current
-    return None if given is None else check(given)
-
-
-def _fair(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _validate.InvalidInputError(f"fair must be True, False or None, got {value!r}")
-    return value
+def _checked(key: str, value: Any) -> Any:
+    """`value` for limit `key`, checked (None: remove the limit; for `fair`, False)."""
+    if value is None:
+        return False if key == "fair" else None
+    if key in ("rate", "group_rate"):
+        return parse_rate(value, key)
+    if key == "fair":
+        if not isinstance(value, bool):
+            raise _validate.InvalidInputError(f"fair must be True, False or None, got {value!r}")
+        return value
+    return limit_count(value, key)
 
 
 def _grouped(limits: QueueLimits) -> bool:
@@ -224,10 +261,13 @@ def _columns(limits: QueueLimits) -> dict[str, Any]:
     }
 
 
-def _claim_params(limits: QueueLimits, cursor: str | None) -> dict[str, Any]:
+def _claim_params(limits: QueueLimits) -> dict[str, Any]:
+    """The claim's parameters for `limits`: its columns (which the claim checks are still the
+    queue's) and the values the statement computes with."""
     rate, group_rate = limits.rate, limits.group_rate
     return {
-        "max_running": limits.concurrency, "max_running_per_key": limits.group_concurrency, "cursor": cursor,
+        **{f"known_{name}": value for name, value in _columns(limits).items()},
+        "max_running": limits.concurrency, "max_running_per_key": limits.group_concurrency,
         "per_second": None if rate is None else rate.per_second,
         "burst": None if rate is None else float(rate.burst),
         "group_per_second": None if group_rate is None else group_rate.per_second,

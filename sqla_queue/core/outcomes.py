@@ -97,12 +97,44 @@ class Outcomes:
                       tasks: Sequence[str] | None = None) -> LimitedClaim:
         """Claim from a limited queue (`core.limits`), announced as any claim; a claim a limit
         held back is not an empty claim."""
+        got = self._limits().claim(queue, worker_id, limit, lease, tasks)
+        self._emit_limited(got, queue, worker_id, limit)
+        return got
+
+    def complete_and_claim_limited(
+        self, finished: Sequence[ClaimedJob], queue: str, worker_id: str, limit: int,
+        results: Mapping[int, str | None], lease: timedelta | float = DEFAULT_LEASE,
+        tasks: Sequence[str] | None = None,
+    ) -> tuple[dict[int, bool], LimitedClaim]:
+        """`complete_and_claim` for a worker whose queues are all limited: complete `finished`
+        and claim from limited `queue` in one transaction and one round trip
+        (`Limits.folds_completions` must hold)."""
+        completing = {"queues": [], "tasks": None, "worker_id": _validate.name(worker_id, "worker_id"), "limit": 0,
+                      "token": "", "lease": _lease(lease), **_held_params(finished, results)}
+        started = _BatchClock()
+        got = self._limits().claim(queue, worker_id, limit, lease, tasks, completing=completing)
+        completed_rows = [row for row in got.completed if not row.claimed]
+        self._emit_limited(got, queue, worker_id, limit)
+        self._emit_batch("claim", worker_id, [queue], got.jobs, completed_rows, started)
+        return self._settled(finished, completed_rows, results), got
+
+    def _limits(self) -> Limits:
         if self.limits is None:
             raise RuntimeError("Outcomes.limits is set by Core; this Outcomes was built without one")
-        got = self.limits.claim(queue, worker_id, limit, lease, tasks)
+        return self.limits
+
+    def _emit_limited(self, got: LimitedClaim, queue: str, worker_id: str, limit: int) -> None:
         if got.jobs or not got.throttled:
             self._emit_claimed(got.jobs, got.jobs, queue, worker_id, limit)
-        return got
+
+    def _settled(self, finished: Sequence[ClaimedJob], completed_rows: list[Any],
+                 results: Mapping[int, str | None]) -> dict[int, bool]:
+        """Whether each finished job is completed: by the round (`completed_rows`, announced
+        here), or else by a statement of its own."""
+        self._emit_finished(completed_rows)
+        completed = {row.id for row in completed_rows}
+        return {job.id: job.id in completed or self.complete(job.id, job.claim_token, results.get(job.id))
+                for job in finished}
 
     def claim_by_id(self, job_id: int, worker_id: str, *, attempt: int | None = None,
                     scheduled_at: datetime | None = None, due_only: bool = False,
@@ -146,10 +178,7 @@ class Outcomes:
             empty = [q for q in queues if not any(row.queue_name == q for row in claimed_rows)] if reached_all else []
             empty_reasons = self.counters.count_empty_claims(conn, empty) if empty else {}
         completed_rows = [row for row in rows if not row.claimed]
-        self._emit_finished(completed_rows)
-        completed = {row.id for row in completed_rows}
-        results = {job.id: job.id in completed or self.complete(job.id, job.claim_token, results.get(job.id))
-                   for job in finished}
+        results = self._settled(finished, completed_rows, results)
         jobs = sorted((ClaimedJob.from_row(row) for row in claimed_rows), key=lambda j: j.id)
         if jobs:
             self._emit_claimed(jobs, claimed_rows, queues[0], worker_id, limit)

@@ -85,12 +85,20 @@ class DriverStatement:
         sql = self.sql(params)
         cursor = _dbapi_of(target).cursor()
         try:
-            cursor.execute(sql, {**self._constants, **params} if self._constants else params)
+            cursor.execute(sql, self.values(params))
             fetched = cursor.fetchall()
         except self._dbapi_error as exc:
             raise self.error(target, exc, sql) from None
         finally:
             cursor.close()
+        return self.made(fetched)
+
+    def values(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters psycopg is given for `params` (the statement's constants added)."""
+        return {**self._constants, **params} if self._constants else params
+
+    def made(self, fetched: list[Any]) -> list[Any]:
+        """Driver rows as this statement's named tuples."""
         make = self._row._make
         return [make(row) for row in fetched]
 
@@ -128,3 +136,41 @@ def _dbapi_of(target: Connection | PoolProxiedConnection) -> Any:
     if isinstance(target, Connection):
         return target.connection.dbapi_connection
     return target.dbapi_connection
+
+
+def one_round_trip(target: Connection | PoolProxiedConnection,
+                   steps: Sequence[tuple[DriverStatement, dict[str, Any]]]) -> list[list[Any]]:
+    """Run `steps` in order as one transaction, sent together in psycopg's pipeline mode: one
+    round trip in all (BEGIN, the statements, COMMIT) on a connection in autocommit, and each
+    statement still takes its own snapshot when it starts. On a
+    connection already in a transaction (not autocommit) the statements join it, and its owner
+    commits. On an error nothing is committed: the transaction is rolled back. Each step's rows."""
+    dbapi = _dbapi_of(target)
+    own = bool(dbapi.autocommit)
+    last = steps[-1][0]
+    cursors = []
+    try:
+        with dbapi.pipeline():
+            if own:
+                dbapi.execute("BEGIN")
+            for statement, params in steps:
+                cursor = dbapi.cursor()
+                cursors.append(cursor)
+                cursor.execute(statement.sql(params), statement.values(params))
+            if own:
+                dbapi.execute("COMMIT")
+        return [statement.made(cursor.fetchall()) for (statement, _), cursor in zip(steps, cursors)]
+    except last._dbapi_error as exc:
+        if own and not dbapi.closed:
+            _roll_back(dbapi)
+        raise last.error(target, exc) from None
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+def _roll_back(dbapi: Any) -> None:
+    try:
+        dbapi.execute("ROLLBACK")
+    except Exception:  # a broken connection: its owner discards it
+        pass

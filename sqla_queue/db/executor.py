@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -62,6 +62,7 @@ from ..sql.claim import DEFAULT_ORDER, ClaimOrder
 from . import kinds
 from .asyncio import AsyncSide
 from .deadline import deadline, driver_deadline
+from .driver import one_round_trip
 from .engine import (
     PROBE,
     Capabilities,
@@ -344,6 +345,17 @@ class Executor:
             return (fast.round_from if from_position else fast.round).rows(conn, params)
         statement = self.statements.complete_and_claim_from if from_position else self.statements.complete_and_claim
         return conn.execute(statement, params).all()
+
+    def one_round_trip(self, steps: Callable[[DriverStatements], Sequence[tuple[Any, dict[str, Any]]]]
+                       ) -> list[list[Any]] | None:
+        """The rows of each of `steps` (built from the compiled statements), run as one
+        transaction sent in one round trip on the round connection (`driver.one_round_trip`);
+        None, running nothing, when the driver has no fast path."""
+        fast = self._driver_statements
+        if fast is None:
+            return None
+        with self.round_connection() as conn:
+            return one_round_trip(conn, steps(fast))
 
     @contextmanager
     def autocommit_enqueue(self) -> Iterator[tuple[PoolProxiedConnection, DriverStatements] | None]:

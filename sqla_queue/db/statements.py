@@ -123,10 +123,10 @@ class Statements:
     paused_queues = _Built(lambda s: queues_sql.paused_queues(s.queues))
     # flow control (the limited claim: `limited_claim`)
     set_limits = _Built(lambda s: limits_sql.set_limits(s.limits))
+    ensure_limits = _Built(lambda s: limits_sql.ensure_limits(s.limits))
     clear_limits = _Built(lambda s: limits_sql.clear_limits(s.limits))
     clear_group_rates = _Built(lambda s: limits_sql.clear_group_rates(s.group_rates))
     all_limits = _Built(lambda s: limits_sql.all_limits(s.limits))
-    limited_queue_names = _Built(lambda s: limits_sql.limited_queue_names(s.limits))
     lock_limits = _Built(lambda s: limits_sql.lock_limits(s.limits))
     cancelled_in_window = _Built(lambda s: stats_sql.cancelled_in_window(s.table))
     cancel = _Built(lambda s: ops_sql.cancel_job(s.table))
@@ -178,7 +178,7 @@ class Statements:
 
     def limited_claim(self, grouped: bool, fair: bool) -> Any:
         """`sql.claim.limited.claim_limited_jobs`, one per shape (fair implies grouped)."""
-        return self._variant(claim_limited_jobs, grouped=grouped or fair, fair=fair)
+        return self._variant(claim_limited_jobs, grouped=grouped or fair, fair=fair, order=self.order)
 
     def retry_jobs(self, **filters: bool) -> Any:
         """The bulk retry statement for this combination of filters (`ops_sql.retry_failed_jobs`)."""
@@ -213,6 +213,7 @@ class DriverStatements:
     def __init__(self, statements: Statements, dialect: Dialect) -> None:
         self.statements = statements
         self.dialect = dialect
+        self._limited: dict[tuple[bool, bool], DriverStatement] = {}
 
     def _compiled(self, statement: Any, sample: dict[str, Any], binary: tuple[str, ...] = ()) -> DriverStatement:
         return DriverStatement(statement, self.dialect, sample, binary=binary)
@@ -245,7 +246,24 @@ class DriverStatements:
     def wake_queues(self) -> DriverStatement:
         return self._compiled(self.statements.wake_queues, {"queues": []}, ("queues",))
 
+    @cached_property
+    def lock_limits(self) -> DriverStatement:
+        return self._compiled(self.statements.lock_limits, {"queue": ""})
 
+    def limited_claim(self, grouped: bool, fair: bool) -> DriverStatement:
+        """`Statements.limited_claim`, compiled once per shape."""
+        key = (grouped or fair, fair)
+        compiled = self._limited.get(key)
+        if compiled is None:
+            compiled = self._limited[key] = self._compiled(self.statements.limited_claim(*key), _LIMITED_SAMPLE)
+        return compiled
+
+
+_LIMITED_SAMPLE = {
+    "queue": "", "worker_id": "", "limit": 0, "token": "", "lease": None, "tasks": None,
+    "max_running": None, "max_running_per_key": None, "per_second": None, "burst": None,
+    "group_per_second": None, "group_burst": None, **{f"known_{name}": None for name in limits_sql.LIMIT_COLUMNS},
+}
 _ROUND_SAMPLE = {"queues": [], "tasks": None, "worker_id": "", "limit": 0, "token": "", "lease": None,
                  "job_ids": [], "tokens": [], "results": []}
 

@@ -25,11 +25,13 @@ THROTTLED = "throttled"
 held them back (`sql.claim.limited`). Not an empty claim: the queue is working as configured."""
 
 
-def _minute():
+def minute():
+    """The counter row's bucket: the current minute of the database clock."""
     return func.date_trunc("minute", func.clock_timestamp())
 
 
-def _upsert(counters: Table, rows) -> Executable:
+def upsert(counters: Table, rows) -> Executable:
+    """Add `rows` (bucket, queue, kind, events) to the counters, creating the rows missing."""
     statement = insert(counters).from_select(["bucket", "queue_name", "kind", "events"], rows)
     return statement.on_conflict_do_update(
         index_elements=[counters.c.bucket, counters.c.queue_name, counters.c.kind],
@@ -40,12 +42,12 @@ def _upsert(counters: Table, rows) -> Executable:
 def count_events(counters: Table) -> Executable:
     """Add ``:events`` events of ``:kind`` to ``:queue``'s counter for the current minute."""
     rows = select(
-        _minute(),
+        minute(),
         bindparam("queue", type_=Text),
         bindparam("kind", type_=Text),
         bindparam("events", type_=BigInteger),
     )
-    return _upsert(counters, rows)
+    return upsert(counters, rows)
 
 
 def count_empty_claim(table: Table, counters: Table) -> Executable:
@@ -81,10 +83,10 @@ def count_empty_claim(table: Table, counters: Table) -> Executable:
     ).label("kind")
     classified = select(queue, asked.c.events, reason).subquery("classified")
     rows = (
-        select(_minute(), classified.c.queue_name, classified.c.kind, classified.c.events)
+        select(minute(), classified.c.queue_name, classified.c.kind, classified.c.events)
         .where(classified.c.kind.is_not(None))
     )
-    return _upsert(counters, rows).returning(counters.c.queue_name, counters.c.kind)
+    return upsert(counters, rows).returning(counters.c.queue_name, counters.c.kind)
 
 
 def _pending_exists(table: Table, queue, *conditions):

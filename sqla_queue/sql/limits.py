@@ -26,6 +26,14 @@ def set_limits(limits: Table) -> Executable:
     return statement.on_conflict_do_update(index_elements=[limits.c.queue_name], set_=fresh)
 
 
+def ensure_limits(limits: Table) -> Executable:
+    """A row for queue ``:queue`` with no limits, unless it has one: what `set_limits`' caller
+    then locks and reads (`lock_limits`), so changes from two callers at once are serialized
+    even when the queue had no row. It is replaced or deleted in the same transaction."""
+    return insert(limits).values(queue_name=bindparam("queue", type_=Text)).on_conflict_do_nothing(
+        index_elements=[limits.c.queue_name])
+
+
 def clear_limits(limits: Table) -> Executable:
     """Remove queue ``:queue``'s limits: its claims are the unlimited claim again."""
     return delete(limits).where(limits.c.queue_name == bindparam("queue", type_=Text))
@@ -39,12 +47,6 @@ def clear_group_rates(group_rates: Table) -> Executable:
 def all_limits(limits: Table) -> Executable:
     """Every limited queue's row, by name: `Queue.limits`, the queues list, stats."""
     return select(limits).order_by(limits.c.queue_name)
-
-
-def limited_queue_names(limits: Table) -> Executable:
-    """The names of the queues that have limits: what a worker refreshes every second to know
-    which of its queues take the limited claim (a table of a row per limited queue)."""
-    return select(limits.c.queue_name)
 
 
 def lock_limits(limits: Table) -> Executable:

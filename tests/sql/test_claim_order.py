@@ -85,6 +85,17 @@ def test_queue_claim_follows_the_queues_order(fresh, order, first):
     assert job.payload["n"] == first
 
 
+@pytest.mark.parametrize("limits", [{"concurrency": 5}, {"group_concurrency": 1}, {"fair": True}])
+@pytest.mark.parametrize(("order", "first"), [(DEFAULT_ORDER, "urgent"), (FifoOrder(), "old")])
+def test_a_limited_queue_claims_in_the_queues_order(fresh, order, first, limits):
+    ran: list = []
+    queue = _queue(fresh, order, ran)
+    queue.set_limits("default", **limits)
+    _enqueue_two(queue)
+    [job] = queue.claim("default", worker_id="w", limit=1)
+    assert job.payload["n"] == first
+
+
 @pytest.mark.parametrize(("order", "sequence"), [(DEFAULT_ORDER, ["urgent", "old"]), (FifoOrder(), ["old", "urgent"])])
 def test_the_worker_and_drain_run_in_the_queues_order(fresh, order, sequence):
     ran: list = []

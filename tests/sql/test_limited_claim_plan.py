@@ -11,13 +11,14 @@ from sqlalchemy.dialects import postgresql
 
 import sqla_queue as sq
 from sqla_queue.sql.claim.limited import claim_limited_jobs
+from sqla_queue.sql.limits import LIMIT_COLUMNS
 
 pytestmark = pytest.mark.slow
 
 TABLE = sq.Job.__table__
 PARAMS = {"queue": "default", "worker_id": "plan-test", "limit": 10, "token": "t", "lease": sq.DEFAULT_LEASE,
-          "tasks": None, "max_running": 20, "max_running_per_key": 1, "cursor": "key-250", "per_second": 100.0,
-          "burst": 1.0, "group_per_second": 5.0, "group_burst": 1.0}
+          "tasks": None, "max_running": 20, "max_running_per_key": 1, "per_second": 100.0,
+          "burst": 1.0, "group_per_second": 5.0, "group_burst": 1.0, **{f"known_{name}": None for name in LIMIT_COLUMNS}}
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,9 @@ token-bucket rates and fair turns between keys, enforced by the statement that c
 
 A queue without limits never runs this: its claim stays `claim_jobs` / the worker's round, the
 same SQL and plan as before limits existed. A limited claim is a transaction of two statements
-(`core.limits`): `sql.limits.lock_limits` locks the queue's limits row, then the statement built
-here claims. Claims of one limited queue therefore take turns, and each one's snapshot (taken
+(`core.limits`), sent in one round trip with psycopg: `sql.limits.lock_limits` locks the queue's
+limits row, then the statement built here claims (after checking that the row still holds the
+limits it was built for). Claims of one limited queue therefore take turns, and each one's snapshot (taken
 when its statement starts, after the lock) sees everything the previous claims committed: a
 count of running jobs in it is exact, so a cap is never overshot however many workers claim at
 once. docs/explanation/limits.md has the whole argument and the cost.
@@ -20,17 +21,21 @@ The statement's parts, as CTEs:
   of its due jobs in claim order, at most what ``:group_concurrency`` (its running jobs
   counted) and its bucket in ``<table>_group_rates`` leave; and the jobs without a key among
   the queue's first ``4 × :limit`` due jobs. The claim takes ``budget`` of these: in claim
-  order, or with ``:fair`` round-robin (each key's first job, then each key's second...).
+  order (the Queue's `ClaimOrder`), or with ``:fair`` round-robin (each key's first job, then
+  each key's second...).
 * ``due_jobs``: the chosen rows, locked ``FOR UPDATE SKIP LOCKED`` (they are read unlocked
   first: the claims of this queue are serialized, so only a job claimed by id or an operator's
   write can take one meanwhile, and the lock's recheck of ``status = 'pending'`` drops it).
 * the UPDATE of the claim, the buckets' and the rotation's writes, and ``throttled``: whether
-  due jobs were left behind while the claim took fewer than ``:limit`` (the health signal).
+  due jobs were left behind while the claim took fewer than ``:limit`` (the health signal,
+  counted in ``<table>_counters`` by the statement itself).
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
+    Column,
     Float,
     Integer,
     Table,
@@ -39,37 +44,51 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    exists,
     func,
     literal,
     null,
+    or_,
     select,
     true,
     union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import Executable, visitors
 
-from ...tables import group_rates_table, limits_table
+from ...tables import counters_table, group_rates_table, limits_table
+from .. import counters as counter_sql
+from ..limits import LIMIT_COLUMNS
 from ...types import JobStatus
 from .._predicates import status_is
 from . import claimed_update, registered_task
+from .order import DEFAULT_ORDER, ClaimOrder
 
 KEYS_PER_JOB = 4
-"""A grouped claim visits at most this many keys (and jobs without a key) per job it may take."""
+"""A grouped claim under a per-key cap (``group_concurrency``, ``group_rate``) visits at most this
+many keys (and jobs without a key) per job it may take: capped keys may supply none. A claim that
+is only fair visits one key per job (each key in the index has pending jobs)."""
 
 
-def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False) -> Executable:
+def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False,
+                       order: ClaimOrder = DEFAULT_ORDER) -> Executable:
     """Claim up to ``:limit`` due jobs of ``:queue`` within its limits (the module's docs), for
     ``:worker_id`` under ``:token`` and ``:lease``; ``:tasks`` as in `claim_served_jobs`.
 
+    The limits the caller built it for (their columns as parameters ``:known_<column>``, for
+    each of `LIMIT_COLUMNS`) must still be the queue's row: if the row changed or is gone, the claim
+    takes nothing and says ``stale`` (the caller reads the limits again). A claim the limits
+    held back adds one ``throttled`` event to the queue's counter in the same statement.
+
     Returns the claimed rows (`claimed_update`'s columns and ``group_key``) with ``throttled``
-    on each, or a single row of NULLs but ``throttled`` when nothing was claimed. `grouped`:
-    the queue has a group limit or is fair (the key-by-key read); `fair`: round-robin order.
+    and ``stale`` on each, or a single row of NULLs but those two when nothing was claimed.
+    `grouped`: the queue has a group limit or is fair (the key-by-key read); `fair`:
+    round-robin order; `order`: the Queue's claim order, within each key and between them.
     """
     limits = limits_table(table)
-    budget = _budget(table, limits)
-    chosen = _chosen_grouped(table, budget, fair) if grouped else _chosen_plain(table, budget)
+    budget = case((_still_current(limits), _budget(table, limits)), else_=0)
+    chosen = _chosen_grouped(table, budget, fair, order) if grouped else _chosen_plain(table, budget, order)
     due = (select(table.c.id)
            .where(table.c.id.in_(select(chosen.c.id)), status_is(table, JobStatus.PENDING))
            .with_for_update(skip_locked=True)
@@ -78,10 +97,11 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False) -> Ex
     writes = [_rate_bucket(limits, claimed, chosen if grouped else None)]
     if grouped:
         writes.append(_group_buckets(table, claimed))
-    summary = select(_throttled(table, claimed).label("throttled")).subquery("summary")
+    summary = select(_throttled(table, claimed, order).label("throttled"), (~_still_current(limits)).label("stale")).cte("summary")
+    writes.append(_count_throttled(table, summary))
     # The buckets' writes are CTEs nothing reads: PostgreSQL runs a data-modifying WITH query
     # to completion whether or not it is read, and add_cte makes SQLAlchemy render them.
-    return (select(*claimed.c, summary.c.throttled)
+    return (select(*claimed.c, summary.c.throttled, summary.c.stale)
             .select_from(summary.outerjoin(claimed, true()))
             .add_cte(*writes))
 
@@ -96,9 +116,34 @@ def _due_conditions(table: Table) -> list:
     ]
 
 
-def _order(table_or_columns) -> list:
-    c = table_or_columns.c
-    return [c.priority.desc(), c.run_at, c.id]
+def _order_columns(table: Table, order: ClaimOrder) -> list:
+    """``id`` and the job columns `order` sorts by: what the subqueries below carry so that
+    their rows can be put in that order again."""
+    used = [element for expression in order.order_by(table) for element in visitors.iterate(expression)
+            if isinstance(element, Column) and element.table is table]
+    return list({column.key: column for column in [table.c.id, *used]}.values())
+
+
+def _still_current(limits: Table):
+    """The queue's limits row is the one the statement was given (``:known_<column>``): it is
+    read under the claim's lock, so the limits cannot change before the commit."""
+    same = [limits.c[name].is_not_distinct_from(bindparam(f"known_{name}", type_=limits.c[name].type))
+            for name in LIMIT_COLUMNS]
+    return exists().where(limits.c.queue_name == bindparam("queue", type_=Text), *same)
+
+
+def _cursor(limits: Table):
+    """The key the last claim of ``:queue`` served: the rotation starts after it."""
+    return (select(limits.c.last_group_key).where(limits.c.queue_name == bindparam("queue", type_=Text))
+            .scalar_subquery())
+
+
+def _count_throttled(table: Table, summary):
+    """One ``throttled`` event on ``:queue``'s counter for this minute, when the claim was held back."""
+    rows = (select(counter_sql.minute(), bindparam("queue", type_=Text), literal(counter_sql.THROTTLED),
+                   literal(1, BigInteger))
+            .where(summary.c.throttled))
+    return counter_sql.upsert(counters_table(table), rows).returning(literal(1)).cte("throttled_count")
 
 
 def _number(name: str):
@@ -141,29 +186,38 @@ def _queue_tokens(limits: Table):
 def _budget(table: Table, limits: Table):
     """How many jobs this claim may take (0 or more)."""
     limit = _limit()
-    left = bindparam("max_running", type_=Integer) - _running(table)
+    left = _left(bindparam("max_running", type_=Integer), _running(table), limit)
     tokens = select(func.floor(_queue_tokens(limits))).where(
         limits.c.queue_name == bindparam("queue", type_=Text)).scalar_subquery()
-    return func.greatest(0, func.least(limit, func.coalesce(left, limit), func.coalesce(cast(tokens, Integer), limit)))
+    return func.greatest(0, func.least(limit, left, func.coalesce(cast(tokens, Integer), limit)))
 
 
-def _chosen_plain(table: Table, budget):
+def _left(cap, running, otherwise):
+    """`cap` less `running`, or `otherwise` without a cap: a CASE, so that the count of running
+    jobs is not made at all for a queue (a key) without one."""
+    return case((cap.is_(None), otherwise), else_=cap - running)
+
+
+def _chosen_plain(table: Table, budget, order: ClaimOrder):
     """The first ``budget`` due jobs in claim order."""
-    return select(table.c.id).where(*_due_conditions(table)).order_by(*_order(table)).limit(budget).cte("chosen")
+    return (select(table.c.id).where(*_due_conditions(table)).order_by(*order.order_by(table)).limit(budget)
+            .cte("chosen"))
 
 
-def _chosen_grouped(table: Table, budget, fair: bool):
+def _chosen_grouped(table: Table, budget, fair: bool, order: ClaimOrder):
     """``budget`` jobs from the next keys in rotation and the jobs without a key (module docs)."""
     keys = _keys_in_rotation(table)
-    per_key = _per_key(table, keys)
-    ungrouped = _ungrouped(table)
+    per_key = _per_key(table, keys, order)
+    ungrouped = _ungrouped(table, order)
+    names = [column.key for column in _order_columns(table, order)]
     candidates = union_all(
-        select(per_key.c.id, per_key.c.priority, per_key.c.run_at, per_key.c.turn, keys.c.seq)
+        select(*(per_key.c[name] for name in names), per_key.c.turn, keys.c.seq)
         .select_from(keys.join(per_key, true())),
-        select(ungrouped.c.id, ungrouped.c.priority, ungrouped.c.run_at, ungrouped.c.turn, literal(0).label("seq")),
+        select(*(ungrouped.c[name] for name in names), ungrouped.c.turn, literal(0).label("seq")),
     ).subquery("candidates")
-    order = [candidates.c.turn, candidates.c.seq, *_order(candidates)] if fair else _order(candidates)
-    return select(candidates.c.id, candidates.c.seq).order_by(*order).limit(budget).cte("chosen")
+    in_order = order.order_by(candidates)  # type: ignore[arg-type]  (any FromClause with the columns)
+    ranked = [candidates.c.turn, candidates.c.seq, *in_order] if fair else in_order
+    return select(candidates.c.id, candidates.c.seq).order_by(*ranked).limit(budget).cte("chosen")
 
 
 def _next_key(table: Table, after):
@@ -179,8 +233,8 @@ def _next_key(table: Table, after):
 def _keys_in_rotation(table: Table):
     """Up to ``4 × :limit`` keys with pending jobs: those after ``:cursor``, then from the first
     key up to ``:cursor``, each with its place in that rotation (``seq``)."""
-    most = _limit() * KEYS_PER_JOB
-    cursor = bindparam("cursor", type_=Text)
+    most = _limit() * _keys_per_job()
+    cursor = _cursor(limits_table(table))
     walks = []
     for name, start, offset in (("after_cursor", func.coalesce(cursor, ""), 0), ("to_cursor", literal(""), most)):
         first = select(_next_key(table, start).label("group_key"), literal(1).label("n"))
@@ -194,13 +248,13 @@ def _keys_in_rotation(table: Table):
     return select(both.c.group_key, both.c.seq).order_by(both.c.seq).limit(most).subquery("group_keys")
 
 
-def _per_key(table: Table, keys):
+def _per_key(table: Table, keys, order: ClaimOrder):
     """Per key of `keys` (LATERAL): its due jobs in claim order, as many as its
     ``:group_concurrency`` (running jobs counted now) and its bucket allow, numbered (``turn``)."""
     group_rates = group_rates_table(table)
     limit = _limit()
     running = _running(table, keys.c.group_key, keys)
-    left = bindparam("max_running_per_key", type_=Integer) - running
+    left = _left(bindparam("max_running_per_key", type_=Integer), running, limit)
     bucket = (select(func.floor(_tokens(group_rates.c.tokens, group_rates.c.refilled_at,
                                         _number("group_per_second"),
                                         _number("group_burst"))))
@@ -209,25 +263,30 @@ def _per_key(table: Table, keys):
               .correlate(keys).scalar_subquery())
     tokens = case((_number("group_per_second").is_(None), limit),
                   else_=cast(func.coalesce(bucket, func.floor(_number("group_burst"))), Integer))
-    cap = func.greatest(0, func.least(limit, func.coalesce(left, limit), tokens))
-    jobs = (select(table.c.id, table.c.priority, table.c.run_at)
+    cap = func.greatest(0, func.least(limit, left, tokens))
+    jobs = (select(*_order_columns(table, order))
             .where(*_due_conditions(table), table.c.group_key == keys.c.group_key)
-            .order_by(*_order(table)).limit(cap)
+            .order_by(*order.order_by(table)).limit(cap)
             .correlate(keys).subquery("key_jobs"))
-    numbered = select(jobs.c.id, jobs.c.priority, jobs.c.run_at,
-                      func.row_number().over(order_by=_order(jobs)).label("turn")).correlate(keys)
+    numbered = select(*jobs.c, func.row_number().over(order_by=order.order_by(jobs)).label("turn")).correlate(keys)
     return numbered.lateral("per_key")
 
 
-def _ungrouped(table: Table):
+def _keys_per_job():
+    capped = or_(bindparam("max_running_per_key", type_=Integer).is_not(None),
+                 _number("group_per_second").is_not(None))
+    return case((capped, KEYS_PER_JOB), else_=1)
+
+
+def _ungrouped(table: Table, order: ClaimOrder):
     """Jobs without a key among the queue's first ``4 × :limit`` due jobs in claim order,
     numbered (``turn``) as one more key. Bounded: a queue with group limits whose head is all
     grouped jobs does not walk its whole backlog to find one without a key."""
-    head = (select(table.c.id, table.c.priority, table.c.run_at, table.c.group_key)
-            .where(*_due_conditions(table)).order_by(*_order(table)).limit(_limit() * KEYS_PER_JOB)
+    head = (select(*_order_columns(table, order), table.c.group_key)
+            .where(*_due_conditions(table)).order_by(*order.order_by(table)).limit(_limit() * KEYS_PER_JOB)
             .subquery("queue_head"))
-    return (select(head.c.id, head.c.priority, head.c.run_at,
-                   func.row_number().over(order_by=_order(head)).label("turn"))
+    return (select(*(head.c[column.key] for column in _order_columns(table, order)),
+                   func.row_number().over(order_by=order.order_by(head)).label("turn"))
             .where(head.c.group_key.is_(None)).subquery("ungrouped"))
 
 
@@ -270,7 +329,7 @@ def _group_buckets(table: Table, claimed):
     ).returning(group_rates.c.group_key).cte("key_buckets")
 
 
-def _throttled(table: Table, claimed):
+def _throttled(table: Table, claimed, order: ClaimOrder):
     """The claim took fewer than ``:limit`` jobs while a due job of the queue it did not claim
     was left (the statement's snapshot still shows the claimed ones pending)."""
     claimed_count = select(func.count()).select_from(claimed).scalar_subquery()
@@ -279,6 +338,6 @@ def _throttled(table: Table, claimed):
     # the pending index is read from its head, where the claimed rows and then the first one
     # left behind are, instead of a scan looking for any such row.
     left_behind = (select(jobs.c.id).where(*_due_conditions(jobs), jobs.c.id.not_in(select(claimed.c.id)))
-                   .order_by(*_order(jobs)).limit(1).scalar_subquery().is_not(None))
+                   .order_by(*order.order_by(jobs)).limit(1).scalar_subquery().is_not(None))
     return and_(claimed_count < _limit(), left_behind)
 

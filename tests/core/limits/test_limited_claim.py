@@ -1,4 +1,5 @@
-"""Limits enforced by the claim, across several workers claiming at once on real PostgreSQL.
+"""Limits enforced by the claim, across several workers claiming at once on real PostgreSQL; the
+claim's round trips (counted in libpq's own trace) and `set_limits` from two callers at once.
 
 Every start and end of a run is logged by a trigger on the job table (the database's clock at
 the claim and at the outcome), so overlapping runs are found after the fact, whatever the
@@ -12,10 +13,12 @@ from collections import defaultdict
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import event as sqla_event
 from sqlalchemy import text
 from waiting import wait_until
 
 import sqla_queue as sq
+from sqla_queue.core import limits as core_limits
 
 pytestmark = pytest.mark.slow
 
@@ -112,20 +115,41 @@ def test_group_concurrency_1_never_runs_two_jobs_of_a_key_at_once(logged):
     assert most_at_once(by_key[None]) > 1  # jobs without a key are not serialized
 
 
-HOLD_CLAIMS = """
-CREATE FUNCTION hold_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+HOLD = """
+CREATE FUNCTION hold_writes() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_advisory_xact_lock_shared(4242);
   RETURN NEW;
 END $$;
-CREATE TRIGGER hold_claims AFTER UPDATE OF status ON sqla_queue_jobs FOR EACH ROW
-  WHEN (NEW.status = 'running' AND OLD.status = 'pending') EXECUTE FUNCTION hold_claims();
+CREATE TRIGGER hold_writes AFTER {event} FOR EACH ROW {condition} EXECUTE FUNCTION hold_writes();
 """
+HOLD_CLAIMS = HOLD.format(event="UPDATE OF status ON sqla_queue_jobs",
+                          condition="WHEN (NEW.status = 'running' AND OLD.status = 'pending')")
+"""A claim's transaction waits, its jobs marked running but uncommitted, while the test holds
+advisory lock 4242."""
 
 
 def waiting_backends(engine) -> int:
     with engine.connect() as conn:
         return conn.execute(text("SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted")).scalar_one()
+
+
+def held_race(engine, first, second, between=lambda: None) -> None:
+    """`first` in a thread until a `HOLD` trigger holds it uncommitted, `between`, then
+    `second` in a thread until it waits (for `first`); then both let go and finished."""
+    with engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_lock(4242)"))
+        a = threading.Thread(target=first)
+        a.start()
+        wait_until(lambda: waiting_backends(engine) == 1, "the first to be held uncommitted")
+        between()
+        b = threading.Thread(target=second)
+        b.start()
+        wait_until(lambda: waiting_backends(engine) == 2, "the second to wait")
+        holder.execute(text("SELECT pg_advisory_unlock(4242)"))
+        holder.commit()
+    a.join(timeout=60)
+    b.join(timeout=60)
 
 
 @pytest.mark.parametrize("limits", [{"group_concurrency": 1}, {"concurrency": 1}])
@@ -140,26 +164,16 @@ def test_a_claim_that_starts_while_another_is_uncommitted_sees_its_jobs_running(
     with engine.begin() as conn:
         conn.exec_driver_sql(HOLD_CLAIMS)
     claimed: dict[str, list] = {}
+    urgent: list[int] = []
 
     def claim(name: str) -> None:
         claimed[name] = queue.claim("tenants", worker_id=name, limit=10)
 
-    with engine.connect() as holder:
-        holder.execute(text("SELECT pg_advisory_lock(4242)"))
-        a = threading.Thread(target=claim, args=("a",))
-        a.start()
-        wait_until(lambda: waiting_backends(engine) == 1, "claim A to hold its job uncommitted")
-        urgent = queue.enqueue("work", {}, group_key="k", priority=10)
-        b = threading.Thread(target=claim, args=("b",))
-        b.start()
-        wait_until(lambda: waiting_backends(engine) == 2, "claim B to wait")
-        holder.execute(text("SELECT pg_advisory_unlock(4242)"))
-        holder.commit()
-    a.join(timeout=60)
-    b.join(timeout=60)
+    held_race(engine, lambda: claim("a"), lambda: claim("b"),
+              between=lambda: urgent.append(queue.enqueue("work", {}, group_key="k", priority=10)))
 
     assert [job.id for job in claimed["a"]] == [first] and claimed["b"] == []
-    assert {queue.get_job(job).status for job in (second, urgent)} == {sq.JobStatus.PENDING}
+    assert {queue.get_job(job).status for job in (second, *urgent)} == {sq.JobStatus.PENDING}
 
 
 def test_concurrency_caps_the_running_jobs_of_the_queue_across_workers(logged):
@@ -199,3 +213,128 @@ def test_claim_within_limits_through_the_api(logged):
     assert health.throttled == 2 and health.empty_claims_locked == 0
     assert queue.complete(first[0].id, first[0].claim_token)
     assert [job.id for job in queue.claim("tenants", worker_id="w", limit=10)] == [2]
+
+
+def starts(engine) -> list[tuple[str | None, object]]:
+    """``(group_key, start)`` of every claim, in the order they started (the trigger's log)."""
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(text(
+            "SELECT group_key, at FROM run_log WHERE event = 'start' ORDER BY at, job_id")).all()]
+
+
+def most_in_one_second(times) -> int:
+    """The most starts in any window of one second (each window starting at a start)."""
+    times = sorted(times)
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] >= timedelta(seconds=1):
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def test_a_rate_holds_across_workers_in_every_one_second_window(logged):
+    """100/s over four workers claiming at once: no second holds more than 1 % over the rate
+    (a bucket of one start, a hundredth of the count, is all a window may add)."""
+    queue, engine = logged
+    queue.set_limits("tenants", rate="100/s")
+    queue.enqueue_many([{"task": "work", "payload": {}}] * 250)
+
+    assert drain_with_workers(queue, 4, concurrency=4, poll_interval=0.05) == 250
+
+    assert most_in_one_second([at for _key, at in starts(engine)]) <= 101
+
+
+def test_fair_claims_over_several_workers_serve_a_small_tenant_behind_a_backlog(logged):
+    """Tenant B's 20 jobs are enqueued after tenant A's 300; with fair turns three workers
+    claiming at once start B's jobs alongside A's, not after them: B's last start comes within
+    the first 2 × 20 starts, give or take what the workers claim in one round."""
+    queue, engine = logged
+    queue.set_limits("tenants", fair=True)
+    queue.enqueue_many([{"task": "work", "payload": {}, "group_key": "A"}] * 300)
+    queue.enqueue_many([{"task": "work", "payload": {}, "group_key": "B"}] * 20)
+
+    assert drain_with_workers(queue, 3, concurrency=4, poll_interval=0.05) == 320
+
+    order = [key for key, _at in starts(engine)]
+    last_b = max(position for position, key in enumerate(order) if key == "B")
+    assert last_b < 2 * 20 + 3 * 4
+
+
+# -- one round trip, a claim built for old limits, set_limits from two callers --------------
+
+def traced(engine, path):
+    """Every new connection of `engine` writes libpq's trace of its messages to `path`."""
+    from psycopg import pq
+
+    out = open(path, "w")  # noqa: SIM115 - open for the engine's life, closed by the test
+
+    @sqla_event.listens_for(engine, "connect")
+    def trace(dbapi_connection, _record):
+        dbapi_connection.pgconn.trace(out.fileno())
+        dbapi_connection.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+
+    return out
+
+
+def round_trips(path) -> int:
+    """Times the client waited for the server: each Sync of the extended protocol and each
+    simple Query ends a batch of messages the server answers."""
+    with open(path) as trace:
+        return sum(1 for line in trace if line.startswith("F\t") and line.split("\t")[2] in ("Sync", "Query"))
+
+
+@pytest.mark.parametrize("limits", [{"concurrency": 5}, {"group_concurrency": 1, "fair": True}])
+def test_a_limited_claim_is_one_round_trip(logged, tmp_path, monkeypatch, limits):
+    queue, engine = logged
+    monkeypatch.setattr(core_limits, "REFRESH_EVERY", 3600.0)  # no re-read of the limits mid-test
+    queue.set_limits("tenants", **limits)
+    queue.enqueue_many([{"task": "work", "payload": {}, "group_key": f"k{n}"} for n in range(6)])
+    engine.dispose()  # the next connections are traced
+    trace = traced(engine, tmp_path / "trace")
+    try:
+        assert len(queue.claim("tenants", worker_id="w", limit=1)) == 1  # reads the limits first
+        before = round_trips(tmp_path / "trace")
+        assert len(queue.claim("tenants", worker_id="w", limit=2)) == 2
+        assert round_trips(tmp_path / "trace") - before == 1
+    finally:
+        engine.dispose()
+        trace.close()
+
+
+def test_a_claim_built_for_old_limits_claims_within_the_new_ones(logged):
+    """Worker A read `concurrency=10`; another process lowers it to 1. A's next claim, built
+    for 10, finds the row changed under its lock, takes nothing, and claims again under 1."""
+    queue, engine = logged
+    queue.set_limits("tenants", concurrency=10)
+    queue.enqueue_many([{"task": "work", "payload": {}}] * 5)
+    assert len(queue.claim("tenants", worker_id="a", limit=1)) == 1
+    other = sq.Queue(engine, load_entrypoints=False)
+    other.set_limits("tenants", concurrency=2)
+
+    assert len(queue.claim("tenants", worker_id="a", limit=5)) == 1  # one running already, cap 2
+    assert queue.claim("tenants", worker_id="a", limit=5) == []
+
+
+HOLD_LIMIT_WRITES = HOLD.format(event="INSERT OR UPDATE ON sqla_queue_jobs_limits", condition="")
+
+
+def test_two_callers_changing_different_limits_at_once_both_keep_their_change(logged):
+    """Caller A sets a concurrency and is held before its commit (a trigger waits on a lock
+    the test holds); caller B sets fair meanwhile. B waits for A's row and reads it after A
+    commits: the queue ends with both. Read-then-write would have B overwrite A's change."""
+    queue, engine = logged
+    with engine.begin() as conn:
+        conn.exec_driver_sql(HOLD_LIMIT_WRITES)
+    errors: list = []
+
+    def change(**limits) -> None:
+        try:
+            sq.Queue(engine, load_entrypoints=False).set_limits("tenants", **limits)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    held_race(engine, lambda: change(concurrency=5), lambda: change(fair=True))
+
+    assert not errors, errors
+    assert [state.limits for state in queue.list_queues()] == [sq.QueueLimits("tenants", concurrency=5, fair=True)]
