@@ -15,7 +15,6 @@ answer, not a hang.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -26,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from .. import _validate
-from .._sanitize import clean_text
 from ..errors import ConfigurationError, DatabaseError, PermissionDeniedError
 from ..sql import catalog
 from ..sql import stats as stats_sql
 from ..types import DEFAULT_LEASE
 from .formatting import format_duration, format_size
+from .redaction import one_line, query_preview
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -267,7 +266,7 @@ class Doctor:
             "means it is waiting on the client); end it with SELECT pg_terminate_backend(pid). "
             "Set idle_in_transaction_session_timeout to stop it recurring.",
             tuple(f"pid {r.pid} ({r.application_name or 'no application_name'}, {r.state}) "
-                  f"for {format_duration(r.age)}: {_query(r.query)}" for r in rows),
+                  f"for {format_duration(r.age)}: {query_preview(r.query)}" for r in rows),
         )
 
     def check_lock_waits(self, conn: Connection) -> Check:
@@ -285,7 +284,7 @@ class Doctor:
             "UPDATE, or a host transaction that enqueued and then waited on something else. End the "
             "blocker (pg_terminate_backend) or let it finish.",
             tuple(f"pid {r.pid} waits {format_duration(r.waited)} for {r.mode} ({r.locktype}), blocked by "
-                  f"{', '.join(map(str, r.blocked_by or [])) or 'nobody (granted meanwhile)'}: {_query(r.query)}"
+                  f"{', '.join(map(str, r.blocked_by or [])) or 'nobody (granted meanwhile)'}: {query_preview(r.query)}"
                   for r in rows),
         )
 
@@ -391,7 +390,7 @@ class Doctor:
         rows = conn.execute(catalog.recent_failures(self.table), {"since": self.config.failed_window}).all()
         window = format_duration(self.config.failed_window)
         total = sum(r.jobs for r in rows)
-        details = tuple(f"queue {r.queue_name}: {r.jobs} failed, latest error: {_one_line(r.latest_error)}"
+        details = tuple(f"queue {r.queue_name}: {r.jobs} failed, latest error: {one_line(r.latest_error)}"
                         for r in rows)
         if total == 0:
             return Check("recent failures", Verdict.OK, f"no job failed for good in the last {window}")
@@ -490,31 +489,3 @@ def _last_vacuum(row: Any) -> str:
     if not times:
         return "never vacuumed since statistics were reset"
     return f"last vacuumed {format_duration(row.now - max(times))} ago ({row.autovacuum_count} autovacuum runs)"
-
-
-def _query(text: str | None) -> str:
-    """Another session's query, one line, with its literals replaced by ``?`` (as
-    pg_stat_statements shows queries): a ``PASSWORD '...'``, a card number or an email in
-    someone else's SQL never reaches the doctor's output; the statement's shape is enough to
-    find the session."""
-    one_line = " ".join((text or "")[: catalog.QUERY_PREVIEW * 4].split())
-    if not one_line:
-        return "-"
-    return clean_text(_without_literals(one_line), catalog.QUERY_PREVIEW)
-
-
-def _one_line(text: str | None) -> str:
-    """A stored error, one line (it was cleaned when it was stored)."""
-    one_line = " ".join((text or "")[: catalog.QUERY_PREVIEW * 4].split())
-    return clean_text(one_line, catalog.QUERY_PREVIEW) if one_line else "-"
-
-
-_STRING_LITERAL = re.compile(r"(?:[EeBbXxNn]|[Uu]&)?'(?:[^']|'')*'?")
-_DOLLAR_QUOTED = re.compile(r"\$(\w*)\$.*?(?:\$\1\$|$)")
-_NUMBER = re.compile(r"(?<![\w$.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w])")
-
-
-def _without_literals(sql: str) -> str:
-    sql = _DOLLAR_QUOTED.sub("?", sql)
-    sql = _STRING_LITERAL.sub("?", sql)
-    return _NUMBER.sub("?", sql)

@@ -35,7 +35,7 @@ class App:
     """What the runner needs of your application.
 
     :param queue: your `Queue`, its tasks registered.
-    :param job: ``job(rng, n)`` gives the n-th job of a seed's workload as ``(task name,
+    :param job: ``job(rng, n)`` gives the n-th job of the workload of a seed as ``(task name,
         payload)``; draw from `rng` (seeded by the seed and `n`) so a replay enqueues the same jobs.
     :param setup: ``setup(engine)``, run once on the migrated template database every seed's
         database is copied from: create the tables your handlers write.
