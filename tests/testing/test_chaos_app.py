@@ -31,6 +31,7 @@ APP_MODULE = textwrap.dedent('''
     list_payload = App(queue=queue, job=lambda rng, n: ("ship", [n]))
     not_json = App(queue=queue, job=lambda rng, n: ("ship", {"at": object()}))
     not_a_pair = App(queue=queue, job=lambda rng, n: "ship")
+    raising = App(queue=queue, job=lambda rng, n: {}["order"])
     broken = __import__("sqla_queue").Queue
 ''')
 
@@ -67,6 +68,7 @@ def test_a_spec_that_names_no_app_is_refused(app_module, spec, message):
     ("list_payload", "job(0) gave a list payload, not a mapping"),
     ("not_json", "job(0) gave a payload that is not JSON"),
     ("not_a_pair", "job(0) returned 'ship', not a (task name, payload) tuple"),
+    ("raising", "job(0) raised KeyError: 'order'"),
 ])
 def test_jobs_the_app_cannot_enqueue_are_refused_before_anything_starts(app_module, attribute, message, tmp_path):
     with pytest.raises(AppError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):

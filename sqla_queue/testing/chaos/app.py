@@ -79,7 +79,10 @@ def check_jobs(app: App, seed: int, jobs: int) -> None:
     has a JSON object for a payload, so a mistake is one clear error, not a crashed enqueuer."""
     known = set(app.queue.task_names)
     for n in range(jobs):
-        made = job_of(app, seed, n)
+        try:
+            made = job_of(app, seed, n)
+        except Exception as exc:  # the app's own function failed: name the job and the error, no traceback
+            raise AppError(f"job({n}) raised {type(exc).__name__}: {exc}") from None
         if not (isinstance(made, tuple) and len(made) == 2):
             raise AppError(f"job({n}) returned {made!r}, not a (task name, payload) tuple")
         task, payload = made
