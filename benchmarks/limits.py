@@ -52,6 +52,16 @@ SELECT date_trunc('second', locked_at) AS second, count(*) FROM {TABLE} GROUP BY
 
 
 def run(db: Database, size: Size, log) -> dict:
+    """The section's figures. It leaves the benchmark queue without limits, even when it fails:
+    the sections after it (the held horizon, the peers) drain the same queue, and a leftover
+    ``rate=500/s`` would cap them at 500 jobs/s."""
+    try:
+        return _measured(db, size, log)
+    finally:
+        _reset(db, None)
+
+
+def _measured(db: Database, size: Size, log) -> dict:
     out: dict = {"fair_tenant": {"alone": [], "behind": []}, "fair_drain": {"fair": [], "unlimited": []},
                  "serial_keys": {"serial": [], "unlimited": [], "overlaps": []}, "rate": {"per_second": []}}
     for rep in range(size.repeat):

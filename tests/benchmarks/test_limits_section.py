@@ -6,10 +6,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+from sqlalchemy.engine import make_url
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds benchmarks/
 
-from benchmarks import limits, report  # noqa: E402
+from benchmarks import limits, raw_sql, report  # noqa: E402
 from benchmarks.__main__ import DEFAULT_SECTIONS, parse_args  # noqa: E402
+from benchmarks.server import Database  # noqa: E402
+from benchmarks.sizes import SIZES  # noqa: E402
 from benchmarks.stats import summary  # noqa: E402
 
 RESULTS = {"limits": {
@@ -35,3 +40,25 @@ def test_the_section_renders_its_targets_and_is_run_by_default():
            "3,000 vs 5,000 jobs/s (60%) | **not met** |" in lines
     assert "limits" in DEFAULT_SECTIONS
     assert parse_args(["--sections", "limits", "--out", "/tmp/x.md"]).sections == ("limits",)
+
+
+def test_the_section_leaves_the_queue_without_limits_even_when_it_fails(create_database, monkeypatch):
+    """The held-horizon and peers sections drain the same queue after this one: a rate left on
+    it capped them at 500 jobs/s."""
+    url = make_url(create_database()).set(drivername="postgresql").render_as_string(hide_password=False)
+    db = Database(url=url, embedded=False, bin_dir=None)
+
+    def limited_then_broken(db, size, *, backlog):
+        limits._reset(db, {"rate": "500/s", "fair": True})
+        assert _limited_queues(db) == [raw_sql.QUEUE]
+        raise RuntimeError("a run that stopped half-way")
+
+    monkeypatch.setattr(limits, "_tenant", limited_then_broken)
+    with pytest.raises(RuntimeError, match="half-way"):
+        limits.run(db, SIZES["tiny"], lambda message: None)
+    assert _limited_queues(db) == []
+
+
+def _limited_queues(db: Database) -> list[str]:
+    with db.connect() as conn:
+        return [row[0] for row in conn.execute(f"SELECT queue_name FROM {limits.LIMITS}").fetchall()]
