@@ -43,7 +43,8 @@ class HandlerStarts:
         self.starts: list[tuple[float, float]] = []
 
     def record(self, payload: dict) -> None:
-        self.starts.append((payload["t0"], time.monotonic()))
+        """A payload without ``t0`` (a pre-filled job) records the start alone (t0 None)."""
+        self.starts.append((payload.get("t0"), time.monotonic()))
 
 
 HANDLERS = ("sync", "async", "async_sleep")

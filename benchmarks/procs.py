@@ -28,7 +28,7 @@ def _cpu_seconds() -> float:
 # -- sqla_queue worker ---------------------------------------------------------------------------
 
 def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler: str = "sync",
-                otel: bool = False) -> None:
+                otel: bool = False, record_starts: bool = False) -> None:
     """One worker process.
 
     mode ``drain``: run until the queue is empty (or `stop` is set). mode ``serve``: run until
@@ -39,11 +39,12 @@ def worker_main(url: str, options: dict, mode: str, sync: dict, counter, handler
     worker has closed its connections by then: `benchmarks.cpu` counts their backends' CPU time
     from the postmaster's reaped children). `handler` picks
     the task's handler (bench_app.HANDLERS): an ``async def`` one runs on the worker's own loop.
-    `otel` enables the OpenTelemetry plugin with a span-dropping SDK (`bench_app.make_queue`).
+    `otel` enables the OpenTelemetry plugin with a span-dropping SDK (`bench_app.make_queue`);
+    `record_starts` records handler starts in any mode (``starts`` in the results).
     """
     from .bench_app import HandlerStarts, make_queue
 
-    starts = HandlerStarts() if mode == "serve" else None
+    starts = HandlerStarts() if mode == "serve" or record_starts else None
     queue = make_queue(url, counter=counter, starts=starts, handler=handler, otel=otel)
     worker = queue.worker(queues=[raw_sql.QUEUE], **options)
     _warm(worker)
@@ -130,7 +131,8 @@ def run_raw_clients(url: str, *, clients: int, batch: int, jobs: int) -> dict:
 
 
 def run_workers(url: str, *, processes: int, options: dict, mode: str = "drain", counters=None,
-                before_go=None, while_running=None, after=None, handler: str = "sync", otel: bool = False) -> dict:
+                before_go=None, while_running=None, after=None, handler: str = "sync", otel: bool = False,
+                record_starts: bool = False) -> dict:
     """Start `processes` worker processes, wait until all are warm, call `before_go()`, start
     them together, call `while_running(sync)` (it may set ``sync["stop"]``), collect their
     results, call `after()` while their connections are still open, then let them exit.
@@ -142,7 +144,7 @@ def run_workers(url: str, *, processes: int, options: dict, mode: str = "drain",
         "listening": CTX.Barrier(processes + 1) if mode == "serve" else None,
     }
     counters = counters or [None] * processes
-    procs = [CTX.Process(target=worker_main, args=(url, options, mode, sync, counters[i], handler, otel))
+    procs = [CTX.Process(target=worker_main, args=(url, options, mode, sync, counters[i], handler, otel, record_starts))
              for i in range(processes)]
     for p in procs:
         p.start()

@@ -543,7 +543,7 @@ def _limits_section(results: dict) -> list[str]:
              f"{n['jobs']:,} jobs over {n['serial_keys']:,} keys, {n['workers']} workers x concurrency 2, "
              "`group_concurrency=1` against no limits, and the runs of one key that overlapped (a job claimed "
              "before the previous one of its key completed). Rate: `rate=500/s`, 4 workers x concurrency 10, "
-             f"for about {n['rate_seconds']} s; claims per second of the database clock, the first and the last "
+             f"for about {n['rate_seconds']} s; handler starts per second (stamped by the handlers), the first and the last "
              "(partial) second left out.", "",
              "| Target | Measured | Met? |", "|---|---|---|"]
     for row in limits.rows(results):

@@ -71,6 +71,7 @@ class ClaimedJob:
     scheduled_at: datetime | None = None  # the periodic tick it was enqueued for
     snoozes: int = 0
     meta: dict[str, Any] | None = None  # what enqueue hooks (or ``meta=``) stored with the job
+    start_after: float = 0.0  # seconds after the claim at which its queue's rate lets it start
 
     @classmethod
     def from_row(cls, row: Any) -> ClaimedJob:

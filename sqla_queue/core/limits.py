@@ -36,6 +36,12 @@ UNDEFINED_TABLE = "42P01"
 logger = logging.getLogger("sqla_queue.limits")
 
 
+RATE_AHEAD = 0.25
+"""Seconds of a rate's tokens a claim may take before the bucket holds them: the jobs they pay
+for wait in the worker until their token is due, so a worker that claims up to this late (a
+busy machine, a slow round trip) costs the rate no starts, and no second sees more than the
+rate plus its burst."""
+
 THROTTLED_RETRY = 0.01
 """Seconds before a worker claims again from a queue whose limits held due jobs back: a bucket
 refills continuously and other workers' completions free slots, neither of which notifies."""
@@ -222,8 +228,13 @@ class Limits:
 
 
 def _claimed(rows: list[Any], limits: QueueLimits, completed: list[Any] | None = None) -> LimitedClaim:
-    jobs = sorted((ClaimedJob.from_row(r) for r in rows if r.id is not None), key=lambda j: j.id)
+    jobs = sorted((_claimed_job(r) for r in rows if r.id is not None), key=lambda j: j.id)
     return LimitedClaim(jobs, bool(rows and rows[0].throttled), _retry_after(limits), completed or [])
+
+
+def _claimed_job(row: Any) -> ClaimedJob:
+    job = ClaimedJob.from_row(row)
+    return replace(job, start_after=row.start_after) if row.start_after else job
 
 
 def _retry_after(limits: QueueLimits) -> float:
@@ -270,6 +281,7 @@ def _claim_params(limits: QueueLimits) -> dict[str, Any]:
         "max_running": limits.concurrency, "max_running_per_key": limits.group_concurrency,
         "per_second": None if rate is None else rate.per_second,
         "burst": None if rate is None else float(rate.burst),
+        "ahead": None if rate is None else RATE_AHEAD,
         "group_per_second": None if group_rate is None else group_rate.per_second,
         "group_burst": None if group_rate is None else float(group_rate.burst),
     }

@@ -261,7 +261,7 @@ class DriverStatements:
 
 _LIMITED_SAMPLE = {
     "queue": "", "worker_id": "", "limit": 0, "token": "", "lease": None, "tasks": None,
-    "max_running": None, "max_running_per_key": None, "per_second": None, "burst": None,
+    "max_running": None, "max_running_per_key": None, "per_second": None, "burst": None, "ahead": None,
     "group_per_second": None, "group_burst": None, **{f"known_{name}": None for name in limits_sql.LIMIT_COLUMNS},
 }
 _ROUND_SAMPLE = {"queues": [], "tasks": None, "worker_id": "", "limit": 0, "token": "", "lease": None,

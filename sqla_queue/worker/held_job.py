@@ -50,6 +50,7 @@ class HeldJob:
         self.timeout: timedelta | None = timeout
         self.is_async = task is not None and task.is_async
         self.lease_confirmed = now  # monotonic time at which the lease was last known renewed
+        self.start_at = now + job.start_after  # monotonic time before which its handler waits (a rate's token)
         self.handler_deadline: float | None = None  # set when a handler takes the job (`start_deadline`)
         self.started = False
         self.state = self.RUNNING

@@ -129,6 +129,9 @@ class WorkerRuns(JobRuns):
                     return
             else:
                 mine.next = None
+            wait = held.start_at - time.monotonic()
+            if wait > 0:  # its rate's token is not due yet (`ClaimedJob.start_after`)
+                self.stopping.wait(wait)
             if self.stopping.is_set() or not held.running:
                 continue  # shutting down: not started, so it is released, not run
             held.started = True
@@ -187,6 +190,9 @@ class WorkerRuns(JobRuns):
         error: BaseException | None = cancelled_before_start() if held.cancel_requested else None
         try:
             if error is None:
+                wait = held.start_at - time.monotonic()
+                if wait > 0:  # its rate's token is not due yet (`ClaimedJob.start_after`)
+                    await asyncio.sleep(wait)
                 held.result, error = await self._awaited(held)
         except asyncio.CancelledError as exc:
             current = asyncio.current_task()

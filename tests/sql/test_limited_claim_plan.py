@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 TABLE = sq.Job.__table__
 PARAMS = {"queue": "default", "worker_id": "plan-test", "limit": 10, "token": "t", "lease": sq.DEFAULT_LEASE,
           "tasks": None, "max_running": 20, "max_running_per_key": 1, "per_second": 100.0,
-          "burst": 1.0, "group_per_second": 5.0, "group_burst": 1.0, **{f"known_{name}": None for name in LIMIT_COLUMNS}}
+          "burst": 1.0, "ahead": 0.25, "group_per_second": 5.0, "group_burst": 1.0, **{f"known_{name}": None for name in LIMIT_COLUMNS}}
 
 
 @pytest.fixture(scope="module")

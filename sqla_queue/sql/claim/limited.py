@@ -14,7 +14,9 @@ The statement's parts, as CTEs:
 
 * ``budget``: how many jobs this claim may take, ``:limit`` at most, less what the queue's
   ``:concurrency`` leaves (its running jobs counted now) and the whole tokens in its bucket
-  (``tokens`` refilled at ``:per_second`` up to ``:burst`` since ``refilled_at``).
+  (``tokens`` refilled at ``:per_second`` up to ``:burst`` since ``refilled_at``) plus the next
+  ``:ahead`` seconds of them; a job paid with a token not yet due gets that moment as its
+  ``locked_at`` and its ``start_after`` (`_claimed_in_start_order`).
 * with group limits (`grouped`): the group keys of the queue's pending jobs, read as a loose
   index scan (one probe of ``pending_group_idx`` per key) starting after the key the last claim
   served (``:cursor``) and wrapping around, at most ``4 × :limit`` keys; per key a LATERAL read
@@ -38,6 +40,7 @@ from sqlalchemy import (
     Column,
     Float,
     Integer,
+    Interval,
     Table,
     Text,
     and_,
@@ -93,7 +96,7 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False,
            .where(table.c.id.in_(select(chosen.c.id)), status_is(table, JobStatus.PENDING))
            .with_for_update(skip_locked=True)
            .cte("due_jobs"))
-    claimed = claimed_update(table, table.c.id == due.c.id).returning(table.c.group_key).cte("claimed")
+    claimed = _claimed_in_start_order(table, limits, due)
     writes = [_rate_bucket(limits, claimed, chosen if grouped else None)]
     if grouped:
         writes.append(_group_buckets(table, claimed))
@@ -187,9 +190,34 @@ def _budget(table: Table, limits: Table):
     """How many jobs this claim may take (0 or more)."""
     limit = _limit()
     left = _left(bindparam("max_running", type_=Integer), _running(table), limit)
-    tokens = select(func.floor(_queue_tokens(limits))).where(
+    tokens = select(func.floor(_queue_tokens(limits) + _tokens_ahead())).where(
         limits.c.queue_name == bindparam("queue", type_=Text)).scalar_subquery()
     return func.greatest(0, func.least(limit, left, func.coalesce(cast(tokens, Integer), limit)))
+
+
+def _tokens_ahead():
+    """Tokens of a rate a claim may take before they are in the bucket: ``:per_second`` times
+    ``:ahead`` seconds (0 without a rate). The jobs they pay for start when their token is due
+    (`_claimed_in_start_order`), so a worker that claims late loses none of the rate's starts."""
+    return func.coalesce(_number("per_second") * _number("ahead"), 0)
+
+
+def _claimed_in_start_order(table: Table, limits: Table, due):
+    """The claim's UPDATE of the `due` rows, each with the moment it may start: at once while
+    the queue's bucket holds its token, else when the bucket refills to it (``start_after``
+    seconds from now, also the delay added to ``locked_at`` and the lease). Jobs take the
+    tokens in id order."""
+    turns = select(due.c.id, func.row_number().over(order_by=due.c.id).label("turn")).cte("start_order")
+    per_second = _number("per_second")
+    in_bucket = (select(_queue_tokens(limits)).where(limits.c.queue_name == bindparam("queue", type_=Text))
+                 .scalar_subquery())
+    start_after = case((per_second.is_(None), literal(0.0)),
+                       else_=func.greatest(0.0, (turns.c.turn - in_bucket) / per_second))
+    later = func.make_interval(0, 0, 0, 0, 0, 0, start_after)
+    return (claimed_update(table, table.c.id == turns.c.id,
+                           locked_at=func.clock_timestamp() + later,
+                           lease_expires_at=func.clock_timestamp() + bindparam("lease", type_=Interval) + later)
+            .returning(table.c.group_key, cast(start_after, Float).label("start_after")).cte("claimed"))
 
 
 def _left(cap, running, otherwise):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import event as sqla_event
@@ -27,7 +27,8 @@ CREATE TABLE run_log (job_id bigint, group_key text, event text, at timestamptz 
 CREATE FUNCTION log_runs() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.status = 'running' AND OLD.status = 'pending' THEN
-    INSERT INTO run_log (job_id, group_key, event) VALUES (NEW.id, NEW.group_key, 'start');
+    -- locked_at: when the claim let it start (a rate's token may be due a little later)
+    INSERT INTO run_log (job_id, group_key, event, at) VALUES (NEW.id, NEW.group_key, 'start', NEW.locked_at);
   ELSIF OLD.status = 'running' AND NEW.status <> 'running' THEN
     INSERT INTO run_log (job_id, group_key, event) VALUES (NEW.id, NEW.group_key, 'end');
   END IF;
@@ -243,6 +244,36 @@ def test_a_rate_holds_across_workers_in_every_one_second_window(logged):
     assert drain_with_workers(queue, 4, concurrency=4, poll_interval=0.05) == 250
 
     assert most_in_one_second([at for _key, at in starts(engine)]) <= 101
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_job_claimed_ahead_of_its_rates_token_starts_when_the_token_is_due(own_database, kind):
+    """20/s (a bucket of one) and ten jobs for one worker of concurrency 10: its claims take
+    tokens up to `RATE_AHEAD` early, each job's ``locked_at`` is when its token is due (1/20 s
+    apart), and no handler starts before it. A worker that ran them at once would start nine
+    of them early."""
+    _url, engine = own_database
+    queue = sq.Queue(engine, load_entrypoints=False)
+    started: dict[int, datetime] = {}
+
+    def record(ctx):
+        started[ctx.job_id] = datetime.now(timezone.utc)
+
+    if kind == "sync":
+        queue.task(name="work", queue="tenants")(lambda payload, ctx: record(ctx))
+    else:
+        @queue.task(name="work", queue="tenants")
+        async def work(payload, ctx):
+            record(ctx)
+
+    queue.set_limits("tenants", rate="20/s")
+    ids = queue.enqueue_many([{"task": "work", "payload": {}}] * 10)
+    assert drain_with_workers(queue, 1, concurrency=10, poll_interval=0.05) == 10
+
+    due = {job_id: queue.get_job(job_id).locked_at for job_id in ids}
+    assert max(due.values()) - min(due.values()) >= timedelta(seconds=9 / 20 - 0.01)
+    early = {job_id: due[job_id] - started[job_id] for job_id in ids if started[job_id] < due[job_id]}
+    assert not early, f"started before their tokens were due: {early}"
 
 
 def test_fair_claims_over_several_workers_serve_a_small_tenant_behind_a_backlog(logged):
