@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+from sqla_queue.db.notifier import flush_all
+
 from . import tables
 from .bench_app import make_queue
 from .raw_sql import TASK
@@ -30,6 +32,10 @@ def run(db: Database, size: Size, log) -> dict:
                 values[f"many_{n}"].append(rate)
                 log(f"sqla_queue enqueue_many({n}) rep {rep + 1}: {rate:,.0f} jobs/s")
     finally:
+        # The last enqueue's wake-up may still be pending on the notifier's thread: sent after
+        # the dispose, it would open a connection that outlives the section, and every later
+        # section's server counters would wait for that backend to exit.
+        flush_all()
         queue.engine.dispose()
     return {k: summary(v) for k, v in values.items()}
 

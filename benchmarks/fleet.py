@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 
+from . import raw_sql
 from .drain import drain_once
 from .raw_sql import TABLE
 from .server import Database
@@ -66,6 +67,7 @@ class PeakConnections:
         self._thread.join()
 
     def _sample(self) -> None:
-        with self.db.connect(autocommit=True) as conn:
+        # Named, so that the drain's server counters do not wait for it to exit (`raw_sql.OBSERVER`).
+        with self.db.connect(autocommit=True, application_name=raw_sql.OBSERVER) as conn:
             while not self._stop.wait(0.05):
                 self.value = max(self.value, conn.execute(CONNECTIONS).fetchone()[0])

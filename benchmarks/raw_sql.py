@@ -197,9 +197,13 @@ SERVER_COUNTERS = """
 SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS commits,
        pg_current_wal_lsn() AS lsn
 """
-OTHER_BACKENDS = """
+OBSERVER = "sqlaq-bench-observer"
+"""The application_name of a benchmark's own sampling connection (fleet's peak connections),
+which stays open while the workers it watches exit."""
+OTHER_BACKENDS = f"""
 SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+  AND application_name <> '{OBSERVER}'
 """
 WAL_BYTES = "SELECT pg_wal_lsn_diff(%(end)s, %(start)s)::bigint"
 
