@@ -37,10 +37,10 @@ logger = logging.getLogger("sqla_queue.limits")
 
 
 RATE_AHEAD = 0.25
-"""Seconds of a rate's tokens a claim may take before the bucket holds them: the jobs they pay
-for wait in the worker until their token is due, so a worker that claims up to this late (a
-busy machine, a slow round trip) costs the rate no starts, and no second sees more than the
-rate plus its burst."""
+"""Seconds of a rate's tokens a worker's claim may take before the bucket holds them: the jobs
+they pay for wait in the worker until their token is due, so a worker that claims up to this
+late (a busy machine, a slow round trip) costs the rate no starts, and no second sees more than
+the rate plus its burst. `Queue.claim` takes none early: its caller runs what it gets at once."""
 
 THROTTLED_RETRY = 0.01
 """Seconds before a worker claims again from a queue whose limits held due jobs back: a bucket
@@ -181,7 +181,8 @@ class Limits:
         return self.executor.capabilities.driver_fast_path
 
     def claim(self, queue: str, worker_id: str, limit: int, lease: timedelta | float = DEFAULT_LEASE,
-              tasks: Sequence[str] | None = None, completing: dict[str, Any] | None = None) -> LimitedClaim:
+              tasks: Sequence[str] | None = None, completing: dict[str, Any] | None = None,
+              ahead: float = 0.0) -> LimitedClaim:
         """Claim up to `limit` jobs of `queue` within its limits (none, asking to be called again
         at once, when its limits were just removed); a throttled claim is counted for the health
         signals by the claim itself.
@@ -191,10 +192,15 @@ class Limits:
         after the worker's round statement with `completing` (its parameters: complete the
         finished jobs, claim none) if given, in the same transaction. If those limits are no
         longer the queue's, that claim took nothing, and the limits are read under the lock
-        and the claim made again (`_claim_under_lock`)."""
+        and the claim made again (`_claim_under_lock`).
+
+        `ahead`: seconds of a rate's tokens the claim may take early (`RATE_AHEAD` for a worker,
+        which starts each such job when its token is due, `ClaimedJob.start_after`; 0 for a
+        caller that runs what it claims at once)."""
         params: dict[str, Any] = {
             "queue": queue, "worker_id": worker_id, "limit": limit, "token": secrets.token_urlsafe(24),
             "lease": _validate.duration(lease, "lease", positive=True), "tasks": None if tasks is None else list(tasks),
+            "ahead": ahead,
         }
         known = self.limited.cached(queue)
         completed: list[Any] = []
@@ -281,7 +287,6 @@ def _claim_params(limits: QueueLimits) -> dict[str, Any]:
         "max_running": limits.concurrency, "max_running_per_key": limits.group_concurrency,
         "per_second": None if rate is None else rate.per_second,
         "burst": None if rate is None else float(rate.burst),
-        "ahead": None if rate is None else RATE_AHEAD,
         "group_per_second": None if group_rate is None else group_rate.per_second,
         "group_burst": None if group_rate is None else float(group_rate.burst),
     }

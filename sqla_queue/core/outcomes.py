@@ -94,17 +94,17 @@ class Outcomes:
         return jobs
 
     def claim_limited(self, queue: str, worker_id: str, limit: int, lease: timedelta | float = DEFAULT_LEASE,
-                      tasks: Sequence[str] | None = None) -> LimitedClaim:
+                      tasks: Sequence[str] | None = None, ahead: float = 0.0) -> LimitedClaim:
         """Claim from a limited queue (`core.limits`), announced as any claim; a claim a limit
-        held back is not an empty claim."""
-        got = self._limits().claim(queue, worker_id, limit, lease, tasks)
+        held back is not an empty claim. `ahead` as for `Limits.claim`."""
+        got = self._limits().claim(queue, worker_id, limit, lease, tasks, ahead=ahead)
         self._emit_limited(got, queue, worker_id, limit)
         return got
 
     def complete_and_claim_limited(
         self, finished: Sequence[ClaimedJob], queue: str, worker_id: str, limit: int,
         results: Mapping[int, str | None], lease: timedelta | float = DEFAULT_LEASE,
-        tasks: Sequence[str] | None = None,
+        tasks: Sequence[str] | None = None, ahead: float = 0.0,
     ) -> tuple[dict[int, bool], LimitedClaim]:
         """`complete_and_claim` for a worker whose queues are all limited: complete `finished`
         and claim from limited `queue` in one transaction and one round trip
@@ -112,7 +112,7 @@ class Outcomes:
         completing = {"queues": [], "tasks": None, "worker_id": _validate.name(worker_id, "worker_id"), "limit": 0,
                       "token": "", "lease": _lease(lease), **_held_params(finished, results)}
         started = _BatchClock()
-        got = self._limits().claim(queue, worker_id, limit, lease, tasks, completing=completing)
+        got = self._limits().claim(queue, worker_id, limit, lease, tasks, completing=completing, ahead=ahead)
         completed_rows = [row for row in got.completed if not row.claimed]
         self._emit_limited(got, queue, worker_id, limit)
         self._emit_batch("claim", worker_id, [queue], got.jobs, completed_rows, started)

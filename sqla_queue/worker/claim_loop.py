@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from ..core import Core
-from ..core.limits import LimitedClaim
+from ..core.limits import RATE_AHEAD, LimitedClaim
 from ..errors import DatabaseError, PermissionDeniedError
 from ..services import Looper
 from ..services.scheduler import Scheduler
@@ -252,7 +252,8 @@ class ClaimLoop:
             if room - got <= 0:
                 break
             claim = self._complete_and_claim_limited(finished, name, room - got) if finished else \
-                self.core.outcomes.claim_limited(name, self.worker_id, room - got, self.config.lease, self.tasks)
+                self.core.outcomes.claim_limited(name, self.worker_id, room - got, self.config.lease, self.tasks,
+                                                 ahead=RATE_AHEAD)
             finished = []
             self.hold(claim.jobs)
             self.slots.count("claimed", len(claim.jobs))
@@ -267,7 +268,8 @@ class ClaimLoop:
         try:
             texts = outcomes.result_texts([h.job for h in finished], _results_of(finished))
             results, claim = outcomes.complete_and_claim_limited(
-                [h.job for h in finished], queue, self.worker_id, room, texts, self.config.lease, self.tasks)
+                [h.job for h in finished], queue, self.worker_id, room, texts, self.config.lease, self.tasks,
+                ahead=RATE_AHEAD)
         except DatabaseError:
             self.slots.give_back_finished(finished)
             raise

@@ -60,6 +60,15 @@ def test_a_rate_lets_a_bucket_of_starts_through_then_throttles(queue):
     assert queue.stats()["default"].throttled - before == 2  # both claims left due jobs behind
 
 
+def test_a_direct_claim_takes_no_tokens_ahead_of_time(queue):
+    """Only a worker, which starts each job when its token is due, claims a rate's tokens early:
+    `Queue.claim`'s caller runs what it gets at once, so 20/s (a bucket of one) gives it one."""
+    queue.enqueue_many([{"task": "send_email", "payload": {}}] * 10)
+    queue.set_limits("default", rate="20/s")
+    [job] = queue.claim("default", worker_id="w", limit=10)
+    assert job.start_after == 0.0
+
+
 def test_a_group_rate_limits_each_key_on_its_own(queue):
     queue.enqueue_many([{"task": "send_email", "payload": {}, "group_key": key} for key in "aabb"])
     queue.set_limits("default", group_rate="1/m")
