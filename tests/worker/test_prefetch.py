@@ -123,7 +123,8 @@ def test_shutdown_releases_buffered_jobs_without_counting_their_attempt(queue, e
     ids = queue.enqueue_many([{"task": "gated", "payload": {}}] * 4)
     worker = queue.worker(concurrency=1, prefetch=3, shutdown_grace=30)
     thread, summaries = running_worker(worker)
-    wait_until(lambda: statuses(engine).count("running") == 4, "four jobs held")
+    # Claimed is not started: a stop before the handler took the first job would release all four.
+    wait_until(lambda: statuses(engine).count("running") == 4 and gated.started, "four jobs held, one started")
     worker.stop()
     gated.gate.set()  # the running handler finishes within the grace period
     thread.join(timeout=30)
