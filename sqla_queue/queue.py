@@ -21,6 +21,7 @@ from .core.schedules import PeriodicOptions, Schedule, Schedules
 from .db.executor import Executor
 from .errors import ConfigurationError
 from .tables import job_table_of
+from .workflow import chain_items
 from .plugins.calls import configure
 from .plugins.manager import build_plugin_manager
 from .services import pruning
@@ -141,6 +142,13 @@ class Queue:
         if self._inline is not None and ids:
             self._inline.enqueued(ids, session, connection)
         return ids
+
+    def chain(self, steps: Iterable[tuple[Task | Handler | str, Mapping[str, Any]]], *,
+              session: Session | None = None, connection: Connection | None = None) -> list[int]:
+        """Enqueue `steps` (``(task, payload)`` pairs) as a chain, one `enqueue_many` call: each
+        job waits for the one before it, whose result it reads in ``ctx.dependency_results``; a
+        step that fails for good cancels the rest. Ids in step order (docs/how-to/workflows.md)."""
+        return self.enqueue_many(chain_items(steps), session=session, connection=connection)
 
     async def enqueue_async(self, task: Task | Handler | str, payload: Mapping[str, Any], *,
                             session: AsyncSession | None = None, connection: AsyncConnection | None = None,

@@ -67,7 +67,7 @@ def test_empty_claim_classification_is_one_statement_in_reason_order():
 
 @pytest.mark.parametrize(("builder", "status"), [
     (operator_actions.retry_failed_job, "= 'failed'"),
-    (operator_actions.cancel_job, "IN ('pending', 'running')"),
+    (operator_actions.cancel_job, "IN ('waiting', 'pending', 'running')"),
 ])
 def test_operator_writes_skip_locked_rows_and_inline_the_state_they_need(builder, status):
     text = rendered(builder(JOBS))
