@@ -16,6 +16,7 @@ from . import _validate, sql
 from ._tasks import EnqueueOptions, P, Handler, Task, TaskDecorator, TaskOptions, TaskRegistry, task_options
 from .core import Core, waiter
 from .core.enqueue import enqueue_options
+from .core.workflows import dependency_graph
 from .core.operations import DEFAULT_BULK_LIMIT, DEFAULT_HISTORY, DEFAULT_SAMPLE_RETENTION, DEFAULT_WORKERS_WITHIN
 from .core.schedules import PeriodicOptions, Schedule, Schedules
 from .db.executor import Executor
@@ -261,6 +262,14 @@ class Queue:
                           connection: AsyncConnection | None = None) -> QueueStats:
         """`stats` for asyncio code (see `get_job_async`)."""
         return await self.core.operations.stats_async(window, session, connection)
+
+    def dependencies(self, job_id: int) -> dict[str, list[dict[str, Any]]]:
+        """Job `job_id`'s workflow edges: ``{"depends_on": [...], "dependents": [...]}``, each a
+        list of ``{"id", "task", "status", "run_anyway"}`` by id (``task`` and ``status`` None
+        for a job pruned since); empty lists for a job without any (docs/how-to/workflows.md)."""
+        job_id = _validate.job_id(job_id)
+        with self.core.executor.transaction() as conn:
+            return dependency_graph(conn, self.core.statements, job_id)
 
     def list_jobs(self, *, status: JobStatus | str | None = None, queue: str | None = None, task: str | None = None,
                   limit: int = 50, before_id: int | None = None, created_after: datetime | None = None,

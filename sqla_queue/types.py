@@ -231,7 +231,7 @@ DEFAULT_STATS_WINDOW = timedelta(minutes=15)
 class QueueHealth:
     """Health signals of one queue at one moment (database time); see docs/how-to/operations.md.
 
-    Now: `pending`, `running`, `eligible` (due, attempts left), `scheduled` (due later),
+    Now: `pending`, `running`, `waiting` (for dependencies), `eligible` (due, attempts left), `scheduled` (due later),
     `oldest_eligible_age`, `near_max_attempts` (pending or running on or one before their last
     attempt). Within the stats window: `completed` and `failed` (terminal) jobs, the
     claim-to-completion durations of the completed ones (``None`` when none completed),
@@ -246,6 +246,7 @@ class QueueHealth:
     queue: str
     pending: int = 0
     running: int = 0
+    waiting: int = 0
     completed: int = 0
     failed: int = 0
     cancelled: int = 0

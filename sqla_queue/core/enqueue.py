@@ -68,7 +68,7 @@ class _Jobs:
         self.ask_meta = ask_meta  # plugins.calls.job_meta_asker; None: no hook implemented
         self.resolved: dict[Any, tuple[Any, Task]] = {}
         self.many = False  # enqueue_many: items may name earlier ones (`workflow.Earlier`)
-        self.deps: dict[int, Dependencies] = {}  # the dependencies of the jobs that have some, by index
+        self.deps: dict[int, Dependencies] = {}  # by index: the jobs that have dependencies
 
     def __len__(self) -> int:
         return len(self.columns[0])

@@ -72,7 +72,8 @@ def _locked_statuses(conn: Connection, statements: Statements, existing: list[in
     return found
 
 
-def _plan(count: int, deps: dict[int, Dependencies], statuses: dict[int, str]) -> tuple[list[str], list[int], list[int]]:
+def _plan(count: int, deps: dict[int, Dependencies],
+          statuses: dict[int, str]) -> tuple[list[str], list[int], list[int]]:
     """Each job's first status, ``waiting_on`` and ``dependents``: a dependency that completed
     counts as done, and so does one that failed or was cancelled for a job that runs anyway."""
     states, waiting_on, dependents = [JobStatus.PENDING.value] * count, [0] * count, [0] * count
@@ -118,3 +119,11 @@ def dependency_results(conn: Connection, statements: Statements, job_id: int) ->
     returned nothing, failed or was cancelled and the job runs anyway)."""
     with database_errors():
         return {row.id: row.result for row in conn.execute(statements.dependency_results, {"job_id": job_id})}
+
+
+def dependency_graph(conn: Connection, statements: Statements, job_id: int) -> dict[str, list[dict[str, Any]]]:
+    """`Queue.dependencies`: the jobs `job_id` depends on and the jobs that depend on it."""
+    with database_errors():
+        return {key: [dict(row._mapping) for row in conn.execute(statement, {"job_id": job_id})]
+                for key, statement in (("depends_on", statements.dependencies_of),
+                                       ("dependents", statements.dependents_of))}
