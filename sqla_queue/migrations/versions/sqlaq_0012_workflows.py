@@ -54,19 +54,29 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("depends_on", "job_id", name="pk_sqla_queue_jobs_dependencies"),
         if_not_exists=True,
     )
-    op.create_index(DEPENDENCIES_JOB_INDEX, DEPENDENCIES, ["job_id"], if_not_exists=True)
     with op.get_context().autocommit_block():
         for name in COUNTS:
             op.execute(f"ALTER TABLE {TABLE} VALIDATE CONSTRAINT ck_sqla_queue_jobs_{name}")
         op.execute(f"ALTER TABLE {TABLE} VALIDATE CONSTRAINT {STATUS_CHECK}")
-        _rebuild_key_index(ACTIVE_AFTER)
+        op.drop_index(DEPENDENCIES_JOB_INDEX, table_name=DEPENDENCIES, postgresql_concurrently=True, if_exists=True)
+        op.create_index(DEPENDENCIES_JOB_INDEX, DEPENDENCIES, ["job_id"], postgresql_concurrently=True)
+        # The active-key index with 'waiting', built beside the old one, then in its place.
+        op.drop_index(BUILDING, table_name=TABLE, postgresql_concurrently=True, if_exists=True)
+        op.create_index(BUILDING, TABLE, ["idempotency_key"], unique=True, postgresql_where=sa.text(ACTIVE_AFTER),
+                        postgresql_concurrently=True)
+        op.drop_index(KEY_INDEX, table_name=TABLE, postgresql_concurrently=True, if_exists=True)
+        op.execute(f"ALTER INDEX {BUILDING} RENAME TO {KEY_INDEX}")
 
 
 def downgrade() -> None:
     op.execute(f"UPDATE {TABLE} SET status = 'cancelled', cancelled_at = clock_timestamp(), "
                "last_error = 'cancelled by the downgrade of revision sqlaq_0012' WHERE status = 'waiting'")
     with op.get_context().autocommit_block():
-        _rebuild_key_index(ACTIVE_BEFORE)
+        op.drop_index(BUILDING, table_name=TABLE, postgresql_concurrently=True, if_exists=True)
+        op.create_index(BUILDING, TABLE, ["idempotency_key"], unique=True, postgresql_where=sa.text(ACTIVE_BEFORE),
+                        postgresql_concurrently=True)
+        op.drop_index(KEY_INDEX, table_name=TABLE, postgresql_concurrently=True, if_exists=True)
+        op.execute(f"ALTER INDEX {BUILDING} RENAME TO {KEY_INDEX}")
     _replace_check(STATUS_CHECK, f"status IN {STATUSES_BEFORE}")
     op.drop_table(DEPENDENCIES, if_exists=True)
     for name in reversed(COUNTS):
@@ -74,15 +84,6 @@ def downgrade() -> None:
         op.drop_column(TABLE, name, if_exists=True)
     with op.get_context().autocommit_block():
         op.execute(f"ALTER TABLE {TABLE} VALIDATE CONSTRAINT {STATUS_CHECK}")
-
-
-def _rebuild_key_index(predicate: str) -> None:
-    """The active-key index with `predicate`, built beside the old one, then in its place."""
-    op.drop_index(BUILDING, table_name=TABLE, postgresql_concurrently=True, if_exists=True)
-    op.create_index(BUILDING, TABLE, ["idempotency_key"], unique=True, postgresql_where=sa.text(predicate),
-                    postgresql_concurrently=True)
-    op.drop_index(KEY_INDEX, table_name=TABLE, postgresql_concurrently=True, if_exists=True)
-    op.execute(f"ALTER INDEX {BUILDING} RENAME TO {KEY_INDEX}")
 
 
 def _replace_check(name: str, condition: str) -> None:

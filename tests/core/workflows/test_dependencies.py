@@ -4,6 +4,8 @@ dependency unless ``on_dependency_failure="run"``; refused at enqueue when they 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from sqlalchemy import text
 
@@ -196,3 +198,18 @@ def test_dependencies_and_idempotency_keys_do_not_mix(queue):
 def test_a_bad_on_dependency_failure_is_refused(queue):
     with pytest.raises(sq.InvalidInputError, match="on_dependency_failure must be one of"):
         queue.enqueue("send_email", {}, depends_on=[], on_dependency_failure="retry")
+
+
+def test_pruning_keeps_a_job_an_active_job_depends_on_and_takes_the_edges_with_the_jobs(queue):
+    first = queue.enqueue("send_email", {})
+    second = queue.enqueue("send_email", {}, depends_on=[first])
+    job = _claim_one(queue, first)
+    queue.complete(job.id, job.claim_token)
+    queue.prune(completed_after=timedelta(microseconds=1))
+    assert queue.get_job(first) is not None  # second (pending now) still reads its result
+    job = _claim_one(queue, second)
+    queue.complete(job.id, job.claim_token)
+    queue.prune(completed_after=timedelta(microseconds=1))
+    assert queue.get_job(first) is None and queue.get_job(second) is None
+    with queue.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sqla_queue_jobs_dependencies")).scalar_one() == 0
