@@ -146,9 +146,8 @@ class Queue:
 
     def chain(self, steps: Iterable[tuple[Task | Handler | str, Mapping[str, Any]]], *,
               session: Session | None = None, connection: Connection | None = None) -> list[int]:
-        """Enqueue `steps` (``(task, payload)`` pairs) as a chain, one `enqueue_many` call: each
-        job waits for the one before it, whose result it reads in ``ctx.dependency_results``; a
-        step that fails for good cancels the rest. Ids in step order (docs/how-to/workflows.md)."""
+        """`enqueue_many` of ``(task, payload)`` steps, each waiting for the one before (its result in
+        ``ctx.dependency_results``; a failed step cancels the rest); ids in step order."""
         return self.enqueue_many(chain_items(steps), session=session, connection=connection)
 
     async def enqueue_async(self, task: Task | Handler | str, payload: Mapping[str, Any], *,
@@ -264,12 +263,9 @@ class Queue:
         return await self.core.operations.stats_async(window, session, connection)
 
     def dependencies(self, job_id: int) -> dict[str, list[dict[str, Any]]]:
-        """Job `job_id`'s workflow edges: ``{"depends_on": [...], "dependents": [...]}``, each a
-        list of ``{"id", "task", "status", "run_anyway"}`` by id (``task`` and ``status`` None
-        for a job pruned since); empty lists for a job without any (docs/how-to/workflows.md)."""
-        job_id = _validate.job_id(job_id)
-        with self.core.executor.transaction() as conn:
-            return dependency_graph(conn, self.core.statements, job_id)
+        """``{"depends_on": [...], "dependents": [...]}`` of job `job_id`: ``{"id", "task", "status",
+        "run_anyway"}`` each, by id (task and status None once pruned; docs/how-to/workflows.md)."""
+        return dependency_graph(self.core, _validate.job_id(job_id))
 
     def list_jobs(self, *, status: JobStatus | str | None = None, queue: str | None = None, task: str | None = None,
                   limit: int = 50, before_id: int | None = None, created_after: datetime | None = None,

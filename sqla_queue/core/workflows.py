@@ -121,9 +121,11 @@ def dependency_results(conn: Connection, statements: Statements, job_id: int) ->
         return {row.id: row.result for row in conn.execute(statements.dependency_results, {"job_id": job_id})}
 
 
-def dependency_graph(conn: Connection, statements: Statements, job_id: int) -> dict[str, list[dict[str, Any]]]:
-    """`Queue.dependencies`: the jobs `job_id` depends on and the jobs that depend on it."""
-    with database_errors():
+def dependency_graph(core: Any, job_id: int) -> dict[str, list[dict[str, Any]]]:
+    """`Queue.dependencies`: the jobs `job_id` depends on and the jobs that depend on it, read
+    through `core` (a `Core`)."""
+    statements = core.statements
+    with core.executor.transaction() as conn, database_errors():
         return {key: [dict(row._mapping) for row in conn.execute(statement, {"job_id": job_id})]
                 for key, statement in (("depends_on", statements.dependencies_of),
                                        ("dependents", statements.dependents_of))}
