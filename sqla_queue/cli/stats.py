@@ -92,7 +92,7 @@ def stats_as_dict(result: QueueStats) -> dict:
     return queues
 
 
-NOW_COLUMNS = ("pending", "eligible", "scheduled", "running", "waiting", "oldest_eligible_age", "near_max_attempts")
+NOW_COLUMNS = ("pending", "eligible", "scheduled", "running", "oldest_eligible_age", "near_max_attempts")
 WINDOW_COLUMNS = ("completed", "failed", "cancelled", "retried", "lease_recoveries", "duration_p50", "duration_p95",
                   "duration_max")
 EMPTY_COLUMNS = ("empty_claims_locked", "empty_claims_scheduled", "empty_claims_exhausted",
