@@ -213,3 +213,12 @@ def test_pruning_keeps_a_job_an_active_job_depends_on_and_takes_the_edges_with_t
     assert queue.get_job(first) is None and queue.get_job(second) is None
     with queue.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM sqla_queue_jobs_dependencies")).scalar_one() == 0
+
+
+def test_a_job_released_cancelled_at_shutdown_cancels_its_dependents(queue):
+    first = queue.enqueue("send_email", {})
+    second = queue.enqueue("send_email", {}, depends_on=[first])
+    job = _claim_one(queue, first)
+    queue.cancel(first)  # running: a cancel request
+    queue.release([job])
+    assert (_status(queue, first), _status(queue, second)) == ("cancelled", "cancelled")
