@@ -54,6 +54,7 @@ from .types import (
     WorkerInfo,
     WorkerSeen,
 )
+from .workflow import Earlier
 
 if TYPE_CHECKING:
     from . import testing
@@ -100,6 +101,7 @@ __all__ = [
     "ConfigurationError",
     "DEFAULT_LEASE",
     "DatabaseError",
+    "Earlier",
     "EnqueueConflictError",
     "HistoryPoint",
     "InvalidInputError",

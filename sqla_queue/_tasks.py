@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypedDict, TypeVar, Union, Unpack
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypedDict, Ty
 from . import _validate
 from .errors import ConfigurationError, DuplicateTaskError, PluginError, UnknownTaskError
 from .types import JobContext
+from .workflow import Earlier
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -39,7 +40,10 @@ class EnqueueOptions(TypedDict, total=False):
     task's: higher is claimed first); `meta` (a mapping of string keys to JSON values stored
     with the job and read by its handler as ``ctx.meta``, over what the `sqla_queue_job_meta`
     hooks add); `group_key` (the job's group, e.g. a tenant: the queue's per-key limits and
-    fair claiming apply to it, `Queue.set_limits`)."""
+    fair claiming apply to it, `Queue.set_limits`); `depends_on` (ids of jobs, or in
+    ``enqueue_many`` `Earlier` items of the same call, that must finish first: the job waits
+    until then, docs/how-to/workflows.md) and `on_dependency_failure` (``"cancel"``, the
+    default: cancelled when one of them fails for good or is cancelled; ``"run"``: run anyway)."""
 
     queue: str | None
     run_at: datetime | None
@@ -49,6 +53,8 @@ class EnqueueOptions(TypedDict, total=False):
     priority: int | None
     meta: Mapping[str, Any] | None
     group_key: str | None
+    depends_on: Iterable[int | Earlier] | None
+    on_dependency_failure: Literal["cancel", "run"] | None
 
 
 @dataclass(frozen=True)

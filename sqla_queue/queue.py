@@ -16,11 +16,13 @@ from . import _validate, sql
 from ._tasks import EnqueueOptions, P, Handler, Task, TaskDecorator, TaskOptions, TaskRegistry, task_options
 from .core import Core, waiter
 from .core.enqueue import enqueue_options
+from .core.workflows import dependency_graph
 from .core.operations import DEFAULT_BULK_LIMIT, DEFAULT_HISTORY, DEFAULT_SAMPLE_RETENTION, DEFAULT_WORKERS_WITHIN
 from .core.schedules import PeriodicOptions, Schedule, Schedules
 from .db.executor import Executor
 from .errors import ConfigurationError
 from .tables import job_table_of
+from .workflow import chain_items
 from .plugins.calls import configure
 from .plugins.manager import build_plugin_manager
 from .services import pruning
@@ -142,6 +144,12 @@ class Queue:
             self._inline.enqueued(ids, session, connection)
         return ids
 
+    def chain(self, steps: Iterable[tuple[Task | Handler | str, Mapping[str, Any]]], *,
+              session: Session | None = None, connection: Connection | None = None) -> list[int]:
+        """`enqueue_many` of ``(task, payload)`` steps, each waiting for the one before (its result in
+        ``ctx.dependency_results``; a failed step cancels the rest); ids in step order."""
+        return self.enqueue_many(chain_items(steps), session=session, connection=connection)
+
     async def enqueue_async(self, task: Task | Handler | str, payload: Mapping[str, Any], *,
                             session: AsyncSession | None = None, connection: AsyncConnection | None = None,
                             **options: Unpack[EnqueueOptions]) -> int:
@@ -253,6 +261,11 @@ class Queue:
                           connection: AsyncConnection | None = None) -> QueueStats:
         """`stats` for asyncio code (see `get_job_async`)."""
         return await self.core.operations.stats_async(window, session, connection)
+
+    def dependencies(self, job_id: int) -> dict[str, list[dict[str, Any]]]:
+        """``{"depends_on": [...], "dependents": [...]}`` of job `job_id`: ``{"id", "task", "status",
+        "run_anyway"}`` each, by id (task and status None once pruned; docs/how-to/workflows.md)."""
+        return dependency_graph(self.core, _validate.job_id(job_id))
 
     def list_jobs(self, *, status: JobStatus | str | None = None, queue: str | None = None, task: str | None = None,
                   limit: int = 50, before_id: int | None = None, created_after: datetime | None = None,

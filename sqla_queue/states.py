@@ -17,6 +17,7 @@ from dataclasses import dataclass
 class JobStatus(str, enum.Enum):
     """The states of a job (see docs/explanation/state-machine.md)."""
 
+    WAITING = "waiting"
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -52,6 +53,10 @@ class State:
 
 
 STATES: tuple[State, ...] = (
+    # Waiting for its dependencies (revision sqlaq_0012): active, so it holds its idempotency
+    # key and counts as work to do, but no claim reads it; it turns pending in the statement
+    # that finishes its last dependency (`sql.dependencies`).
+    State(JobStatus.WAITING, active=True),
     State(JobStatus.PENDING, active=True),
     State(JobStatus.RUNNING, active=True),
     State(JobStatus.COMPLETED, finished_at="completed_at"),

@@ -112,6 +112,14 @@ def job_columns() -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]]:
         # queue's limits (`limits_table`) cap running jobs and starts per key and share claims
         # between keys; NULL: no group, and no per-key limit applies.
         "group_key": ((Text,), {}),
+        # Workflows (revision sqlaq_0012). ``waiting_on``: how many of a waiting job's
+        # dependencies have not finished yet; the statement that finishes one subtracts it
+        # under the row lock, and the job turns pending at zero. ``dependents``: how many jobs
+        # were enqueued depending on this one; a finishing statement reads the dependencies
+        # table only for rows where it is above zero, so a job nobody depends on finishes at no
+        # extra cost (`sql.dependencies`).
+        "waiting_on": ((Integer,), {"nullable": False, "server_default": text("0")}),
+        "dependents": ((Integer,), {"nullable": False, "server_default": text("0")}),
         "created_at": ((_TIMESTAMP,), {"nullable": False, "server_default": func.now()}),
     }
 
@@ -124,6 +132,8 @@ def job_table_args(name: str) -> tuple[Any, ...]:
         CheckConstraint("attempts >= 0", name="attempts"),
         CheckConstraint("max_attempts > 0", name="max_attempts"),
         CheckConstraint("snoozes >= 0", name="snoozes"),
+        CheckConstraint("waiting_on >= 0", name="waiting_on"),
+        CheckConstraint("dependents >= 0", name="dependents"),
         # The claim's predicate repeats this literal (never a parameter) so the planner can
         # prove the partial index applies; key order = the claim's ORDER BY (equality,
         # priority high to low, due time, tie-breaker), so LIMIT stops after n entries.
@@ -205,10 +215,10 @@ def job_table_of(model: Any) -> Table:
 
 def companion_tables(job_table: Table) -> tuple[Table, ...]:
     """The tables that live beside a job table: counters, queues, schedules, samples, workers,
-    limits and group rates."""
+    limits, group rates and dependencies."""
     return (counters_table(job_table), queues_table(job_table), schedules_table(job_table),
             samples_table(job_table), workers_table(job_table), limits_table(job_table),
-            group_rates_table(job_table))
+            group_rates_table(job_table), dependencies_table(job_table))
 
 
 def counters_table(job_table: Table) -> Table:
@@ -356,6 +366,26 @@ def group_rates_table(job_table: Table) -> Table:
         Column("tokens", Float, nullable=False),
         Column("refilled_at", DateTime(timezone=True), nullable=False),
         PrimaryKeyConstraint("queue_name", "group_key"),
+    )
+
+
+def dependencies_table(job_table: Table) -> Table:
+    """``<job table>_dependencies``: one row per edge of a workflow (revision sqlaq_0012): job
+    ``job_id`` runs after job ``depends_on`` finished; ``run_anyway``: also when it failed or
+    was cancelled (``on_dependency_failure="run"``), else the job is cancelled then.
+
+    Keyed by ``(depends_on, job_id)``: the statement that finishes a job with dependents finds
+    them by its id; the second index answers "what does this job wait for" (its handler's
+    ``ctx.dependency_results``, ``jobs show``, pruning). No foreign keys: a host's own
+    ``TRUNCATE`` of the job table keeps working, and pruning deletes a pruned job's edges itself.
+    """
+    return _companion(
+        job_table, "dependencies",
+        Column("depends_on", BigInteger, nullable=False),
+        Column("job_id", BigInteger, nullable=False),
+        Column("run_anyway", Boolean, nullable=False, server_default=false()),
+        PrimaryKeyConstraint("depends_on", "job_id"),
+        Index(f"{job_table.name}_dependencies_job_idx", "job_id"),
     )
 
 

@@ -21,20 +21,15 @@ if TYPE_CHECKING:
     from .errors import Snooze
 
 
-
 class HandlerTransaction(Protocol):
     """What ``ctx.transaction()`` returns (`sqla_queue.core.handler_transaction` builds it): a
     block whose writes commit with the job's completion, as ``with`` (a `Session`) or
     ``async with`` (an `AsyncSession`)."""
 
     def __enter__(self) -> Session: ...
-
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
-
     async def __aenter__(self) -> AsyncSession: ...
-
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
-
     def set_result(self, value: Any) -> None: ...
 
 
@@ -89,14 +84,15 @@ class ClaimedJob:
         return self.attempts >= self.max_attempts
 
     def context(self, cancel_requested: CancelSignal | None = None,
-                transaction: Callable[[], HandlerTransaction] | None = None, *, is_async: bool = False) -> JobContext:
+                transaction: Callable[[], HandlerTransaction] | None = None, *, is_async: bool = False,
+                dependency_results: Callable[[], Mapping[int, Any]] | None = None) -> JobContext:
         """The handler's view of this run. Without an explicit key, the idempotency key is
         derived from the job id, which every attempt shares. `cancel_requested` is the event
         its worker sets when someone asks to cancel the job (`JobContext.cancel_requested`: a
         `threading.Event` or anything else with ``is_set()``);
         `transaction` gives what ``ctx.transaction()`` returns (made by whoever runs the
         handler, on first use: most handlers never ask); `is_async`, whether the handler is an
-        ``async def`` one."""
+        ``async def`` one; `dependency_results` reads ``ctx.dependency_results``."""
         return JobContext(
             job_id=self.id, attempt=self.attempts, max_attempts=self.max_attempts,
             queue=self.queue, task=self.task,
@@ -104,7 +100,7 @@ class ClaimedJob:
             claim_token=self.claim_token, priority=self.priority, scheduled_at=self.scheduled_at,
             meta=MappingProxyType(self.meta or {}), is_async=is_async,
             _cancel_requested=threading.Event() if cancel_requested is None else cancel_requested,
-            _transaction=transaction,
+            _transaction=transaction, _dependency_results=dependency_results,
         )
 
 
@@ -135,6 +131,13 @@ class JobContext:
         default_factory=threading.Event, repr=False, compare=False
     )
     _transaction: Callable[[], HandlerTransaction] | None = field(default=None, repr=False, compare=False)
+    _dependency_results: Callable[[], Mapping[int, Any]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def dependency_results(self) -> Mapping[int, Any]:
+        """The results of the jobs this one depends on (``depends_on=``), by id: one query each
+        time it is read, so keep it in a variable. Empty for a job without dependencies."""
+        return MappingProxyType(dict(self._dependency_results() if self._dependency_results else {}))
 
     @property
     def cancel_requested(self) -> bool:
@@ -229,7 +232,7 @@ DEFAULT_STATS_WINDOW = timedelta(minutes=15)
 class QueueHealth:
     """Health signals of one queue at one moment (database time); see docs/how-to/operations.md.
 
-    Now: `pending`, `running`, `eligible` (due, attempts left), `scheduled` (due later),
+    Now: `pending`, `running`, `waiting` (for dependencies), `eligible` (due, attempts left), `scheduled` (due later),
     `oldest_eligible_age`, `near_max_attempts` (pending or running on or one before their last
     attempt). Within the stats window: `completed` and `failed` (terminal) jobs, the
     claim-to-completion durations of the completed ones (``None`` when none completed),
@@ -244,6 +247,7 @@ class QueueHealth:
     queue: str
     pending: int = 0
     running: int = 0
+    waiting: int = 0
     completed: int = 0
     failed: int = 0
     cancelled: int = 0

@@ -178,7 +178,7 @@ def clean_jobs(engine: Engine) -> Iterator[None]:
     with engine.begin() as conn:
         conn.execute(text("SET LOCAL lock_timeout = '30s'"))
         conn.execute(text("TRUNCATE sqla_queue_jobs, sqla_queue_jobs_queues, sqla_queue_jobs_schedules, "
-                          "sqla_queue_jobs_limits, sqla_queue_jobs_group_rates RESTART IDENTITY"))
+                          "sqla_queue_jobs_limits, sqla_queue_jobs_group_rates, sqla_queue_jobs_dependencies RESTART IDENTITY"))
     yield
     with engine.begin() as conn:
         conn.execute(text("SET LOCAL lock_timeout = '30s'"))
@@ -187,6 +187,7 @@ def clean_jobs(engine: Engine) -> Iterator[None]:
         conn.execute(text("DELETE FROM sqla_queue_jobs_schedules"))
         conn.execute(text("DELETE FROM sqla_queue_jobs_limits"))
         conn.execute(text("DELETE FROM sqla_queue_jobs_group_rates"))
+        conn.execute(text("DELETE FROM sqla_queue_jobs_dependencies"))
 
 
 @pytest.fixture

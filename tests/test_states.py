@@ -36,7 +36,7 @@ def test_the_dedupe_index_covers_the_active_states(engine: Engine):
         definition = conn.execute(text(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'sqla_queue_jobs_active_key_idx'"
         )).scalar_one()
-    assert _statuses(definition) == {status.value for status in states.ACTIVE} == {"pending", "running"}
+    assert _statuses(definition) == {status.value for status in states.ACTIVE} == {"waiting", "pending", "running"}
 
 
 def test_each_finished_state_has_its_column_and_index(engine: Engine):

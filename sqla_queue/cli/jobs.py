@@ -80,16 +80,25 @@ def job_dict(job: JobView, *, full_payload: bool = False) -> dict:
 @click.option("--full-payload", is_flag=True, help="With --json: the whole payload, however large.")
 @click.pass_obj
 def show(obj: CliContext, job_id: int, as_json: bool, full_payload: bool) -> None:
-    """Everything about job JOB_ID: state, times, last error and where it was raised, payload."""
+    """Everything about job JOB_ID: state, times, last error and where it was raised, payload, and
+    the jobs it depends on and that depend on it."""
     if full_payload and not as_json:
         raise click.UsageError("--full-payload needs --json")
     job = obj.queue().get_job(job_id)
     if job is None:
         raise Refused(f"no job with id {job_id}")
+    graph = obj.queue().dependencies(job_id)
     if as_json:
-        click.echo(json.dumps(job_dict(job, full_payload=full_payload), indent=2, ensure_ascii=False))
+        shown = {**job_dict(job, full_payload=full_payload), **graph}
+        click.echo(json.dumps(shown, indent=2, ensure_ascii=False))
         return
     click.echo(_job_text(job))
+    for title, key in (("depends on:", "depends_on"), ("dependents:", "dependents")):
+        if graph[key]:
+            click.echo(title)
+            for edge in graph[key]:
+                anyway = " (runs even if it fails)" if key == "depends_on" and edge["run_anyway"] else ""
+                click.echo(f"  job {edge['id']} {edge['task'] or '-'} {edge['status'] or 'pruned'}{anyway}")
 
 
 def _job_text(job: JobView) -> str:

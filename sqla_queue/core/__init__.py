@@ -17,6 +17,7 @@ reach back up through it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -33,6 +34,7 @@ from .limits import Limits
 from .operations import Operations
 from .outcomes import Outcomes
 from .schedules import Schedule, Schedules
+from .workflows import dependency_results
 
 __all__ = ["Core"]
 
@@ -93,6 +95,15 @@ class Core:
         the runner had given the job up before."""
         return HandlerTransaction(self.outcomes, job, self.tasks.get(job.task), sessions, cancel_requested,
                                   max_result_bytes=self.outcomes.max_result_bytes, on_settled=on_settled)
+
+    def dependency_results_of(self, job_id: int) -> Callable[[], dict[int, Any]]:
+        """What reads ``ctx.dependency_results`` of `job_id` when its handler asks (a partial:
+        most handlers never do, and this is made for every job a worker holds)."""
+        return functools.partial(self._dependency_results, job_id)
+
+    def _dependency_results(self, job_id: int) -> dict[int, Any]:
+        with self.executor.transaction() as conn:
+            return dependency_results(conn, self.statements, job_id)
 
     def declared_queues(self) -> list[str]:
         """Every queue a registered task or a schedule puts jobs on, sorted: what a worker

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 from sqlalchemy.pool import PoolProxiedConnection
 
-from .. import _validate
+from .. import _validate, workflow
 from .._tasks import EnqueueOptions, Handler, Task, TaskRegistry
 from ..db.engine import database_errors
 from ..db.executor import ARRAY_PARAMS, DriverStatements, Executor
@@ -31,6 +31,7 @@ from ..plugins.calls import emit_each, idempotency_key_asker, job_meta_asker
 from ..sql import channel_name
 from ..sql.enqueue import INPUT_COLUMNS
 from ..types import JobEnqueued
+from .workflows import Dependencies, refuse_keys, write_graph
 
 if TYPE_CHECKING:  # annotations only: the ORM is the caller's to import (`db.kinds`)
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -39,7 +40,7 @@ if TYPE_CHECKING:  # annotations only: the ORM is the caller's to import (`db.ki
 _ENQUEUE_ROUNDS = 5
 _ENQUEUE_OPTIONS = frozenset(
     {"task", "payload", "queue", "run_at", "delay", "max_attempts", "idempotency_key", "priority", "meta",
-     "group_key"}
+     "group_key", "depends_on", "on_dependency_failure"}
 )
 
 _NO_DELAY = timedelta(0)
@@ -58,7 +59,7 @@ class _Jobs:
     """Validated jobs as the INSERT's parallel columns (`sql.enqueue.INPUT_COLUMNS` order), and
     what validating them looks up once per call instead of once per job."""
 
-    __slots__ = ("columns", "keyed", "ask_key", "ask_meta", "resolved")
+    __slots__ = ("ask_key", "ask_meta", "columns", "deps", "keyed", "many", "resolved")
 
     def __init__(self, ask_key: Callable[..., str | None], ask_meta: Callable[..., dict[str, Any] | None] | None) -> None:
         self.columns: tuple[list[Any], ...] = tuple([] for _ in INPUT_COLUMNS)
@@ -66,6 +67,8 @@ class _Jobs:
         self.ask_key = ask_key  # plugins.calls.idempotency_key_asker: task option, then the hook
         self.ask_meta = ask_meta  # plugins.calls.job_meta_asker; None: no hook implemented
         self.resolved: dict[Any, tuple[Any, Task]] = {}
+        self.many = False  # enqueue_many: items may name earlier ones (`workflow.Earlier`)
+        self.deps: dict[int, Dependencies] = {}  # by index: the jobs that have dependencies
 
     def __len__(self) -> int:
         return len(self.columns[0])
@@ -145,13 +148,15 @@ class Enqueuer:
         return self._enqueue_specs(jobs, session=session, connection=connection)[0]
 
     def enqueue_many(self, jobs: Any, session: Session | None, connection: Connection | None) -> list[int]:
-        batch = self._new_batch()
+        batch = self._new_batch(many=True)
         for index, job in enumerate(jobs):
             self._prepare_mapping(batch, index, job)
         return self._enqueue_specs(batch, session=session, connection=connection) if len(batch) else []
 
-    def _new_batch(self) -> _Jobs:
-        return _Jobs(idempotency_key_asker(self.plugin_manager), job_meta_asker(self.plugin_manager))
+    def _new_batch(self, many: bool = False) -> _Jobs:
+        jobs = _Jobs(idempotency_key_asker(self.plugin_manager), job_meta_asker(self.plugin_manager))
+        jobs.many = many
+        return jobs
 
     def _prepare_mapping(self, jobs: _Jobs, index: int, job: Mapping[str, Any]) -> None:
         if not isinstance(job, Mapping):
@@ -174,6 +179,7 @@ class Enqueuer:
                     run_at=job.get("run_at"), delay=job.get("delay"),
                     max_attempts=job.get("max_attempts"), idempotency_key=job.get("idempotency_key"),
                     priority=job.get("priority"), meta=job.get("meta"), group_key=job.get("group_key"),
+                    depends_on=job.get("depends_on"), on_dependency_failure=job.get("on_dependency_failure"),
                 )
         except (InvalidInputError, UnknownTaskError) as exc:
             raise type(exc)(f"jobs[{index}]: {exc}") from None
@@ -193,10 +199,17 @@ class Enqueuer:
         meta: Mapping[str, Any] | None = None,
         scheduled_at: datetime | None = None,
         group_key: str | None = None,
+        depends_on: Any = None,
+        on_dependency_failure: Any = None,
     ) -> None:
         """Validate one job and append it to `jobs`: nothing is appended if a check fails.
         `scheduled_at` is the scheduler's (`sqla_queue.core.schedules`): the tick the job is for."""
         registered = self._resolve_task(jobs, task)
+        deps = None
+        if depends_on is not None or on_dependency_failure is not None:
+            deps = Dependencies(workflow.depends_on(() if depends_on is None else depends_on,
+                                                    len(jobs) if jobs.many else None),
+                                workflow.on_dependency_failure(on_dependency_failure or "cancel"))
         payload_json = _validate.payload_json(payload)
         limit = registered.max_payload_bytes or self.max_payload_bytes
         if len(payload_json) > limit:
@@ -224,6 +237,8 @@ class Enqueuer:
              meta, None if group_key is None else _validate.group_key(group_key)),
         ):
             column.append(value)
+        if deps is not None and deps.refs:
+            jobs.deps[len(jobs) - 1] = deps
 
     def _resolve_task(self, jobs: _Jobs, task: Task | Handler | str) -> Task:
         """`TaskRegistry.resolve`, remembered for the rest of the call (a handler is found by a
@@ -244,7 +259,7 @@ class Enqueuer:
 
     async def enqueue_many_async(self, jobs: Any, session: AsyncSession | None,
                                  connection: AsyncConnection | None) -> list[int]:
-        batch = self._new_batch()
+        batch = self._new_batch(many=True)
         for index, job in enumerate(jobs):
             self._prepare_mapping(batch, index, job)
         return await self._enqueue_specs_async(batch, session, connection) if len(batch) else []
@@ -259,6 +274,11 @@ class Enqueuer:
         if session is not None or connection is not None:
             with self.executor.callers(session, connection) as conn:
                 done = self._write(jobs, conn, None, notify=True)
+            return self._announced(jobs, done)
+        if jobs.deps:
+            with self.executor.callers(None, None) as conn:
+                done = self._write(jobs, conn, None, notify=False)
+            self._wake_after_commit(jobs, done)
             return self._announced(jobs, done)
         done = self._enqueue_in_autocommit(jobs)
         if done is None:
@@ -308,6 +328,11 @@ class Enqueuer:
         connection, with the compiled statements (`fast`) on a connection of our own. With
         `notify`, the INSERT wakes the workers when its transaction commits."""
         channel = self.channel
+        if jobs.deps:  # `core.workflows`: on the SQLAlchemy connection (asyncio's included)
+            refuse_keys(jobs.keys)
+            ids = write_graph(target, self.statements, jobs.columns, jobs.deps,  # type: ignore[arg-type]
+                              channel=channel, notify=notify)
+            return ids, [False] * len(ids)
 
         if fast is None:
             def insert(todo: Sequence[int]) -> list[int | None]:

@@ -17,9 +17,9 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 
 from .. import sql
-from ..tables import counters_table, group_rates_table, limits_table, queues_table, samples_table, workers_table
 from ..sql import catalog, time_travel
 from ..sql import counters as counter_sql
+from ..sql import dependencies as dependency_sql
 from ..sql import jobs as job_sql
 from ..sql import limits as limits_sql
 from ..sql import operator_actions as ops_sql
@@ -34,6 +34,7 @@ from ..sql.claim.limited import claim_limited_jobs
 from ..sql.enqueue import INPUT_COLUMNS
 from ..sql.notify import listen_finished
 from ..states import FINISHED, JobStatus
+from ..tables import counters_table, group_rates_table, limits_table, queues_table, samples_table, workers_table
 from .driver import DriverStatement
 
 __all__ = ["ARRAY_PARAMS", "DriverStatements", "Statements"]
@@ -83,6 +84,13 @@ class Statements:
     insert_one = _Built(lambda s: sql.insert_job(s.table))
     find_keys = _Built(lambda s: sql.find_active_keys(s.table))
     wake_queues = _Built(lambda s: sql.wake_queues(s.table))
+    # workflows
+    insert_graph = _Built(lambda s: sql.insert_jobs(s.table, graph=True))
+    lock_dependencies = _Built(lambda s: dependency_sql.lock_dependencies(s.table))
+    link_dependencies = _Built(lambda s: dependency_sql.link_dependencies(s.table))
+    dependency_results = _Built(lambda s: dependency_sql.dependency_results(s.table))
+    dependencies_of = _Built(lambda s: dependency_sql.dependencies_of(s.table))
+    dependents_of = _Built(lambda s: dependency_sql.dependents_of(s.table))
     # claim, outcomes, leases, recovery
     claim = _Built(lambda s: sql.claim_jobs(s.table, order=s.order))
     complete_and_claim = _Built(lambda s: sql.complete_and_claim_jobs(s.table, order=s.order))

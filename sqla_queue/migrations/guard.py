@@ -11,6 +11,7 @@ from alembic.util import CommandError
 QUEUE_TABLES = frozenset({
     "sqla_queue_jobs", "sqla_queue_jobs_counters", "sqla_queue_jobs_queues", "sqla_queue_jobs_schedules",
     "sqla_queue_jobs_samples", "sqla_queue_jobs_workers", "sqla_queue_jobs_limits", "sqla_queue_jobs_group_rates",
+    "sqla_queue_jobs_dependencies",
 })
 """Tables the packaged revisions create (a host's own `JobMixin` tables are the host's); a test
 fails when a revision creates one that is not listed here."""

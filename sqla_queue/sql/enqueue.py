@@ -44,7 +44,12 @@ INPUT_COLUMNS = tuple(name for name, _ in _INPUT_COLUMNS)
 """`insert_job`'s parameter names, in order; `insert_jobs` takes each as an array named ``<name>s``."""
 
 
-def insert_jobs(table: Table) -> Executable:
+GRAPH_COLUMNS = ("status", "waiting_on", "dependents")
+"""What `insert_jobs` with `graph` also takes, as arrays ``:statuses``, ``:waiting_ons`` and
+``:dependent_counts``: each job's first state and its two dependency counts."""
+
+
+def insert_jobs(table: Table, *, graph: bool = False) -> Executable:
     """Insert the jobs given as parallel arrays; RETURNING ``id, idempotency_key``.
 
     A job whose key is held by an active (pending or running) job is skipped by
@@ -62,10 +67,14 @@ def insert_jobs(table: Table) -> Executable:
     database-wide lock through its WAL flush, so concurrent notifying enqueues commit one at a
     time; an enqueue in a transaction of our own passes false and is announced after its
     commit instead (`wake_queues`, `_notifier`).
+
+    With `graph` (jobs with dependencies, `core.workflows`), each row also gets its status
+    (waiting or pending) and its ``waiting_on`` and ``dependents`` counts.
     """
+    inputs = _INPUT_COLUMNS + (_GRAPH_INPUTS if graph else ())
     src = (
-        func.unnest(*(bindparam(f"{name}s", type_=ARRAY(type_)) for name, type_ in _INPUT_COLUMNS))
-        .table_valued(*(column(name, type_) for name, type_ in _INPUT_COLUMNS), with_ordinality="ord")
+        func.unnest(*(bindparam(_array_name(name), type_=ARRAY(type_)) for name, type_ in inputs))
+        .table_valued(*(column(name, type_) for name, type_ in inputs), with_ordinality="ord")
         .render_derived()
     )
     rows = select(
@@ -79,14 +88,23 @@ def insert_jobs(table: Table) -> Executable:
         src.c.scheduled_at,
         cast(src.c.meta, JSONB),
         src.c.group_key,
+        *(src.c[name] for name in GRAPH_COLUMNS if graph),
     ).order_by(src.c.ord)
     return _skipping_held_keys_and_notifying(
         table,
         insert(table).from_select(
             ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key", "priority",
-             "scheduled_at", "meta", "group_key"], rows
+             "scheduled_at", "meta", "group_key", *(GRAPH_COLUMNS if graph else ())], rows
         ),
     )
+
+
+_GRAPH_INPUTS = (("status", Text), ("waiting_on", Integer), ("dependents", Integer))
+_GRAPH_ARRAYS = {"status": "statuses", "waiting_on": "waiting_ons", "dependents": "dependent_counts"}
+
+
+def _array_name(name: str) -> str:
+    return _GRAPH_ARRAYS.get(name, f"{name}s")
 
 
 def insert_job(table: Table) -> Executable:

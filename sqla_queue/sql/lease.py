@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Interval, Table, Text, bindparam, case, func, update
+from sqlalchemy import Interval, Table, Text, bindparam, case, func, select, update
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
 from ._predicates import held_in, held_pairs
+from .dependencies import settled
 
 RELEASED = "released unfinished at worker shutdown"
 RETURNED_UNTAKEN = "returned unstarted: no handler took it within the prefetch TTL"
@@ -36,11 +37,12 @@ def release_jobs(table: Table) -> Executable:
     """Give unfinished jobs back, saying why in ``:reason`` (`RELEASED` at shutdown,
     `RETURNED_UNTAKEN` from a prefetch buffer): pending now, and the interrupted attempt is not
     counted (a deploy should not burn a job's attempts). A job someone asked to cancel ends
-    cancelled instead: it would never be wanted again."""
+    cancelled instead: it would never be wanted again, and the jobs waiting for it are settled
+    in the same statement (`dependencies.settled`)."""
     held = held_pairs("released")
     cancelling = table.c.cancel_requested_at.is_not(None)
 
-    return (
+    released = (
         update(table)
         .where(held_in(table, held))
         .values(
@@ -54,5 +56,7 @@ def release_jobs(table: Table) -> Executable:
             claim_token=None,
             last_error=bindparam("reason", type_=Text),
         )
-        .returning(table.c.id, table.c.status)
+        .returning(table.c.id, table.c.status, table.c.dependents)
+        .cte("released_now")
     )
+    return select(released.c.id, released.c.status).select_from(settled(table, released))

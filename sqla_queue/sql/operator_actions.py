@@ -31,6 +31,7 @@ from sqlalchemy.sql import Executable
 
 from ..types import ACTIVE_STATUSES, JobStatus
 from ._predicates import status_is
+from .dependencies import settled
 from .notify import announce_finished, announced
 
 
@@ -151,7 +152,7 @@ def retry_failed(table: Table, target: Any) -> Executable:
 def cancel_job(table: Table) -> Executable:
     """Cancel job ``:job_id`` in one statement, unless a transaction holds its row; returns it.
 
-    A pending job becomes ``cancelled`` (terminal, kept and pruned like completed and failed
+    A pending (or waiting) job becomes ``cancelled`` (terminal, kept and pruned like completed and failed
     jobs) and its finish is announced in the same statement, so a ``wait`` on it wakes. A
     running job belongs to its worker: it only gets ``cancel_requested_at`` (the first request's
     time is kept), which the worker sees at its next lease renewal and which turns whatever
@@ -171,8 +172,10 @@ def cancel_jobs(table: Table, statuses: tuple[JobStatus, ...] = ACTIVE_STATUSES,
 
 
 def cancel_active(table: Table, target: Any) -> Executable:
-    """The cancel of `cancel_job` applied to the active rows `target` (a CTE of ids) locked."""
-    was_pending = status_is(table, JobStatus.PENDING)
+    """The cancel of `cancel_job` applied to the active rows `target` (a CTE of ids) locked. A
+    waiting job is cancelled like a pending one; the jobs that depend on a job cancelled here
+    are settled in the same statement (`dependencies.settled`)."""
+    was_pending = status_is(table, JobStatus.PENDING, JobStatus.WAITING)
     now = func.clock_timestamp()
     changed = (
         update(table)
@@ -189,7 +192,7 @@ def cancel_active(table: Table, target: Any) -> Executable:
         .cte("changed")
     )
     announcement = announce_finished(table, changed, only=changed.c.status == _literal(JobStatus.CANCELLED))
-    return select(*changed.c).select_from(announced(changed, announcement))
+    return select(*changed.c).select_from(announced(settled(table, changed), announcement))
 
 
 def _literal(status: JobStatus) -> ColumnElement[str]:

@@ -27,6 +27,7 @@ from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
 from ._predicates import held_by, held_in, held_pairs, status_is
+from .dependencies import settled
 from .notify import announce_finished, announced
 
 
@@ -179,9 +180,10 @@ def _completion(table: Table, result) -> dict:
 
 
 def _announcing(table: Table, rows, *, only=None):
-    """``SELECT rows.*, false AS replayed`` that also announces the finished ones."""
+    """``SELECT rows.*, false AS replayed`` that also announces the finished ones and settles
+    their dependents (`dependencies.settled`)."""
     return select(*rows.c, false().label("replayed")).select_from(
-        announced(rows, announce_finished(table, rows, only=only))
+        announced(settled(table, rows), announce_finished(table, rows, only=only))
     )
 
 
@@ -191,8 +193,9 @@ def _identity_columns(table: Table) -> tuple:
 
 def _completed_columns(table: Table) -> tuple:
     duration = (table.c.completed_at - table.c.locked_at).label("duration")
-    return (*_identity_columns(table), duration, table.c.status, table.c.watched)
+    return (*_identity_columns(table), duration, table.c.status, table.c.watched, table.c.dependents)
 
 
 def _retried_columns(table: Table) -> tuple:
-    return (*_identity_columns(table), table.c.status, table.c.run_at, table.c.last_error, table.c.watched)
+    return (*_identity_columns(table), table.c.status, table.c.run_at, table.c.last_error, table.c.watched,
+            table.c.dependents)

@@ -11,7 +11,9 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql import Executable
 
 from ..states import JobStatus, State, state_of
+from ..tables import dependencies_table
 from ._predicates import status_is
+from .dependencies import has_live_dependents
 
 
 def prune_finished(table: Table, state: State | JobStatus) -> Executable:
@@ -21,13 +23,16 @@ def prune_finished(table: Table, state: State | JobStatus) -> Executable:
     The status is inlined so the oldest rows come off the state's finished-at partial index in
     order. Pending and running rows are not in that index and the status is re-checked under
     the row lock, so they can never be deleted. SKIP LOCKED leaves a row another transaction
-    holds for the next batch.
+    holds for the next batch. A job an active job depends on is kept (its result is that job's
+    ``ctx.dependency_results``): only rows with ``dependents > 0`` look at their edges, so the
+    walk stays on the finished-at index. A pruned job's own edges go with it.
     """
     state = state if isinstance(state, State) else state_of(state)
     finished_at = table.c[state.finished_at]
     doomed = (
         select(table.c.id)
-        .where(status_is(table, state.status), finished_at < func.now() - bindparam("age", type_=Interval))
+        .where(status_is(table, state.status), finished_at < func.now() - bindparam("age", type_=Interval),
+               ~has_live_dependents(table))
         .order_by(finished_at)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
@@ -38,4 +43,6 @@ def prune_finished(table: Table, state: State | JobStatus) -> Executable:
     # is always probed through the primary key.
     ids = cast(select(func.array_agg(doomed.c.id)).scalar_subquery(), ARRAY(BigInteger))
     gone = table.delete().where(table.c.id == any_(ids)).returning(table.c.id).cte("gone")
-    return select(func.count().label("deleted")).select_from(gone)
+    deps = dependencies_table(table)
+    edges = deps.delete().where(deps.c.job_id == any_(ids)).returning(deps.c.job_id).cte("gone_edges")
+    return select(func.count().label("deleted")).select_from(gone).add_cte(edges)

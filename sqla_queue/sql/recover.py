@@ -23,6 +23,7 @@ from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
 from ._predicates import status_is
+from .dependencies import settled
 
 LEASE_EXPIRED = "claim lease expired"
 LEASE_EXPIRED_LAST_ATTEMPT = "claim lease expired on the last attempt"
@@ -30,7 +31,7 @@ LEASE_EXPIRED_CANCELLED = "claim lease expired after a cancel request"
 
 
 def requeue_expired(table: Table) -> Executable:
-    return _take_back(
+    return _take_back_update(
         table, _expired(table, table.c.attempts < table.c.max_attempts, "expired_jobs"),
         status=JobStatus.PENDING.value, run_at=func.clock_timestamp(), locked_at=None, locked_by=None,
         lease_expires_at=None,
@@ -56,7 +57,7 @@ def cancel_expired(table: Table) -> Executable:
     )
 
 
-def _take_back(table: Table, expired, **values) -> Executable:
+def _take_back_update(table: Table, expired, **values):
     """The expired jobs updated with `values`, their claim token cleared (so the expired
     worker's late outcome is a lost claim) and the last traceback with it."""
     return (
@@ -65,6 +66,17 @@ def _take_back(table: Table, expired, **values) -> Executable:
         .values(**values, claim_token=None, last_traceback=None)
         .returning(table.c.id, table.c.queue_name, table.c.task)
     )
+
+
+def _take_back(table: Table, expired, **values) -> Executable:
+    """`_take_back_update` for jobs that end failed or cancelled here: their dependents are
+    settled in the same statement (`dependencies.settled`)."""
+    taken = (
+        _take_back_update(table, expired, **values)
+        .returning(table.c.status, table.c.dependents)
+        .cte(f"{expired.name}_taken")
+    )
+    return select(taken.c.id, taken.c.queue_name, taken.c.task).select_from(settled(table, taken))
 
 
 def lease_expired(table: Table) -> ColumnElement[bool]:

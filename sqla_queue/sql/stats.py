@@ -38,14 +38,16 @@ def _count_where(condition: ColumnElement[bool]) -> ColumnElement[int]:
 
 
 def queue_health(table: Table) -> Select:
-    """Active jobs per queue: counts, eligible vs scheduled, oldest eligible age, near the limit.
+    """Active jobs per queue: counts, eligible vs scheduled, oldest eligible age, near the limit,
+    and jobs waiting for their dependencies.
 
-    ``status IN ('pending', 'running')`` is the active-key index's own predicate, so the planner
+    ``status IN ('waiting', 'pending', 'running')`` is the active-key index's own predicate, so the planner
     reads that partial index (every active row, none finished) instead of the table. "Eligible"
     repeats the claim's predicate: due now (database time) with attempts left.
     """
     now = func.clock_timestamp()
     pending = status_is(table, JobStatus.PENDING)
+    pending_or_running = status_is(table, JobStatus.PENDING, JobStatus.RUNNING)
     eligible = pending & (table.c.run_at <= now) & (table.c.attempts < table.c.max_attempts)
     return (
         select(
@@ -55,9 +57,11 @@ def queue_health(table: Table) -> Select:
             _count_where(eligible).label("eligible"),
             _count_where(pending & (table.c.run_at > now)).label("scheduled"),
             (now - func.min(table.c.run_at).filter(eligible)).label("oldest_eligible_age"),
-            _count_where(table.c.attempts >= table.c.max_attempts - 1).label("near_max_attempts"),
+            _count_where(pending_or_running & (table.c.attempts >= table.c.max_attempts - 1))
+            .label("near_max_attempts"),
+            _count_where(status_is(table, JobStatus.WAITING)).label("waiting"),
         )
-        .where(status_is(table, JobStatus.PENDING, JobStatus.RUNNING))
+        .where(status_is(table, JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING))
         .group_by(table.c.queue_name)
         .order_by(table.c.queue_name)
     )

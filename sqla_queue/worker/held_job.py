@@ -42,8 +42,10 @@ class HeldJob:
     RUNNING, COMPLETING, SETTLED = "running", "completing", "settled"
 
     def __init__(self, job: ClaimedJob, task: Task | None,
-                 transaction_for: Callable[[HeldJob], HandlerTransaction] | None = None) -> None:
-        """`task` None: one this process does not register (its run fails saying so)."""
+                 transaction_for: Callable[[HeldJob], HandlerTransaction] | None = None,
+                 dependency_results: Callable[[], Any] | None = None) -> None:
+        """`task` None: one this process does not register (its run fails saying so);
+        `dependency_results` reads ``ctx.dependency_results``."""
         now = time.monotonic()
         timeout = None if task is None else task.timeout
         self.job = job
@@ -62,6 +64,7 @@ class HeldJob:
         self.transaction: HandlerTransaction | None = None
         self._transaction_for = transaction_for
         self._context: JobContext | None = None
+        self._dependency_results = dependency_results
         self.result: Any = None  # the handler's return value, stored with the completion
 
     @property
@@ -72,7 +75,7 @@ class HeldJob:
         if context is None:
             context = self._context = self.job.context(
                 self._cancel_requested, None if self._transaction_for is None else self._handler_transaction,
-                is_async=self.is_async)
+                is_async=self.is_async, dependency_results=self._dependency_results)
         return context
 
     def _handler_transaction(self) -> HandlerTransaction:

@@ -168,7 +168,8 @@ def run_claimed_job(core: Core, job: ClaimedJob, *,
     cancel = threading.Event()
     transaction = core.handler_transaction(job, cancel, HandlerSessions(core.engine, core.executor))
     task = runs.task_of(job)
-    context = job.context(cancel, lambda: transaction, is_async=task is not None and task.is_async)
+    context = job.context(cancel, lambda: transaction, is_async=task is not None and task.is_async,
+                          dependency_results=core.dependency_results_of(job.id))
     result, error = runs.call_here(job, context, await_coroutine or _run_to_end)
     outcome = settled_by_transaction(transaction, job, result, error)
     if outcome is None:

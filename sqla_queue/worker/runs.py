@@ -67,7 +67,7 @@ class WorkerRuns(JobRuns):
 
     def held(self, job: ClaimedJob) -> HeldJob:
         """A claimed job as this worker holds it (its task's timeout and kind)."""
-        return HeldJob(job, self.task_of(job), self._transaction_for)
+        return HeldJob(job, self.task_of(job), self._transaction_for, self.core.dependency_results_of(job.id))
 
     def dispatch(self, held: list[HeldJob]) -> None:
         """Start the held jobs' handlers: async ones on the loop, the others on the threads."""

@@ -154,3 +154,21 @@ def test_bad_usage_is_exit_2(cli, args, message):
     result = cli(*args)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_show_lists_dependencies_and_dependents_and_list_filters_waiting_jobs(cli, queue):
+    first, second, third = queue.enqueue_many([
+        {"task": "send_email", "payload": {}},
+        {"task": "send_email", "payload": {}, "depends_on": [sq.Earlier(0)], "on_dependency_failure": "run"},
+        {"task": "send_email", "payload": {}, "depends_on": [sq.Earlier(1)]},
+    ])
+    shown = cli("jobs", "show", str(second))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.endswith(f"depends on:\n  job {first} send_email pending (runs even if it fails)\n"
+                                 f"dependents:\n  job {third} send_email waiting\n")
+    data = json.loads(cli("jobs", "show", str(second), "--json").stdout)
+    assert data["depends_on"] == [{"id": first, "task": "send_email", "status": "pending", "run_anyway": True}]
+    assert [edge["id"] for edge in data["dependents"]] == [third]
+    listed = cli("jobs", "list", "--status", "waiting", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(job["id"] for job in json.loads(listed.stdout)["jobs"]) == [second, third]

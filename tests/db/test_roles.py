@@ -77,8 +77,8 @@ def refused(*calls) -> None:
 
 
 def test_every_block_on_the_page_is_run_by_these_tests():
-    assert list(grant_blocks()) == ["roles", "producer", "producer: wait", "worker", "worker: pruning",
-                                    "observer", "operator", "logins"]
+    assert list(grant_blocks()) == ["roles", "producer", "producer: wait", "producer: workflows", "worker",
+                                    "worker: pruning", "observer", "operator", "logins"]
 
 
 def test_the_producer_enqueues_and_does_nothing_else(roles):
@@ -127,6 +127,26 @@ def test_a_producer_with_the_wait_grant_waits_for_its_job(create_database):
         worker.worker(queues=["waiting"], poll_interval=0.05).run(until_empty=True)
         waiting.join(timeout=60)
         assert waited[0].status is sq.JobStatus.COMPLETED and waited[0].result == {"sent": "w"}
+    finally:
+        roles.drop()
+
+
+def test_a_producer_with_the_workflows_grant_enqueues_dependent_jobs_and_a_worker_runs_them(create_database):
+    roles = Roles(create_database())
+    try:
+        roles.run("roles", "producer", "worker", "logins")
+        producer = with_tasks(roles.queue("producer"), "flows")
+        first = producer.enqueue("send", {"to": "a"})
+        refused(lambda: producer.enqueue("send", {"to": "b"}, depends_on=[first]))
+
+        roles.run("producer: workflows")
+        second = producer.enqueue("send", {"to": "b"}, depends_on=[first])
+        steps = producer.chain([("send", {"to": "c"}), ("send", {"to": "d"})])
+        assert rows(roles, "flows")[second][1] == "waiting"
+        worker = with_tasks(roles.queue("worker"), "flows")
+        assert worker.worker(queues=["flows"], poll_interval=0.05).run(until_empty=True).completed == 4
+        assert {status for _, status, _ in rows(roles, "flows").values()} == {"completed"}
+        assert set(rows(roles, "flows")) == {first, second, *steps}
     finally:
         roles.drop()
 

@@ -103,7 +103,7 @@ def test_scenario_runs_as_written(name: str, tmp_path: Path, create_database):
             (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / path).write_text(content)
     if name == "contributor":
-        assert list(tmp_path.glob("sqla_queue/migrations/versions/sqlaq_0011_*.py"))
+        assert list(tmp_path.glob("sqla_queue/migrations/versions/sqlaq_0013_*.py"))
 
 
 def run(shell: Shell, command: Command) -> None:

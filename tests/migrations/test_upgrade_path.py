@@ -323,3 +323,29 @@ def test_revision_11_adds_group_keys_and_limits_beside_live_jobs_and_its_downgra
                                  "to_regclass('sqla_queue_jobs_group_rates')")).one() == (None, None)
     upgrade(empty_engine)
     assert stamped(empty_engine) == {HEAD_ID}
+
+
+def test_revision_12_adds_waiting_jobs_beside_live_ones_and_its_downgrade_cancels_them(empty_engine):
+    """sqlaq_0012: existing jobs get no dependencies and keep working; a waiting job holds its
+    idempotency key (the rebuilt active-key index); downgrade cancels waiting jobs (the earlier
+    schema has no such state) and drops the columns and the dependencies table."""
+    upgrade(empty_engine, "sqlaq_0011")
+    old = enqueued_at_this_revision(empty_engine)
+
+    upgrade(empty_engine, "sqlaq_0012")
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    waiting = queue.enqueue("send_email", {}, depends_on=[old])
+    assert (queue.get_job(old).status.value, queue.get_job(waiting).status.value) == ("pending", "waiting")
+    assert _index_definitions(empty_engine)["sqla_queue_jobs_active_key_idx"].endswith(
+        "WHERE (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text]))")
+
+    downgrade(empty_engine, "sqlaq_0011")
+    rows = {r["id"]: r for r in all_rows(empty_engine, reflected_jobs(empty_engine))}
+    assert rows[waiting]["status"] == "cancelled" and "waiting_on" not in rows[old]
+    assert _index_definitions(empty_engine)["sqla_queue_jobs_active_key_idx"].endswith(
+        "WHERE (status = ANY (ARRAY['pending'::text, 'running'::text]))")
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT to_regclass('sqla_queue_jobs_dependencies')")).scalar() is None
+    upgrade(empty_engine)
+    assert stamped(empty_engine) == {HEAD_ID}

@@ -36,7 +36,7 @@ def rendered(statement) -> str:
 
 def test_the_active_aggregate_repeats_the_active_key_index_predicate():
     text = rendered(stats.queue_health(JOBS))
-    assert "WHERE sqla_queue_jobs.status IN ('pending', 'running')" in text
+    assert "WHERE sqla_queue_jobs.status IN ('waiting', 'pending', 'running')" in text
     assert "'completed'" not in text and "'failed'" not in text
 
 
@@ -67,7 +67,7 @@ def test_empty_claim_classification_is_one_statement_in_reason_order():
 
 @pytest.mark.parametrize(("builder", "status"), [
     (operator_actions.retry_failed_job, "= 'failed'"),
-    (operator_actions.cancel_job, "IN ('pending', 'running')"),
+    (operator_actions.cancel_job, "IN ('waiting', 'pending', 'running')"),
 ])
 def test_operator_writes_skip_locked_rows_and_inline_the_state_they_need(builder, status):
     text = rendered(builder(JOBS))
@@ -161,7 +161,7 @@ def test_a_sample_is_written_once_per_minute_and_prunes_only_when_it_wrote():
     assert "ON CONFLICT (bucket, queue_name) DO NOTHING" in text
     assert "DELETE FROM sqla_queue_jobs_samples WHERE sqla_queue_jobs_samples.bucket < now() - %(retention)s" in text
     assert "AND (EXISTS (SELECT * FROM written))" in text
-    assert "WHERE sqla_queue_jobs.status IN ('pending', 'running')" in text  # the stats aggregate
+    assert "WHERE sqla_queue_jobs.status IN ('waiting', 'pending', 'running')" in text  # the stats aggregate
     assert "sqla_queue_jobs.status = 'completed' AND sqla_queue_jobs.completed_at >=" in text
 
 

@@ -33,6 +33,7 @@ from sqlalchemy.sql.visitors import iterate, replacement_traverse
 from ...tables import queues_table
 from ...types import JobStatus
 from .._predicates import status_is
+from ..dependencies import settled
 from ..notify import announce_finished, announced
 from ..outcome import complete_jobs
 from .order import DEFAULT_ORDER, ClaimOrder, PriorityOrder
@@ -293,7 +294,7 @@ def complete_and_claim_jobs(table: Table, *, from_position: bool = False,
     return select(
         false().label("claimed"), *_identity(completed), completed.c.duration, completed.c.status,
         *(cast(null(), table.c[name].type).label(name) for name in only_claims),
-    ).select_from(announced(completed, announce_finished(table, completed))).union_all(
+    ).select_from(announced(settled(table, completed), announce_finished(table, completed))).union_all(
         select(
             true().label("claimed"), *_identity(claimed), cast(null(), INTERVAL).label("duration"),
             cast(null(), Text).label("status"), *(claimed.c[name] for name in only_claims),

@@ -81,6 +81,19 @@ def test_enqueue_many_returns_ids_in_input_order_with_keys_resolved(face, queue,
     assert [job_row(i)["payload"]["n"] for i in ids] == [1, 0, 3, 3]
 
 
+def test_dependencies_wait_the_same_way_from_either_face(face, queue, job_row):
+    """``depends_on`` (and `sq.Earlier` in ``enqueue_many``) through either face: the dependent
+    waits for its dependencies, in the same call's transaction."""
+    first = face.enqueue(queue, "send_email", {})
+    a, b = face.enqueue_many(queue, [{"task": "send_email", "payload": {}, "depends_on": [first]},
+                                     {"task": "send_email", "payload": {}, "depends_on": [sq.Earlier(0), first]}])
+    assert [(job_row(i)["status"], job_row(i)["waiting_on"]) for i in (first, a, b)] == [
+        ("pending", 0), ("waiting", 1), ("waiting", 2)]
+    assert job_row(first)["dependents"] == 2 and job_row(a)["dependents"] == 1
+    with pytest.raises(InvalidInputError, match="do not exist: 999"):
+        face.enqueue(queue, "send_email", {}, depends_on=[999])
+
+
 def test_a_held_key_returns_the_holders_id_from_either_face(engine, queue, face):
     holder = Face("sync" if face.kind == "async" else "async", engine).enqueue(
         queue, "send_email", {}, idempotency_key="order-7")

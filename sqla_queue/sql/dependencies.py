@@ -1,0 +1,226 @@
+"""Workflows: how a job that waits for others is linked to them, and released when they finish.
+
+A job enqueued with dependencies that have not finished is ``waiting``, with ``waiting_on``
+counting them; each dependency's ``dependents`` counts the jobs that wait for it, and the
+dependencies table (`tables.dependencies_table`) holds the edges. No claim reads a waiting job.
+
+Readiness is decided by the statement that finishes a dependency, whichever it is (the worker's
+round, `Queue.complete`, ``ctx.transaction()``, a failure, a cancel, recovery): each of them
+joins `settled` to the rows it finished. It reads the dependencies table only for finished rows
+whose ``dependents`` is above zero (an uncorrelated gate, so for every other completion the
+reads below it never run), subtracts from each dependent's ``waiting_on`` under that row's lock
+(``UPDATE ... SET waiting_on = waiting_on - n``: two dependencies finishing at once in two
+transactions serialize on the dependent's row, and the second sees the first's count), and
+turns it pending at zero. A dependency that failed or was cancelled cancels its dependents,
+and theirs (a recursive walk of the edges), except along an edge marked ``run_anyway``, which
+counts the dependency as done instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Integer,
+    Table,
+    any_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.sql import Executable
+
+from ..tables import dependencies_table
+from ..types import ACTIVE_STATUSES, FINISHED_STATUSES, JobStatus
+from ._predicates import status_is
+from .notify import announce_finished, announced, channel_name
+
+DEPENDENCY_FAILED = "a dependency failed or was cancelled"
+"""``last_error`` of a job cancelled because a job it depends on failed or was cancelled."""
+
+
+def settled(table: Table, finished: Any) -> Any:
+    """`finished` (a CTE of rows a statement just changed, with ``id``, ``status`` and
+    ``dependents``) outer-joined to the CTEs that settle their dependents, so that a statement
+    selecting from it runs them (see the module's docs). Rows that did not reach a finished
+    state (a retry back to pending) are no one's finished dependency."""
+    deps = dependencies_table(table)
+    waiting = table.alias(f"{finished.name}_waiting")
+    parents = (
+        select(finished.c.id, (finished.c.status != _literal(JobStatus.COMPLETED)).label("failed"))
+        .where(finished.c.dependents > 0, finished.c.status.in_([_literal(s) for s in FINISHED_STATUSES]))
+        .cte(f"{finished.name}_parents")
+    )
+    gate = exists().select_from(parents)
+    doomed = (
+        select(deps.c.job_id)
+        .join(parents, parents.c.id == deps.c.depends_on)
+        .join(waiting, waiting.c.id == deps.c.job_id)
+        .where(gate, parents.c.failed, ~deps.c.run_anyway, _is_waiting(waiting))
+        .cte(f"{finished.name}_doomed", recursive=True)
+    )
+    deeper = deps.alias(f"{finished.name}_deeper")
+    below = table.alias(f"{finished.name}_below")
+    doomed = doomed.union(
+        select(deeper.c.job_id)
+        .join(doomed, doomed.c.job_id == deeper.c.depends_on)
+        .join(below, below.c.id == deeper.c.job_id)
+        .where(~deeper.c.run_anyway, _is_waiting(below))
+    )
+    ended = func.array(select(parents.c.id).union_all(select(doomed.c.job_id)).scalar_subquery())
+    counts = (
+        select(deps.c.job_id, func.count().label("done"))
+        .where(gate, deps.c.depends_on == any_(ended))
+        .group_by(deps.c.job_id)
+        .cte(f"{finished.name}_counts")
+    )
+    released = _released(table, counts, doomed, gate, f"{finished.name}_released")
+    woken = (
+        select(func.count(func.pg_notify(literal(channel_name(table)), released.c.queue_name)).label("woken"))
+        .where(released.c.status == _literal(JobStatus.PENDING))
+        .cte(f"{finished.name}_woken")
+    )
+    cancelled = announce_finished(table, released, only=released.c.status == _literal(JobStatus.CANCELLED))
+    return announced(finished, cancelled).outerjoin(woken, true())
+
+
+def _literal(status: JobStatus) -> Any:
+    return literal(status.value, literal_execute=True)
+
+
+def _is_waiting(table: Any) -> Any:
+    """``(status = 'waiting') IS TRUE``: the same test, but the planner cannot match the
+    partial active-key index with it, so the row is found by primary key, never by reading
+    every active job through that index."""
+    return status_is(table, JobStatus.WAITING).is_(true())
+
+
+def _released(table: Table, counts: Any, doomed: Any, gate: Any, name: str) -> Any:
+    """The waiting dependents of `counts` (``job_id``, ``done``): cancelled if in `doomed`,
+    pending once nothing is left to wait for, else waiting for fewer. ``waiting_on -
+    done`` is computed on the row as locked, so concurrent settles add up. `gate` keeps the
+    whole update from running when no finished row has dependents."""
+    is_doomed = exists().where(doomed.c.job_id == table.c.id)
+    left = table.c.waiting_on - counts.c.done
+    now = func.clock_timestamp()
+    return (
+        update(table)
+        .where(gate, table.c.id == counts.c.job_id, _is_waiting(table))
+        .values(
+            waiting_on=func.greatest(left, 0),
+            status=case((is_doomed, _literal(JobStatus.CANCELLED)), (left <= 0, _literal(JobStatus.PENDING)),
+                        else_=_literal(JobStatus.WAITING)),
+            cancelled_at=case((is_doomed, now), else_=None),
+            last_error=case((is_doomed, DEPENDENCY_FAILED), else_=table.c.last_error),
+            # Said explicitly: SQLAlchemy turns an execution parameter named like a column into
+            # a SET of every UPDATE in the statement, and a completion passes ``:result``.
+            result=table.c.result,
+        )
+        .returning(table.c.id, table.c.status, table.c.queue_name, table.c.watched)
+        .cte(name)
+    )
+
+
+# -- enqueue ----------------------------------------------------------------------------------
+
+
+def lock_dependencies(table: Table) -> Executable:
+    """The jobs ``:job_ids`` a new job is to depend on, row-locked, with their status.
+
+    The lock (the one an UPDATE takes) makes the status read final: a statement finishing one
+    of them either committed before (its status is final here, and the new job counts it as
+    finished) or waits for this transaction, and then sees its ``dependents`` and edges."""
+    return (
+        select(table.c.id, table.c.status)
+        .where(table.c.id == any_(bindparam("job_ids", type_=ARRAY(BigInteger))))
+        .order_by(table.c.id)
+        .with_for_update(key_share=True)
+    )
+
+
+def link_dependencies(table: Table) -> Executable:
+    """Insert the edges (``:edge_jobs`` depends on ``:edge_parents``, ``:edge_run`` whether it
+    runs when that one fails) and add ``:counts`` to the ``dependents`` of ``:parents`` (jobs
+    that existed before this enqueue; new ones were inserted with theirs)."""
+    deps = dependencies_table(table)
+    edges = func.unnest(
+        bindparam("edge_jobs", type_=ARRAY(BigInteger)), bindparam("edge_parents", type_=ARRAY(BigInteger)),
+        bindparam("edge_run", type_=ARRAY(Boolean)),
+    ).table_valued("job_id", "depends_on", "run_anyway").render_derived("edge")
+    linked = (
+        insert(deps)
+        .from_select(["job_id", "depends_on", "run_anyway"],
+                     select(edges.c.job_id, edges.c.depends_on, edges.c.run_anyway))
+        .returning(deps.c.job_id)
+        .cte("linked")
+    )
+    bumps = func.unnest(
+        bindparam("parents", type_=ARRAY(BigInteger)), bindparam("counts", type_=ARRAY(Integer)),
+    ).table_valued("id", "n").render_derived("bump")
+    bumped = (
+        update(table)
+        .where(table.c.id == bumps.c.id)
+        .values(dependents=table.c.dependents + bumps.c.n)
+        .returning(table.c.id)
+        .cte("bumped")
+    )
+    return select(
+        select(func.count()).select_from(linked).scalar_subquery().label("edges"),
+        select(func.count()).select_from(bumped).scalar_subquery().label("bumped"),
+    )
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+
+def dependency_results(table: Table) -> Executable:
+    """``id, result`` of each job ``:job_id`` depends on (a pruned one has no row): what its
+    handler reads as ``ctx.dependency_results``. By the edges' ``job_id`` index, then the
+    primary key."""
+    deps = dependencies_table(table)
+    return (
+        select(table.c.id, table.c.result)
+        .join(deps, deps.c.depends_on == table.c.id)
+        .where(deps.c.job_id == bindparam("job_id"))
+        .order_by(table.c.id)
+    )
+
+
+def dependencies_of(table: Table) -> Executable:
+    """The jobs ``:job_id`` depends on: id, task, status (NULL once pruned), ``run_anyway``."""
+    deps = dependencies_table(table)
+    return (
+        select(deps.c.depends_on.label("id"), table.c.task, table.c.status, deps.c.run_anyway)
+        .select_from(deps.outerjoin(table, table.c.id == deps.c.depends_on))
+        .where(deps.c.job_id == bindparam("job_id"))
+        .order_by(deps.c.depends_on)
+    )
+
+
+def dependents_of(table: Table) -> Executable:
+    """The jobs that depend on ``:job_id``: id, task, status (NULL once pruned), ``run_anyway``."""
+    deps = dependencies_table(table)
+    return (
+        select(deps.c.job_id.label("id"), table.c.task, table.c.status, deps.c.run_anyway)
+        .select_from(deps.outerjoin(table, table.c.id == deps.c.job_id))
+        .where(deps.c.depends_on == bindparam("job_id"))
+        .order_by(deps.c.job_id)
+    )
+
+
+def has_live_dependents(table: Table) -> Any:
+    """True for a row that an active job (waiting, pending or running) depends on: pruning
+    keeps it. Only rows with ``dependents > 0`` look at the edges (an OR, so the planner keeps
+    it a per-row check instead of an anti-join over the table)."""
+    deps = dependencies_table(table)
+    live = table.alias("live_dependent")
+    return (table.c.dependents > 0) & exists().where(
+        deps.c.depends_on == table.c.id, live.c.id == deps.c.job_id, status_is(live, *ACTIVE_STATUSES))
