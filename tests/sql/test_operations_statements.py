@@ -78,7 +78,7 @@ def test_operator_writes_skip_locked_rows_and_inline_the_state_they_need(builder
 
 def test_retry_now_checks_the_idempotency_key_is_free():
     text = rendered(operator_actions.retry_failed_job(JOBS))
-    assert "NOT (EXISTS (SELECT" in text and "holder.status IN ('pending', 'running')" in text
+    assert "NOT (EXISTS (SELECT" in text and "holder.status IN ('waiting', 'pending', 'running')" in text
     assert "greatest(sqla_queue_jobs.max_attempts, sqla_queue_jobs.attempts +" in text
 
 
@@ -91,7 +91,12 @@ def test_pruning_is_a_bounded_skip_locked_batch_of_one_status(status, column):
     assert f"sqla_queue_jobs.status = '{status.value}'" in text
     assert f"ORDER BY sqla_queue_jobs.{column}" in text and "LIMIT %(limit)s FOR UPDATE SKIP LOCKED" in text
     assert "sqla_queue_jobs.id = ANY (CAST((SELECT array_agg(doomed.id)" in text
-    assert "'pending'" not in text and "'running'" not in text
+    # active statuses appear only in the check of a job's live dependents (sql/dependencies.py),
+    # which only rows with dependents > 0 make
+    kept = "AND NOT (sqla_queue_jobs.dependents > %(dependents_1)s::INTEGER AND (EXISTS (SELECT * FROM "
+    assert kept in text and "live_dependent.status IN ('waiting', 'pending', 'running')" in text
+    outside = text.replace("live_dependent.status IN ('waiting', 'pending', 'running')", "")
+    assert "'pending'" not in outside and "'running'" not in outside
 
 
 def test_list_jobs_adds_only_the_filters_asked_for():

@@ -50,7 +50,8 @@ def listening_and_claiming(url: str):
     rows = backends(url)
     listens = any(query.startswith("LISTEN") for _, query in rows)
     # pg_stat_activity keeps the first 1 kB of a query: the round's claim is past it
-    claims = any("SKIP LOCKED" in query or query.startswith("WITH completed_now AS") for _, query in rows)
+    claims = any("SKIP LOCKED" in query or query.startswith(("WITH completed_now AS", "WITH RECURSIVE completed_now AS"))
+                 for _, query in rows)
     return rows if listens and claims else None
 
 

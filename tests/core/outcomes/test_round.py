@@ -176,7 +176,7 @@ def test_the_prepared_round_settles_on_a_generic_plan(recorded_queue, run_sql):
         with bound.core.executor.round_connection() as conn:  # the session the rounds ran on (kept between rounds)
             [(generic, custom)] = conn.execute(text(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE statement LIKE 'WITH completed_now AS%'"
+                "WHERE statement LIKE 'WITH RECURSIVE completed_now AS%'"
             )).all()
         assert generic >= 5, (generic, custom)
     finally:
