@@ -120,6 +120,10 @@ def job_columns() -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]]:
         # extra cost (`sql.dependencies`).
         "waiting_on": ((Integer,), {"nullable": False, "server_default": text("0")}),
         "dependents": ((Integer,), {"nullable": False, "server_default": text("0")}),
+        # The job's turn in a fair queue (revision sqlaq_0013): the round in which its key is
+        # served, set by the enqueue when the queue is fair (`sql.enqueue`). A fair claim takes
+        # the keys of the lowest turns; NULL: enqueued while the queue was not fair.
+        "fair_tag": ((BigInteger,), {}),
         "created_at": ((_TIMESTAMP,), {"nullable": False, "server_default": func.now()}),
     }
 
@@ -188,6 +192,25 @@ def job_table_args(name: str) -> tuple[Any, ...]:
             "queue_name",
             "group_key",
             postgresql_where="status = 'running' AND group_key IS NOT NULL",
+        ),
+        # A fair queue's claim reads its pending jobs in turn order (`sql.claim.fair`), and
+        # its enqueue reads the lowest turn of the queue and the highest of the job's key. Only
+        # rows with a turn enter these, so queues that are not fair cost nothing more.
+        Index(
+            f"{name}_pending_fair_idx",
+            "queue_name",
+            "fair_tag",
+            text("priority DESC"),
+            "run_at",
+            "id",
+            postgresql_where="status = 'pending' AND fair_tag IS NOT NULL",
+        ),
+        Index(
+            f"{name}_pending_key_turn_idx",
+            "queue_name",
+            "group_key",
+            "fair_tag",
+            postgresql_where="status = 'pending' AND fair_tag IS NOT NULL",
         ),
         *(Index(f"{name}_{state.finished_at}_idx", state.finished_at,
                 postgresql_where=f"status = '{state.value}'") for state in FINISHED),

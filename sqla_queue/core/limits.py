@@ -145,6 +145,8 @@ class Limits:
             row = conn.execute(self.statements.lock_limits, params).first()
             wanted = replace(QueueLimits.from_row(row), **changes)
             self._store(conn, wanted)
+            if wanted.fair:
+                conn.execute(self.statements.tag_pending_turns, params)
         self.limited.forget()
         return None if wanted.unlimited else wanted
 
@@ -207,9 +209,7 @@ class Limits:
         if known is not None or completing is not None:
             steps = self.executor.one_round_trip(lambda fast: [
                 *([] if completing is None else [(fast.round, completing)]),
-                *([] if known is None else [
-                    (fast.lock_limits, {"queue": queue}),
-                    (fast.limited_claim(_grouped(known), known.fair), {**params, **_claim_params(known)})]),
+                *([] if known is None else _claim_steps(fast, known, {**params, **_claim_params(known)})),
             ])
             if steps is not None:
                 completed = steps[0] if completing is not None else []
@@ -228,7 +228,8 @@ class Limits:
                 self.limited.forget()
                 return LimitedClaim([], False, 0.0)
             found = QueueLimits.from_row(row)
-            statement = self.statements.limited_claim(_grouped(found), found.fair)
+            statement = self.statements.fair_claim if _fair_only(found) else \
+                self.statements.limited_claim(_grouped(found), found.fair)
             rows = conn.execute(statement, {**params, **_claim_params(found)}).all()
         return _claimed(rows, found)
 
@@ -261,6 +262,20 @@ def _checked(key: str, value: Any) -> Any:
             raise _validate.InvalidInputError(f"fair must be True, False or None, got {value!r}")
         return value
     return limit_count(value, key)
+
+
+def _claim_steps(fast: Any, limits: QueueLimits, params: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """The claim's statements for `limits`: a queue that is only fair claims in turn order
+    without the lock (`sql.claim.fair`); any cap or rate takes the lock, then the limited claim."""
+    if _fair_only(limits):
+        return [(fast.fair_claim, params)]
+    return [(fast.lock_limits, {"queue": params["queue"]}), (fast.limited_claim(_grouped(limits), limits.fair), params)]
+
+
+def _fair_only(limits: QueueLimits) -> bool:
+    """Fair, with nothing to count: no claim can overshoot, so claims need not take turns."""
+    return limits.fair and limits.concurrency is None and limits.group_concurrency is None \
+        and limits.rate is None and limits.group_rate is None
 
 
 def _grouped(limits: QueueLimits) -> bool:

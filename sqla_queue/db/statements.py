@@ -30,6 +30,7 @@ from ..sql import schedules as schedule_sql
 from ..sql import stats as stats_sql
 from ..sql import workers as workers_sql
 from ..sql.claim import DEFAULT_ORDER, ClaimOrder, claim_job_by_id
+from ..sql.claim.fair import claim_fair_jobs
 from ..sql.claim.limited import claim_limited_jobs
 from ..sql.enqueue import INPUT_COLUMNS
 from ..sql.notify import listen_finished
@@ -136,6 +137,8 @@ class Statements:
     clear_group_rates = _Built(lambda s: limits_sql.clear_group_rates(s.group_rates))
     all_limits = _Built(lambda s: limits_sql.all_limits(s.limits))
     lock_limits = _Built(lambda s: limits_sql.lock_limits(s.limits))
+    fair_claim = _Built(lambda s: claim_fair_jobs(s.table, order=s.order))
+    tag_pending_turns = _Built(lambda s: limits_sql.tag_pending_turns(s.table))
     cancelled_in_window = _Built(lambda s: stats_sql.cancelled_in_window(s.table))
     cancel = _Built(lambda s: ops_sql.cancel_job(s.table))
     # the dashboard's reads: history, workers
@@ -257,6 +260,10 @@ class DriverStatements:
     @cached_property
     def lock_limits(self) -> DriverStatement:
         return self._compiled(self.statements.lock_limits, {"queue": ""})
+
+    @cached_property
+    def fair_claim(self) -> DriverStatement:
+        return self._compiled(self.statements.fair_claim, _LIMITED_SAMPLE)
 
     def limited_claim(self, grouped: bool, fair: bool) -> DriverStatement:
         """`Statements.limited_claim`, compiled once per shape."""

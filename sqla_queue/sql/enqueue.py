@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     Integer,
@@ -16,12 +17,15 @@ from sqlalchemy import (
     cast,
     column,
     func,
+    literal,
+    null,
     select,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.sql import Executable
 
-from ..types import ACTIVE_STATUSES
+from ..tables import limits_table
+from ..types import ACTIVE_STATUSES, JobStatus
 from ._predicates import status_is
 
 # One array parameter per column: the statement text is the same for 1 or 10,000 jobs, so it is
@@ -88,13 +92,15 @@ def insert_jobs(table: Table, *, graph: bool = False) -> Executable:
         src.c.scheduled_at,
         cast(src.c.meta, JSONB),
         src.c.group_key,
+        fair_turn(table, src.c.queue_name, src.c.group_key,
+                  func.row_number().over(partition_by=[src.c.queue_name, src.c.group_key], order_by=src.c.ord)),
         *(src.c[name] for name in GRAPH_COLUMNS if graph),
     ).order_by(src.c.ord)
     return _skipping_held_keys_and_notifying(
         table,
         insert(table).from_select(
             ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key", "priority",
-             "scheduled_at", "meta", "group_key", *(GRAPH_COLUMNS if graph else ())], rows
+             "scheduled_at", "meta", "group_key", "fair_tag", *(GRAPH_COLUMNS if graph else ())], rows
         ),
     )
 
@@ -128,8 +134,33 @@ def insert_job(table: Table) -> Executable:
             scheduled_at=values["scheduled_at"],
             meta=cast(values["meta"], JSONB),
             group_key=values["group_key"],
+            fair_tag=fair_turn(table, values["queue_name"], values["group_key"], literal(1)),
         ),
     )
+
+
+def fair_turn(table: Table, queue, key, rank):
+    """The turn (``fair_tag``) of the `rank`-th job (1, 2, ...) of `key` in one enqueue into
+    `queue`, when that queue is fair; NULL otherwise (docs/explanation/limits.md, "Fair turns").
+
+    Start-time fair queuing: a key with pending jobs queues behind its own last turn; a key with
+    none joins the turn the queue serves now (its first due pending turn), so a tenant that
+    arrives late waits for one turn of each busy key, not for their backlogs. Jobs without a
+    key take turns as one more key. Whether the queue is fair is read once per statement (a
+    hashed subplan on the small limits table), and the two index reads are made only for a
+    fair queue's jobs; two enqueues of one key at once may share a turn (ties go by id)."""
+    limits = limits_table(table)
+    jobs = table.alias("turns")
+    with_turn = [jobs.c.queue_name == queue, status_is(jobs, JobStatus.PENDING), jobs.c.fair_tag.is_not(None)]
+    last_of_key = case(
+        (key.is_(None), select(func.max(jobs.c.fair_tag)).where(*with_turn, jobs.c.group_key.is_(None))
+         .scalar_subquery()),
+        else_=select(func.max(jobs.c.fair_tag)).where(*with_turn, jobs.c.group_key == key).scalar_subquery())
+    served_now = (select(jobs.c.fair_tag).where(*with_turn, jobs.c.run_at <= func.clock_timestamp())
+                  .order_by(jobs.c.fair_tag).limit(1).scalar_subquery())
+    fair_queues = select(limits.c.queue_name).where(limits.c.fair)
+    first = func.coalesce(last_of_key + 1, served_now, 0)
+    return case((queue.in_(fair_queues), cast(first + rank - 1, BigInteger)), else_=cast(null(), BigInteger))
 
 
 def _skipping_held_keys_and_notifying(table: Table, inserting) -> Executable:

@@ -6,9 +6,13 @@ The claim itself, which enforces them, is `sql.claim.limited`.
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Integer, Interval, Table, Text, bindparam, delete, func, select
+from sqlalchemy import Boolean, Integer, Interval, Table, Text, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql import Executable
+
+from ..types import JobStatus
+from ._predicates import status_is
+from .enqueue import fair_turn
 
 LIMIT_COLUMNS = ("concurrency", "group_concurrency", "rate", "rate_period", "group_rate", "group_rate_period", "fair")
 """What `set_limits` writes, each from a bind parameter of the same name."""
@@ -59,3 +63,17 @@ def lock_limits(limits: Table) -> Executable:
     would not (its snapshot is taken before the statement waits for the lock).
     """
     return select(limits).where(limits.c.queue_name == bindparam("queue", type_=Text)).with_for_update()
+
+
+def tag_pending_turns(table: Table) -> Executable:
+    """Give queue ``:queue``'s pending and waiting jobs without a turn their turns, per key in
+    id (enqueue) order after the key's last turn: what `set_limits` runs, in its transaction and
+    after writing ``fair``, when a queue becomes fair (`sql.enqueue.fair_turn` reads that row)."""
+    jobs = table.alias("untagged")
+    numbered = (select(jobs.c.id, fair_turn(table, jobs.c.queue_name, jobs.c.group_key,
+                                            func.row_number().over(partition_by=jobs.c.group_key,
+                                                                   order_by=jobs.c.id)).label("turn"))
+                .where(jobs.c.queue_name == bindparam("queue", type_=Text),
+                       status_is(jobs, JobStatus.PENDING, JobStatus.WAITING), jobs.c.fair_tag.is_(None))
+                .subquery("numbered"))
+    return update(table).where(table.c.id == numbered.c.id).values(fair_tag=numbered.c.turn)

@@ -337,7 +337,7 @@ def test_revision_12_adds_waiting_jobs_beside_live_ones_and_its_downgrade_cancel
     upgrade(empty_engine, "sqlaq_0011")
     old = enqueued_at_this_revision(empty_engine)
 
-    upgrade(empty_engine, "sqlaq_0012")
+    upgrade(empty_engine)  # today's code writes today's columns
     queue = sq.Queue(empty_engine, load_entrypoints=False)
     queue.task(lambda payload, ctx: None, name="send_email")
     waiting = queue.enqueue("send_email", {}, depends_on=[old])
@@ -352,5 +352,33 @@ def test_revision_12_adds_waiting_jobs_beside_live_ones_and_its_downgrade_cancel
         "WHERE (status = ANY (ARRAY['pending'::text, 'running'::text]))")
     with empty_engine.connect() as conn:
         assert conn.execute(text("SELECT to_regclass('sqla_queue_jobs_dependencies')")).scalar() is None
+    upgrade(empty_engine)
+    assert stamped(empty_engine) == {HEAD_ID}
+
+
+def test_revision_13_gives_turns_to_a_fair_queues_jobs_from_before_it_and_its_downgrade_drops_them(empty_engine):
+    """sqlaq_0013: jobs enqueued before it have no turn; making the queue fair gives them
+    theirs, and they are claimed key by key; downgrade drops the column and its two indexes."""
+    upgrade(empty_engine, "sqlaq_0012")
+    before = [enqueued_at_this_revision(empty_engine, {"n": n}) for n in range(3)]
+    with empty_engine.begin() as conn:
+        conn.execute(text("UPDATE sqla_queue_jobs SET group_key = 'old'"))
+
+    upgrade(empty_engine, "sqlaq_0013")
+    turns_index = {"sqla_queue_jobs_pending_fair_idx", "sqla_queue_jobs_pending_key_turn_idx"}
+    assert turns_index <= set(_index_definitions(empty_engine))
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    assert {queue.get_job(job_id).status.value for job_id in before} == {"pending"}
+    queue.set_limits("default", fair=True)
+    new = queue.enqueue_many([{"task": "send_email", "payload": {}, "group_key": "new"}] * 3)
+    with empty_engine.connect() as conn:
+        turns = dict(conn.execute(text("SELECT id, fair_tag FROM sqla_queue_jobs")).all())
+    assert [turns[job_id] for job_id in before] == [0, 1, 2] and [turns[job_id] for job_id in new] == [0, 1, 2]
+    assert {job.id for job in queue.claim("default", worker_id="w", limit=2)} == {before[0], new[0]}
+
+    downgrade(empty_engine, "sqlaq_0012")
+    assert not turns_index & set(_index_definitions(empty_engine))
+    assert "fair_tag" not in all_rows(empty_engine, reflected_jobs(empty_engine))[0]
     upgrade(empty_engine)
     assert stamped(empty_engine) == {HEAD_ID}

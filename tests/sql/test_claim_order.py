@@ -53,11 +53,11 @@ def fresh(create_database):
     engine.dispose()
 
 
-def _enqueue_two(queue: sq.Queue) -> tuple[int, int]:
-    """An old low-priority job and a newer high-priority one, both due."""
+def _enqueue_two(queue: sq.Queue, keys: tuple = (None, None)) -> tuple[int, int]:
+    """An old low-priority job and a newer high-priority one, both due (with group `keys`)."""
     now = datetime.now(timezone.utc)
-    old = queue.enqueue("work", {"n": "old"}, run_at=now - timedelta(minutes=10), priority=0)
-    urgent = queue.enqueue("work", {"n": "urgent"}, run_at=now - timedelta(minutes=1), priority=10)
+    old = queue.enqueue("work", {"n": "old"}, run_at=now - timedelta(minutes=10), priority=0, group_key=keys[0])
+    urgent = queue.enqueue("work", {"n": "urgent"}, run_at=now - timedelta(minutes=1), priority=10, group_key=keys[1])
     return old, urgent
 
 
@@ -91,7 +91,9 @@ def test_a_limited_queue_claims_in_the_queues_order(fresh, order, first, limits)
     ran: list = []
     queue = _queue(fresh, order, ran)
     queue.set_limits("default", **limits)
-    _enqueue_two(queue)
+    # In a fair queue one key's jobs take turns in enqueue order; the claim order decides
+    # between the jobs of one turn, here the first job of each of two keys.
+    _enqueue_two(queue, ("a", "b") if limits.get("fair") else (None, None))
     [job] = queue.claim("default", worker_id="w", limit=1)
     assert job.payload["n"] == first
 

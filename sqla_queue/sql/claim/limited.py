@@ -90,7 +90,7 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False,
     round-robin order; `order`: the Queue's claim order, within each key and between them.
     """
     limits = limits_table(table)
-    budget = case((_still_current(limits), _budget(table, limits)), else_=0)
+    budget = case((limits_unchanged(limits), _budget(table, limits)), else_=0)
     chosen = _chosen_grouped(table, budget, fair, order) if grouped else _chosen_plain(table, budget, order)
     due = (select(table.c.id)
            .where(table.c.id.in_(select(chosen.c.id)), status_is(table, JobStatus.PENDING))
@@ -100,7 +100,7 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False,
     writes = [_rate_bucket(limits, claimed, chosen if grouped else None)]
     if grouped:
         writes.append(_group_buckets(table, claimed))
-    summary = select(_throttled(table, claimed, order).label("throttled"), (~_still_current(limits)).label("stale")).cte("summary")
+    summary = select(_throttled(table, claimed, order).label("throttled"), (~limits_unchanged(limits)).label("stale")).cte("summary")
     writes.append(_count_throttled(table, summary))
     # The buckets' writes are CTEs nothing reads: PostgreSQL runs a data-modifying WITH query
     # to completion whether or not it is read, and add_cte makes SQLAlchemy render them.
@@ -109,7 +109,7 @@ def claim_limited_jobs(table: Table, *, grouped: bool, fair: bool = False,
             .add_cte(*writes))
 
 
-def _due_conditions(table: Table) -> list:
+def due_conditions(table: Table) -> list:
     return [
         table.c.queue_name == bindparam("queue", type_=Text),
         status_is(table, JobStatus.PENDING),
@@ -127,7 +127,7 @@ def _order_columns(table: Table, order: ClaimOrder) -> list:
     return list({column.key: column for column in [table.c.id, *used]}.values())
 
 
-def _still_current(limits: Table):
+def limits_unchanged(limits: Table):
     """The queue's limits row is the one the statement was given (``:known_<column>``): it is
     read under the claim's lock, so the limits cannot change before the commit."""
     same = [limits.c[name].is_not_distinct_from(bindparam(f"known_{name}", type_=limits.c[name].type))
@@ -154,7 +154,7 @@ def _number(name: str):
     return cast(bindparam(name, type_=Float), Float)
 
 
-def _limit():
+def claim_limit():
     return bindparam("limit", type_=Integer, literal_execute=True)
 
 
@@ -188,7 +188,7 @@ def _queue_tokens(limits: Table):
 
 def _budget(table: Table, limits: Table):
     """How many jobs this claim may take (0 or more)."""
-    limit = _limit()
+    limit = claim_limit()
     left = _left(bindparam("max_running", type_=Integer), _running(table), limit)
     tokens = select(func.floor(_queue_tokens(limits) + _tokens_ahead())).where(
         limits.c.queue_name == bindparam("queue", type_=Text)).scalar_subquery()
@@ -228,7 +228,7 @@ def _left(cap, running, otherwise):
 
 def _chosen_plain(table: Table, budget, order: ClaimOrder):
     """The first ``budget`` due jobs in claim order."""
-    return (select(table.c.id).where(*_due_conditions(table)).order_by(*order.order_by(table)).limit(budget)
+    return (select(table.c.id).where(*due_conditions(table)).order_by(*order.order_by(table)).limit(budget)
             .cte("chosen"))
 
 
@@ -261,7 +261,7 @@ def _next_key(table: Table, after):
 def _keys_in_rotation(table: Table):
     """Up to ``4 × :limit`` keys with pending jobs: those after ``:cursor``, then from the first
     key up to ``:cursor``, each with its place in that rotation (``seq``)."""
-    most = _limit() * _keys_per_job()
+    most = claim_limit() * _keys_per_job()
     cursor = _cursor(limits_table(table))
     walks = []
     for name, start, offset in (("after_cursor", func.coalesce(cursor, ""), 0), ("to_cursor", literal(""), most)):
@@ -280,7 +280,7 @@ def _per_key(table: Table, keys, order: ClaimOrder):
     """Per key of `keys` (LATERAL): its due jobs in claim order, as many as its
     ``:group_concurrency`` (running jobs counted now) and its bucket allow, numbered (``turn``)."""
     group_rates = group_rates_table(table)
-    limit = _limit()
+    limit = claim_limit()
     running = _running(table, keys.c.group_key, keys)
     left = _left(bindparam("max_running_per_key", type_=Integer), running, limit)
     bucket = (select(func.floor(_tokens(group_rates.c.tokens, group_rates.c.refilled_at,
@@ -293,7 +293,7 @@ def _per_key(table: Table, keys, order: ClaimOrder):
                   else_=cast(func.coalesce(bucket, func.floor(_number("group_burst"))), Integer))
     cap = func.greatest(0, func.least(limit, left, tokens))
     jobs = (select(*_order_columns(table, order))
-            .where(*_due_conditions(table), table.c.group_key == keys.c.group_key)
+            .where(*due_conditions(table), table.c.group_key == keys.c.group_key)
             .order_by(*order.order_by(table)).limit(cap)
             .correlate(keys).subquery("key_jobs"))
     numbered = select(*jobs.c, func.row_number().over(order_by=order.order_by(jobs)).label("turn")).correlate(keys)
@@ -311,7 +311,7 @@ def _ungrouped(table: Table, order: ClaimOrder):
     numbered (``turn``) as one more key. Bounded: a queue with group limits whose head is all
     grouped jobs does not walk its whole backlog to find one without a key."""
     head = (select(*_order_columns(table, order), table.c.group_key)
-            .where(*_due_conditions(table)).order_by(*order.order_by(table)).limit(_limit() * KEYS_PER_JOB)
+            .where(*due_conditions(table)).order_by(*order.order_by(table)).limit(claim_limit() * KEYS_PER_JOB)
             .subquery("queue_head"))
     return (select(*(head.c[column.key] for column in _order_columns(table, order)),
                    func.row_number().over(order_by=order.order_by(head)).label("turn"))
@@ -365,7 +365,7 @@ def _throttled(table: Table, claimed, order: ClaimOrder):
     # A scalar subquery in claim order, not EXISTS (whose ORDER BY and LIMIT PostgreSQL drops):
     # the pending index is read from its head, where the claimed rows and then the first one
     # left behind are, instead of a scan looking for any such row.
-    left_behind = (select(jobs.c.id).where(*_due_conditions(jobs), jobs.c.id.not_in(select(claimed.c.id)))
+    left_behind = (select(jobs.c.id).where(*due_conditions(jobs), jobs.c.id.not_in(select(claimed.c.id)))
                    .order_by(*order.order_by(jobs)).limit(1).scalar_subquery().is_not(None))
-    return and_(claimed_count < _limit(), left_behind)
+    return and_(claimed_count < claim_limit(), left_behind)
 
