@@ -19,6 +19,8 @@ clock at the start signal to the last ``completed_at``.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from . import raw_sql, tables
 from .procs import run_workers
 from .server import Database
@@ -33,10 +35,6 @@ INSERT INTO {TABLE} (queue_name, task, payload, run_at, group_key)
 SELECT %(queue)s, %(task)s, jsonb_build_object('i', g),
        now() - interval '1 hour' + (g * interval '1 hour') / %(n)s, %(prefix)s || (g %% %(keys)s)
 FROM generate_series(1, %(n)s) AS g
-"""
-FILL_NOW = f"""
-INSERT INTO {TABLE} (queue_name, task, payload, group_key)
-SELECT %(queue)s, %(task)s, jsonb_build_object('i', g), %(key)s FROM generate_series(1, %(n)s) AS g
 """
 WAITS = f"""
 SELECT extract(epoch FROM locked_at - created_at) FROM {TABLE} WHERE group_key = %(key)s AND locked_at IS NOT NULL
@@ -105,21 +103,37 @@ def _reset(db: Database, limits: dict | None) -> None:
         conn.execute(f"DELETE FROM {LIMITS}")
         conn.execute(f"DELETE FROM {TABLE}_group_rates")
     if limits:
-        import sqla_queue as sq
-
-        queue = sq.Queue(db.sqlalchemy_url, load_entrypoints=False)
-        try:
+        with _queue(db) as queue:
             queue.set_limits(raw_sql.QUEUE, **limits)
-        finally:
-            queue.engine.dispose()
+
+
+@contextmanager
+def _queue(db: Database):
+    import sqla_queue as sq
+
+    queue = sq.Queue(db.sqlalchemy_url, load_entrypoints=False)
+    try:
+        yield queue
+    finally:
+        queue.engine.dispose()
+
+
+def _filled(db: Database, limits: dict | None, fill: dict) -> None:
+    """An empty queue, `fill` inserted (FILL_KEYED), then `limits` set: the backlog is written
+    by SQL for speed, and `set_limits` gives it what the enqueue would have (a fair queue's
+    turns), as it does for a user's backlog when a queue becomes fair."""
+    _reset(db, None)
+    with db.connect(autocommit=True) as conn:
+        conn.execute(FILL_KEYED, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, **fill})
+    if limits:
+        with _queue(db) as queue:
+            queue.set_limits(raw_sql.QUEUE, **limits)
+    with db.connect(autocommit=True) as conn:
+        tables.settle(conn)
 
 
 def _drain(db: Database, jobs: int, keys: int, processes: int, concurrency: int, limits: dict | None) -> dict:
-    _reset(db, limits)
-    with db.connect(autocommit=True) as conn:
-        conn.execute(FILL_KEYED, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": jobs, "keys": keys,
-                                  "prefix": "key-"})
-        tables.settle(conn)
+    _filled(db, limits, {"n": jobs, "keys": keys, "prefix": "key-"})
     result = run_workers(db.url, processes=processes, mode="drain", before_go=lambda: _clock(db),
                          options={"concurrency": concurrency})
     with db.connect() as conn:
@@ -130,20 +144,16 @@ def _drain(db: Database, jobs: int, keys: int, processes: int, concurrency: int,
 
 def _tenant(db: Database, size: Size, *, backlog: int) -> float:
     """B's p99 enqueue-to-claim wait in seconds, with A's `backlog` ahead of it (0: alone)."""
-    _reset(db, {"fair": True})
-    with db.connect(autocommit=True) as conn:
-        if backlog:
-            conn.execute(FILL_KEYED, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": backlog, "keys": 1,
-                                      "prefix": "A-"})
-        tables.settle(conn)
+    _filled(db, {"fair": True}, {"n": backlog, "keys": 1, "prefix": "A-"})
+    jobs_of_b = [{"task": raw_sql.TASK, "payload": {"i": i}, "queue": raw_sql.QUEUE, "group_key": "B"}
+                 for i in range(size.limits_small_tenant)]
 
-    def enqueue_b():
-        with db.connect(autocommit=True) as conn:
-            conn.execute(FILL_NOW, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": size.limits_small_tenant,
-                                    "key": "B"})
-        return _clock(db)
+    with _queue(db) as queue:
+        def enqueue_b():
+            queue.enqueue_many(jobs_of_b)  # as an application does: the enqueue gives B its turns
+            return _clock(db)
 
-    run_workers(db.url, processes=2, mode="drain", before_go=enqueue_b, options={"concurrency": 10})
+        run_workers(db.url, processes=2, mode="drain", before_go=enqueue_b, options={"concurrency": 10})
     with db.connect() as conn:
         waits = [float(row[0]) for row in conn.execute(WAITS, {"key": "B"}).fetchall()]
     return percentile(waits, 99)
@@ -153,11 +163,7 @@ def _rate(db: Database, size: Size) -> list[int]:
     """Handler starts in each full second after the first start (the last second is partial),
     read from the handlers themselves: every worker process stamps each start on one clock
     (CLOCK_MONOTONIC)."""
-    _reset(db, {"rate": f"{RATE}/s"})
-    with db.connect(autocommit=True) as conn:
-        conn.execute(FILL_KEYED, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": RATE * (size.limits_rate_seconds + 1),
-                                  "keys": 1, "prefix": "r-"})
-        tables.settle(conn)
+    _filled(db, {"rate": f"{RATE}/s"}, {"n": RATE * (size.limits_rate_seconds + 1), "keys": 1, "prefix": "r-"})
     done = run_workers(db.url, processes=4, mode="drain", options={"concurrency": 10}, record_starts=True)
     return starts_per_second([started for worker in done["workers"] for _t0, started in worker["starts"]])[1:-1]
 
