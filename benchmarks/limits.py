@@ -112,6 +112,7 @@ def _queue(db: Database):
     import sqla_queue as sq
 
     queue = sq.Queue(db.sqlalchemy_url, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name=raw_sql.TASK, queue=raw_sql.QUEUE)  # what the workers run
     try:
         yield queue
     finally:
