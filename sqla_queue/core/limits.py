@@ -146,9 +146,16 @@ class Limits:
             wanted = replace(QueueLimits.from_row(row), **changes)
             self._store(conn, wanted)
             if wanted.fair:
-                conn.execute(self.statements.tag_pending_turns, params)
+                self._give_turns(conn, params)
         self.limited.forget()
         return None if wanted.unlimited else wanted
+
+    def _give_turns(self, conn: Any, params: dict[str, Any]) -> None:
+        """The queue's pending jobs without a turn get theirs (it was just made fair)."""
+        bases = conn.execute(self.statements.turn_bases, params).all()
+        if bases:
+            conn.execute(self.statements.tag_pending_turns, {
+                **params, "keys": [row.group_key for row in bases], "bases": [row.base for row in bases]})
 
     def clear(self, queue_name: str) -> None:
         """Remove every limit of `queue_name`."""

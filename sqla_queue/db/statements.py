@@ -138,6 +138,7 @@ class Statements:
     all_limits = _Built(lambda s: limits_sql.all_limits(s.limits))
     lock_limits = _Built(lambda s: limits_sql.lock_limits(s.limits))
     fair_claim = _Built(lambda s: claim_fair_jobs(s.table, order=s.order))
+    turn_bases = _Built(lambda s: limits_sql.turn_bases(s.table))
     tag_pending_turns = _Built(lambda s: limits_sql.tag_pending_turns(s.table))
     cancelled_in_window = _Built(lambda s: stats_sql.cancelled_in_window(s.table))
     cancel = _Built(lambda s: ops_sql.cancel_job(s.table))

@@ -6,8 +6,22 @@ The claim itself, which enforces them, is `sql.claim.limited`.
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Integer, Interval, Table, Text, bindparam, delete, func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Integer,
+    Interval,
+    Table,
+    Text,
+    bindparam,
+    column,
+    delete,
+    func,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
@@ -65,15 +79,33 @@ def lock_limits(limits: Table) -> Executable:
     return select(limits).where(limits.c.queue_name == bindparam("queue", type_=Text)).with_for_update()
 
 
-def tag_pending_turns(table: Table) -> Executable:
-    """Give queue ``:queue``'s pending and waiting jobs without a turn their turns, per key in
-    id (enqueue) order after the key's last turn: what `set_limits` runs, in its transaction and
-    after writing ``fair``, when a queue becomes fair (`sql.enqueue.fair_turn` reads that row)."""
+def turn_bases(table: Table) -> Executable:
+    """Each group key (NULL included) of queue ``:queue``'s pending and waiting jobs without a
+    turn, with the turn its first such job gets (`sql.enqueue.fair_turn`): read by `set_limits`,
+    in its transaction and after writing ``fair``, when a queue becomes fair. A statement of its
+    own, made before `tag_pending_turns` writes: reading a key's last turn from the index while
+    the same statement adds turns to it would step over every new entry, once per row."""
     jobs = table.alias("untagged")
-    numbered = (select(jobs.c.id, fair_turn(table, jobs.c.queue_name, jobs.c.group_key,
-                                            func.row_number().over(partition_by=jobs.c.group_key,
-                                                                   order_by=jobs.c.id)).label("turn"))
-                .where(jobs.c.queue_name == bindparam("queue", type_=Text),
-                       status_is(jobs, JobStatus.PENDING, JobStatus.WAITING), jobs.c.fair_tag.is_(None))
-                .subquery("numbered"))
-    return update(table).where(table.c.id == numbered.c.id).values(fair_tag=numbered.c.turn)
+    keys = (select(jobs.c.group_key).distinct()
+            .where(*_untagged(jobs)).subquery("untagged_keys"))
+    return select(keys.c.group_key, fair_turn(table, bindparam("queue", type_=Text), keys.c.group_key,
+                                              literal(1)).label("base"))
+
+
+def tag_pending_turns(table: Table) -> Executable:
+    """Give those jobs their turns: per key, ``:bases`` (for ``:keys``, from `turn_bases`) on,
+    in id (enqueue) order."""
+    jobs = table.alias("untagged")
+    numbered = (select(jobs.c.id, jobs.c.group_key,
+                       func.row_number().over(partition_by=jobs.c.group_key, order_by=jobs.c.id).label("rank"))
+                .where(*_untagged(jobs)).subquery("numbered"))
+    bases = (func.unnest(bindparam("keys", type_=ARRAY(Text)), bindparam("bases", type_=ARRAY(BigInteger)))
+             .table_valued(column("group_key", Text), column("base", BigInteger)).render_derived().alias("bases"))
+    return (update(table)
+            .where(table.c.id == numbered.c.id, numbered.c.group_key.is_not_distinct_from(bases.c.group_key))
+            .values(fair_tag=bases.c.base + numbered.c.rank - 1))
+
+
+def _untagged(jobs) -> list:
+    return [jobs.c.queue_name == bindparam("queue", type_=Text),
+            status_is(jobs, JobStatus.PENDING, JobStatus.WAITING), jobs.c.fair_tag.is_(None)]

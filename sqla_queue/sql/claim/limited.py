@@ -264,14 +264,19 @@ def _keys_in_rotation(table: Table):
     most = claim_limit() * _keys_per_job()
     cursor = _cursor(limits_table(table))
     walks = []
+    wanted = most  # the wrapped walk only looks for the keys the first one did not find
     for name, start, offset in (("after_cursor", func.coalesce(cursor, ""), 0), ("to_cursor", literal(""), most)):
         first = select(_next_key(table, start).label("group_key"), literal(1).label("n"))
+        if name == "to_cursor":
+            first = first.where(wanted > 0)
         walk = first.cte(name, recursive=True)
         walk = walk.union_all(select(_next_key(table, walk.c.group_key), walk.c.n + 1)
-                              .where(walk.c.group_key.is_not(None), walk.c.n < most))
+                              .where(walk.c.group_key.is_not(None), walk.c.n < wanted))
         wrapped = [walk.c.group_key <= cursor] if name == "to_cursor" else []
         walks.append(select(walk.c.group_key, (walk.c.n + offset).label("seq"))
                      .where(walk.c.group_key.is_not(None), *wrapped))
+        found = select(func.count()).select_from(walk).where(walk.c.group_key.is_not(None)).scalar_subquery()
+        wanted = most - found
     both = union_all(*walks).subquery("rotation")
     return select(both.c.group_key, both.c.seq).order_by(both.c.seq).limit(most).subquery("group_keys")
 
