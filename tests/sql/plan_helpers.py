@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, text
 
 from sqla_queue.sql.catalog import explain
 
@@ -32,3 +32,12 @@ def indexes_used(plan: dict[str, Any]) -> set[str]:
 
 def seq_scanned(plan: dict[str, Any]) -> set[str]:
     return {node["Relation Name"] for node in plan_nodes(plan) if node["Node Type"] == "Seq Scan"}
+
+
+def insert_grouped_history(conn: Connection) -> None:
+    """100,000 completed jobs over 500 keys: the history a production table keeps behind its
+    pending jobs, which no claim may scan."""
+    conn.execute(text(
+        "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at, locked_at,"
+        " completed_at, group_key) SELECT 'default', 'send_email', '{}', 'completed', 1, now(), now(), now(),"
+        " 'key-' || (g % 500) FROM generate_series(1, 100000) AS g"))

@@ -8,7 +8,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from plan_helpers import indexes_used, plan_nodes, plan_of, seq_scanned
+from plan_helpers import indexes_used, insert_grouped_history, plan_nodes, plan_of, seq_scanned
 from sqlalchemy import create_engine, text
 
 import sqla_queue as sq
@@ -31,10 +31,7 @@ def fair_engine(create_database):
     queue fair."""
     engine = create_engine(create_database())
     with engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at, locked_at,"
-            " completed_at, group_key) SELECT 'default', 'send_email', '{}', 'completed', 1, now(), now(), now(),"
-            " 'key-' || (g % 500) FROM generate_series(1, 100000) AS g"))
+        insert_grouped_history(conn)
         conn.execute(text(
             "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at, group_key, fair_tag)"
             " SELECT 'default', 'send_email', '{}', now() - make_interval(secs => g), 'key-' || (g % 500), g / 500"

@@ -5,7 +5,7 @@ the grouped partial indexes and it never scans the job table."""
 from __future__ import annotations
 
 import pytest
-from plan_helpers import indexes_used, plan_of, seq_scanned
+from plan_helpers import indexes_used, insert_grouped_history, plan_of, seq_scanned
 from sqlalchemy import create_engine, text
 from sqlalchemy.dialects import postgresql
 
@@ -26,10 +26,7 @@ def big_engine(create_database):
     """Its own database: 100,000 completed jobs, 50,000 pending over 500 keys, 200 running."""
     engine = create_engine(create_database())
     with engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at, locked_at,"
-            " completed_at, group_key) SELECT 'default', 'send_email', '{}', 'completed', 1, now(), now(), now(),"
-            " 'key-' || (g % 500) FROM generate_series(1, 100000) AS g"))
+        insert_grouped_history(conn)
         conn.execute(text(
             "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at, group_key)"
             " SELECT 'default', 'send_email', '{}', now() - make_interval(secs => g), 'key-' || (g % 500)"
