@@ -20,6 +20,7 @@ from ..errors import InvalidInputError
 from ..ops.doctor import Doctor, Verdict
 from ..types import JobStatus
 from . import history
+from .graph import dependency_graph
 from .plots import latest, line_chart, with_colors
 from .rendering import url
 
@@ -143,8 +144,11 @@ class Pages:
             job = None
         if job is None:
             return await self.d.render(request, "missing.html", status_code=404, job_id=job_id, nav="jobs")
+        linked = await self.d.call(self.queue.dependencies, job.id)
+        graph = dependency_graph(job.id, job.task, job.status.value, linked,
+                                 lambda other: url(request, "job", job_id=other))
         return await self.d.render(request, "job.html", job=job, live=job.status in ACTIVE, nav="jobs",
-                                   now=datetime.now(timezone.utc))
+                                   now=datetime.now(timezone.utc), graph=graph, linked=linked)
 
     async def workers(self, request: Request) -> Response:
         """The worker registry: live workers first (idle ones too), dead ones marked."""

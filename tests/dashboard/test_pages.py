@@ -248,3 +248,27 @@ def test_bad_input_in_a_url_is_a_clear_4xx_not_an_error(client):
     assert client.get(f"/jobs/{2**70}").status_code == 404
     page = client.get("/", params={"queue": "x" * 10_000})
     assert page.status_code == 400 and "queue" in page.text
+
+
+def test_job_detail_draws_the_jobs_workflow_and_links_each_job(client, dash_queue):
+    charge = dash_queue.enqueue("send_email", {"step": "charge"})
+    email = dash_queue.enqueue("send_email", {"step": "email"}, depends_on=[charge])
+    archive = dash_queue.enqueue("resize", {"step": "archive"}, depends_on=[email], on_dependency_failure="run")
+
+    page = client.get(f"/jobs/{email}")
+    panel = page.text[page.text.index('id="dependencies"'):]
+    graph = panel[panel.index('<svg class="graph"'):panel.index("</svg>")]
+    assert "1 dependencies · 1 dependents" in panel
+    assert f'href="/jobs/{charge}"' in graph and f'href="/jobs/{archive}"' in graph
+    assert 'class="node status-pending"' in graph  # charge
+    assert 'class="node status-waiting node-current"' in graph and 'class="node status-waiting"' in graph
+    assert graph.count('class="edge"') == 1 and graph.count('class="edge edge-anyway"') == 1
+    assert 'id="dependencies"' not in client.get(f"/jobs/{dash_queue.enqueue('send_email', {})}").text
+
+
+def test_job_detail_counts_the_dependencies_it_does_not_draw(client, dash_queue):
+    parts = dash_queue.enqueue_many([{"task": "send_email", "payload": {"n": n}} for n in range(11)])
+    callback = dash_queue.enqueue("resize", {}, depends_on=parts)
+    graph = client.get(f"/jobs/{callback}").text
+    drawn = [job_id for job_id in parts if f'href="/jobs/{job_id}"' in graph]
+    assert drawn == parts[:8] and "+3 more" in graph and "11 dependencies · 0 dependents" in graph
