@@ -17,12 +17,12 @@ from pathlib import Path
 from rich.console import Console
 
 from . import (asyncio_rows, claim_cost, cpu_scaling, drain, enqueue, fleet, horizon, idle, latency, limits, otel,
-               peers, raw, report, roundtrips, sustained, wakeups)
+               peers, raw, report, roundtrips, sustained, wakeups, workflows)
 from .server import benchmark_database, load_average, server_facts
 from .sizes import SIZES
 
 SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "idle", "asyncio", "roundtrips",
-            "wakeups", "fleet", "cpu", "otel", "limits", "horizon", "peers")
+            "wakeups", "fleet", "cpu", "otel", "limits", "workflows", "horizon", "peers")
 # What runs without --sections: every section but the peers, which install pgqueuer and
 # graphile-worker from PyPI and npm (--peers adds them).
 DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "peers")
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu": lambda: cpu_scaling.run(db, size, log),
             "otel": lambda: otel.run(db, size, log),
             "limits": lambda: limits.run(db, size, log),
+            "workflows": lambda: workflows.run(db, size, log),
             "horizon": lambda: horizon.run(db, size, log, drain_rate=_drain_rate(results.get("drain") or {})),
             "peers": lambda: peers.run(db, size, log),
         }

@@ -551,6 +551,23 @@ def _limits_section(results: dict) -> list[str]:
     return lines + [""]
 
 
+def _workflows_section(results: dict) -> list[str]:
+    from . import workflows
+
+    n = results["workflows"]["sizes"]
+    lines = ["## 16. Workflows", "",
+             f"Fan-in: one batch of {n['batch']:,} no-op jobs and its callback (`queue.batch`), drained by 2 workers x "
+             "concurrency 10, against the same jobs enqueued without a batch; the batch's jobs per second from the "
+             "start signal to the last one's completion, and when its callback started. Chain: "
+             f"{n['chain']:,} steps (`queue.chain`) run by one worker at concurrency 1, otherwise idle; per step, "
+             "from the previous step's completion (when the step became pending, in that statement) to the step's "
+             "claim ([workflows](how-to/workflows.md)).", "",
+             "| Target | Measured | Met? |", "|---|---|---|"]
+    for row in workflows.rows(results):
+        lines.append(f"| {row['target']} | {row['measured']} | {_met(row['met'])} |")
+    return lines + [""]
+
+
 def _horizon_section(results: dict) -> list[str]:
     from . import horizon
 
@@ -586,6 +603,7 @@ _SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _dr
              ("sustained", _sustained_section), ("idle", _idle_section), ("asyncio", _asyncio_section),
              ("roundtrips", _roundtrip_section), ("wakeups", _wakeups_section), ("fleet", _fleet_section),
              ("cpu", _cpu_section), ("otel", _otel_section), ("limits", _limits_section),
+             ("workflows", _workflows_section),
              ("horizon", _horizon_section), ("peers", _peers_section))
 
 

@@ -58,6 +58,9 @@ class Size:
     limits_keys: int = 100
     limits_serial_keys: int = 1_000
     limits_rate_seconds: int = 30
+    # workflows (section 16): jobs in the fan-in batch, steps of the chain
+    workflow_batch: int = 10_000
+    workflow_chain: int = 1_000
     # held horizon (section 15): each of its two runs lasts this long
     horizon_seconds: float = 300.0
     horizon_calibration_jobs: int = 20_000
@@ -78,6 +81,7 @@ SIZES = {
         asyncio_sleep_jobs=1_000, peers_latency_jobs=2, fleet_processes=4,
         limits_backlog=2_000, limits_small_tenant=20, limits_keys=20, limits_serial_keys=50,
         limits_rate_seconds=2, horizon_seconds=8.0, horizon_calibration_jobs=1_000,
+        workflow_batch=300, workflow_chain=20,
     ),
     "small": Size(
         name="small", repeat=2,
@@ -91,6 +95,7 @@ SIZES = {
         asyncio_sleep_jobs=1_000, peers_latency_jobs=40, wakeup_seconds=3.0,
         limits_backlog=20_000, limits_small_tenant=100, limits_keys=100, limits_serial_keys=200,
         limits_rate_seconds=5, horizon_seconds=60.0, horizon_calibration_jobs=5_000,
+        workflow_batch=2_000, workflow_chain=200,
     ),
     "full": Size(
         name="full", repeat=3,
