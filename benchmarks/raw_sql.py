@@ -120,6 +120,10 @@ RESET = f"TRUNCATE {TABLE} RESTART IDENTITY"
 # The event-counters companion table exists from revision sqlaq_0003 on; emptied when present.
 COUNTERS_TABLE = f"SELECT to_regclass('{TABLE}_counters') IS NOT NULL"
 RESET_COUNTERS = f"TRUNCATE {TABLE}_counters"
+# The workflows' edges (revision sqlaq_0012 on): emptied with the jobs, or a new job that reuses
+# an id (RESTART IDENTITY) would collide with an old edge.
+DEPENDENCIES_TABLE = f"SELECT to_regclass('{TABLE}_dependencies') IS NOT NULL"
+RESET_DEPENDENCIES = f"TRUNCATE {TABLE}_dependencies"
 
 # Retention, for the sustained drain's pruning variant when the library has no prune statement
 # of its own: completed jobs that finished more than :age ago, oldest first, in bounded batches

@@ -9,7 +9,7 @@ from .server import Database
 
 
 def reset(db: Database, *, pending: int = 0, completed: int = 0, options: str | None = None) -> None:
-    """Empty the table (and the counters table), optionally set table options, fill it, then
+    """Empty the table (and the counters and dependencies tables), optionally set table options, fill it, then
     VACUUM ANALYZE and CHECKPOINT so every run starts from the same clean state."""
     with db.connect(autocommit=True) as conn:
         conn.execute(raw_sql.RESET_TABLE_OPTIONS)
@@ -18,6 +18,8 @@ def reset(db: Database, *, pending: int = 0, completed: int = 0, options: str | 
         conn.execute(raw_sql.RESET)
         if conn.execute(raw_sql.COUNTERS_TABLE).fetchone()[0]:
             conn.execute(raw_sql.RESET_COUNTERS)
+        if conn.execute(raw_sql.DEPENDENCIES_TABLE).fetchone()[0]:
+            conn.execute(raw_sql.RESET_DEPENDENCIES)
         fill(conn, completed=completed, pending=pending)
         settle(conn)
 
