@@ -1,0 +1,83 @@
+"""An enqueue naming a job that is finishing at that very moment.
+
+The enqueue locks the dependency's row and inserts the edge; a completion whose statement
+started before the enqueue committed waits on that row lock and, once it gets it, works from
+its own (older) snapshot of the dependencies table: it never sees the new edge. The finishing
+path notices that it settled fewer edges than the row's ``dependents`` says and settles again
+in a fresh statement, so the new job is released (or cancelled) all the same, and the
+recovery pass releases any waiting job whose dependencies all finished.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+
+import sqla_queue as sq
+from waiting import wait_until
+
+
+def _complete(queue: sq.Queue, job: sq.ClaimedJob) -> None:
+    assert queue.complete(job.id, job.claim_token)
+
+
+def _round(queue: sq.Queue, job: sq.ClaimedJob) -> None:
+    results, _ = queue.complete_and_claim([job], worker_id="race", limit=0)
+    assert results == {job.id: True}
+
+
+def _complete_many(queue: sq.Queue, job: sq.ClaimedJob) -> None:
+    assert queue.core.outcomes.complete_many([job], {}) == {job.id: True}
+
+
+def _fail(queue: sq.Queue, job: sq.ClaimedJob) -> None:
+    assert queue.fail(job.id, job.claim_token, "boom") is not None
+
+
+def _finish_during_enqueue(queue: sq.Queue, make_engine, sql_scalar,
+                           finish: Callable[[sq.Queue, sq.ClaimedJob], None], **options) -> int:
+    """Enqueue a job depending on a running job inside an open transaction, finish the running
+    job in a thread (its statement waits for the enqueue's lock), then commit the enqueue."""
+    queue.enqueue("send_email", {})
+    (job,) = queue.claim(worker_id="race")
+    engine = make_engine()
+    with engine.connect() as conn:
+        dependent = queue.enqueue("send_email", {}, depends_on=[job.id], connection=conn, **options)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                finish(queue, job)
+            except BaseException as error:  # noqa: BLE001 -- re-raised on the test's thread
+                errors.append(error)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        wait_until(lambda: sql_scalar(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'") > 0,
+            "the completion to wait for the enqueue's row lock")
+        conn.commit()
+        thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+    return dependent
+
+
+@pytest.mark.parametrize("finish", [_complete, _round, _complete_many], ids=["complete", "round", "complete_many"])
+def test_a_completion_racing_the_enqueue_releases_the_new_dependent(fresh_queue, make_engine, sql_scalar, finish):
+    dependent = _finish_during_enqueue(fresh_queue, make_engine, sql_scalar, finish)
+    row = sql_scalar("SELECT status || ':' || waiting_on FROM sqla_queue_jobs WHERE id = :id", id=dependent)
+    assert row == "pending:0"
+
+
+def test_a_failure_racing_the_enqueue_cancels_the_new_dependent(fresh_queue, make_engine, sql_scalar):
+    dependent = _finish_during_enqueue(fresh_queue, make_engine, sql_scalar, _fail)
+    job = fresh_queue.get_job(dependent)
+    assert job.status is sq.JobStatus.CANCELLED
+    assert job.last_error == "a dependency failed or was cancelled"
+
+
+def test_a_failure_racing_the_enqueue_releases_a_dependent_that_runs_anyway(fresh_queue, make_engine, sql_scalar):
+    dependent = _finish_during_enqueue(fresh_queue, make_engine, sql_scalar, _fail, on_dependency_failure="run")
+    assert fresh_queue.get_job(dependent).status is sq.JobStatus.PENDING
