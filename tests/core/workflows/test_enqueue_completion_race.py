@@ -33,7 +33,7 @@ def _complete_many(queue: sq.Queue, job: sq.ClaimedJob) -> None:
 
 
 def _fail(queue: sq.Queue, job: sq.ClaimedJob) -> None:
-    assert queue.fail(job.id, job.claim_token, "boom") is not None
+    assert queue.fail(job.id, job.claim_token, error="boom")
 
 
 def _finish_during_enqueue(queue: sq.Queue, make_engine, sql_scalar,
@@ -55,9 +55,10 @@ def _finish_during_enqueue(queue: sq.Queue, make_engine, sql_scalar,
 
         thread = threading.Thread(target=run)
         thread.start()
-        wait_until(lambda: sql_scalar(
+        wait_until(lambda: not thread.is_alive() or sql_scalar(
             "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'") > 0,
             "the completion to wait for the enqueue's row lock")
+        assert thread.is_alive(), errors
         conn.commit()
         thread.join(timeout=30)
     assert not thread.is_alive() and not errors, errors
