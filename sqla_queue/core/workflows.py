@@ -114,6 +114,21 @@ def _links(ids: list[int], deps: dict[int, Dependencies]) -> dict[str, list[Any]
             "parents": sorted(gained), "counts": [gained[p] for p in sorted(gained)]}
 
 
+def settle_again(conn: Connection, statements: Statements, rows: Sequence[Any]) -> None:
+    """Settle again, on `conn`, the dependents of the rows a finishing statement flagged
+    (``settle_again``, `sql.dependencies.settle_again`): an enqueue committed while that
+    statement waited for its lock added edges it could not see. Two statements, so that the
+    recount reads a snapshot taken once the dependents' rows are locked. `conn` must be in a
+    transaction (the locks are held to its end)."""
+    parents = sorted({job_id for row in rows for job_id in (row.settle_again or ())})
+    if not parents:
+        return
+    with database_errors():
+        locked = [row.id for row in conn.execute(statements.lock_waiting_dependents, {"parents": parents})]
+        if locked:
+            conn.execute(statements.recount_waiting, {"job_ids": locked}).all()
+
+
 def dependency_results(conn: Connection, statements: Statements, job_id: int) -> dict[int, Any]:
     """``ctx.dependency_results``: each dependency's id and stored result (None when it
     returned nothing, failed or was cancelled and the job runs anyway)."""

@@ -28,9 +28,11 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    cast,
     exists,
     func,
     literal,
+    null,
     select,
     true,
     update,
@@ -55,7 +57,8 @@ def settled(table: Table, finished: Any) -> Any:
     deps = dependencies_table(table)
     waiting = table.alias(f"{finished.name}_waiting")
     parents = (
-        select(finished.c.id, (finished.c.status != _literal(JobStatus.COMPLETED)).label("failed"))
+        select(finished.c.id, finished.c.dependents,
+               (finished.c.status != _literal(JobStatus.COMPLETED)).label("failed"))
         .where(finished.c.dependents > 0, finished.c.status.in_([_literal(s) for s in FINISHED_STATUSES]))
         .cte(f"{finished.name}_parents")
     )
@@ -89,7 +92,29 @@ def settled(table: Table, finished: Any) -> Any:
         .cte(f"{finished.name}_woken")
     )
     cancelled = announce_finished(table, released, only=released.c.status == _literal(JobStatus.CANCELLED))
-    return announced(finished, cancelled).outerjoin(woken, true())
+    return announced(finished, cancelled).outerjoin(woken, true()).outerjoin(_missed(deps, parents), true())
+
+
+NOTHING_TO_SETTLE = cast(null(), ARRAY(BigInteger)).label("settle_again")
+"""`settle_again` for a branch of a UNION that finished nothing (a replay, a claim)."""
+
+
+def settle_again(joined: Any) -> Any:
+    """The ``settle_again`` column of a `settled` join: the ids of the finished rows whose
+    ``dependents`` count more edges than the statement saw (NULL: none). An enqueue that
+    committed after the statement's snapshot was taken, while the statement waited for its
+    lock on the dependency, added an edge the statement cannot see; the caller settles those
+    rows' dependents again in a fresh statement (`lock_waiting_dependents`, then
+    `recount_waiting`)."""
+    return joined.right.c.settle_again
+
+
+def _missed(deps: Table, parents: Any) -> Any:
+    """One row: `settle_again`'s ids. Counted per parent (by the edges' primary key) only for
+    rows with dependents, so a completion without any never reads the dependencies table."""
+    seen = select(func.count()).where(deps.c.depends_on == parents.c.id).scalar_subquery()
+    return (select(func.array_agg(parents.c.id).label("settle_again"))
+            .where(parents.c.dependents > seen).cte(f"{parents.name}_missed"))
 
 
 def _literal(status: JobStatus) -> Any:
@@ -127,6 +152,87 @@ def _released(table: Table, counts: Any, doomed: Any, gate: Any, name: str) -> A
         .returning(table.c.id, table.c.status, table.c.queue_name, table.c.watched)
         .cte(name)
     )
+
+
+# -- settling again ---------------------------------------------------------------------------
+
+
+def lock_waiting_dependents(table: Table) -> Executable:
+    """The waiting jobs that depend on ``:parents``, row-locked, read in a statement of their
+    own: the first half of settling them again (`settle_again`). The count that follows
+    (`recount_waiting`) runs after the locks are held, in a fresh snapshot, so no other
+    transaction has an uncommitted decrement of these rows that it would miss."""
+    deps = dependencies_table(table)
+    parents = bindparam("parents", type_=ARRAY(BigInteger))
+    return (
+        select(table.c.id)
+        .where(table.c.id.in_(select(deps.c.job_id).where(deps.c.depends_on == any_(parents))), _is_waiting(table))
+        .order_by(table.c.id)
+        .with_for_update(key_share=True)
+    )
+
+
+def recount_waiting(table: Table, *, backstop: bool = False) -> Executable:
+    """Waiting jobs' ``waiting_on`` recounted from their dependencies' statuses: cancelled if
+    one failed or was cancelled along an edge without ``run_anyway``, pending if none is left
+    active, else waiting for the ones left; their dependents settled as by any finishing
+    statement. A recount is idempotent, unlike the finishing statements' decrements.
+
+    Without `backstop`: jobs ``:job_ids``, which the caller locked in an earlier statement of
+    its transaction (`lock_waiting_dependents`). With it: the recovery pass's check, up to
+    ``:limit`` waiting jobs found through the dependencies table (empty without workflows),
+    acting only on those with nothing left to wait for: unlocked, a count read from a snapshot
+    could miss a decrement committed meanwhile, but "every dependency finished" stays true."""
+    deps = dependencies_table(table)
+    if backstop:
+        candidates = (select(deps.c.job_id.label("id")).distinct()
+                      .join(table, table.c.id == deps.c.job_id).where(_is_waiting(table))
+                      .limit(bindparam("limit")).subquery("candidate"))
+    else:
+        candidates = func.unnest(bindparam("job_ids", type_=ARRAY(BigInteger))).table_valued("id").render_derived(
+            "candidate")
+    counted = select(candidates.c.id, _left(table, deps, candidates.c.id).label("left"),
+                     _doomed(table, deps, candidates.c.id).label("doomed")).cte("recount")
+    changes = (counted.c.doomed | (counted.c.left == 0)) if backstop else true()
+    now = func.clock_timestamp()
+    changed = (
+        update(table)
+        .where(table.c.id == counted.c.id, _is_waiting(table), changes)
+        .values(
+            waiting_on=counted.c.left,
+            status=case((counted.c.doomed, _literal(JobStatus.CANCELLED)), (counted.c.left == 0, _literal(JobStatus.PENDING)),
+                        else_=_literal(JobStatus.WAITING)),
+            cancelled_at=case((counted.c.doomed, now), else_=None),
+            last_error=case((counted.c.doomed, DEPENDENCY_FAILED), else_=table.c.last_error),
+        )
+        .returning(table.c.id, table.c.status, table.c.queue_name, table.c.watched, table.c.dependents)
+        .cte("recounted")
+    )
+    woken = (
+        select(func.count(func.pg_notify(literal(channel_name(table)), changed.c.queue_name)).label("woken"))
+        .where(changed.c.status == _literal(JobStatus.PENDING))
+        .cte("recount_woken")
+    )
+    joined = settled(table, changed)
+    ended = announce_finished(table, changed, only=changed.c.status == _literal(JobStatus.CANCELLED))
+    return (select(changed.c.id, changed.c.status, settle_again(joined))
+            .select_from(announced(joined, ended).outerjoin(woken, true())))
+
+
+def _left(table: Table, deps: Table, job_id: Any) -> Any:
+    """How many of `job_id`'s dependencies are still active (a pruned one is finished)."""
+    dependency = table.alias("dependency")
+    return (select(func.count()).select_from(deps.join(dependency, dependency.c.id == deps.c.depends_on))
+            .where(deps.c.job_id == job_id, status_is(dependency, *ACTIVE_STATUSES)).scalar_subquery())
+
+
+def _doomed(table: Table, deps: Table, job_id: Any) -> Any:
+    """Whether one of `job_id`'s dependencies failed or was cancelled along an edge without
+    ``run_anyway``."""
+    dependency = table.alias("failed_dependency")
+    failed = [s for s in FINISHED_STATUSES if s is not JobStatus.COMPLETED]
+    return exists().select_from(deps.join(dependency, dependency.c.id == deps.c.depends_on)).where(
+        deps.c.job_id == job_id, ~deps.c.run_anyway, status_is(dependency, *failed))
 
 
 # -- enqueue ----------------------------------------------------------------------------------

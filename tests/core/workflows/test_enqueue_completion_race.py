@@ -14,9 +14,10 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from sqlalchemy import text
+from waiting import wait_until
 
 import sqla_queue as sq
-from waiting import wait_until
 
 
 def _complete(queue: sq.Queue, job: sq.ClaimedJob) -> None:
@@ -82,3 +83,38 @@ def test_a_failure_racing_the_enqueue_cancels_the_new_dependent(fresh_queue, mak
 def test_a_failure_racing_the_enqueue_releases_a_dependent_that_runs_anyway(fresh_queue, make_engine, sql_scalar):
     dependent = _finish_during_enqueue(fresh_queue, make_engine, sql_scalar, _fail, on_dependency_failure="run")
     assert fresh_queue.get_job(dependent).status is sq.JobStatus.PENDING
+
+
+def _finish_behind_the_settle(engine, job_id: int, status: str) -> None:
+    """Finish `job_id` with a bare UPDATE that settles nothing: what a missed settle leaves."""
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE sqla_queue_jobs SET status = '{status}', {status}_at = now() WHERE id = :id"),
+                     {"id": job_id})
+
+
+def test_the_recovery_pass_releases_a_waiting_job_whose_dependencies_all_finished(queue, engine):
+    first, second = queue.enqueue("send_email", {}), queue.enqueue("send_email", {})
+    both = queue.enqueue("send_email", {}, depends_on=[first, second])
+    _finish_behind_the_settle(engine, first, "completed")
+    queue.recover_expired()
+    assert queue.get_job(both).status is sq.JobStatus.WAITING  # `second` is still pending
+    _finish_behind_the_settle(engine, second, "completed")
+    queue.recover_expired()
+    job = queue.get_job(both)
+    assert job.status is sq.JobStatus.PENDING
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT waiting_on FROM sqla_queue_jobs WHERE id = :id"), {"id": both}).scalar() == 0
+
+
+def test_the_recovery_pass_cancels_the_dependents_of_a_failed_job_and_theirs(queue, engine):
+    first = queue.enqueue("send_email", {})
+    child, grandchild, anyway = queue.enqueue_many([
+        {"task": "send_email", "payload": {}, "depends_on": [first]},
+        {"task": "send_email", "payload": {}, "depends_on": [sq.Earlier(0)]},
+        {"task": "send_email", "payload": {}, "depends_on": [first], "on_dependency_failure": "run"},
+    ])
+    _finish_behind_the_settle(engine, first, "failed")
+    queue.recover_expired()
+    assert [queue.get_job(i).status for i in (child, grandchild, anyway)] == [
+        sq.JobStatus.CANCELLED, sq.JobStatus.CANCELLED, sq.JobStatus.PENDING]
+    assert queue.get_job(child).last_error == "a dependency failed or was cancelled"
