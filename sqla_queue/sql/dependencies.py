@@ -302,23 +302,24 @@ def dependency_results(table: Table) -> Executable:
 
 def dependencies_of(table: Table) -> Executable:
     """The jobs ``:job_id`` depends on: id, task, status (NULL once pruned), ``run_anyway``."""
-    deps = dependencies_table(table)
-    return (
-        select(deps.c.depends_on.label("id"), table.c.task, table.c.status, deps.c.run_anyway)
-        .select_from(deps.outerjoin(table, table.c.id == deps.c.depends_on))
-        .where(deps.c.job_id == bindparam("job_id"))
-        .order_by(deps.c.depends_on)
-    )
+    return _linked(table, upstream=True)
 
 
 def dependents_of(table: Table) -> Executable:
     """The jobs that depend on ``:job_id``: id, task, status (NULL once pruned), ``run_anyway``."""
+    return _linked(table, upstream=False)
+
+
+def _linked(table: Table, *, upstream: bool) -> Executable:
+    """The jobs at the other end of ``:job_id``'s edges, one direction: the same read either
+    way, `upstream` says which column of the edge is ``:job_id``."""
     deps = dependencies_table(table)
+    mine, other = (deps.c.job_id, deps.c.depends_on) if upstream else (deps.c.depends_on, deps.c.job_id)
     return (
-        select(deps.c.job_id.label("id"), table.c.task, table.c.status, deps.c.run_anyway)
-        .select_from(deps.outerjoin(table, table.c.id == deps.c.job_id))
-        .where(deps.c.depends_on == bindparam("job_id"))
-        .order_by(deps.c.job_id)
+        select(other.label("id"), table.c.task, table.c.status, deps.c.run_anyway)
+        .select_from(deps.outerjoin(table, table.c.id == other))
+        .where(mine == bindparam("job_id"))
+        .order_by(other)
     )
 
 
