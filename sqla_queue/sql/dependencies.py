@@ -235,6 +235,73 @@ def _doomed(table: Table, deps: Table, job_id: Any) -> Any:
         deps.c.job_id == job_id, ~deps.c.run_anyway, status_is(dependency, *failed))
 
 
+# -- retry ------------------------------------------------------------------------------------
+
+
+def rearmed(table: Table, retried: Any) -> Any:
+    """A CTE putting back to ``waiting`` the jobs that `retried` (failed jobs made pending
+    again, a CTE with ``id``, ``status`` and ``dependents``) had cancelled: the dependents
+    cancelled with `DEPENDENCY_FAILED` along edges without ``run_anyway``, and theirs. A job that
+    another failed or cancelled dependency would cancel again stays cancelled, and so do the
+    ones below it. ``waiting_on`` counts the dependencies still active, the revived ones
+    included. A data-modifying CTE, so it runs whether the statement reads it or not; only
+    retried rows with dependents read the dependencies table."""
+    deps = dependencies_table(table)
+    roots = select(retried.c.id).where(retried.c.dependents > 0,
+                                       retried.c.status == _literal(JobStatus.PENDING)).cte("rearm_roots")
+    reach = _descendants(table, deps, roots.c.id, _was_doomed, "rearm_reach")
+    revived = func.array(select(roots.c.id).union_all(select(reach.c.job_id)).scalar_subquery())
+    other = table.alias("other_dependency")
+    blocked_edge = deps.alias("blocked_edge")
+    cancels_again = (
+        select(blocked_edge.c.job_id)
+        .join(reach, reach.c.job_id == blocked_edge.c.job_id)
+        .join(other, other.c.id == blocked_edge.c.depends_on)
+        .where(~blocked_edge.c.run_anyway, ~(other.c.id == any_(revived)),
+               status_is(other, *[s for s in FINISHED_STATUSES if s is not JobStatus.COMPLETED]))
+    )
+    blocked = _descendants(table, deps, cancels_again.subquery("cancels_again").c.job_id, _was_doomed,
+                           "rearm_blocked", include_roots=True)
+    dependency = table.alias("rearm_dependency")
+    left = (select(func.count()).select_from(deps.join(dependency, dependency.c.id == deps.c.depends_on))
+            .where(deps.c.job_id == table.c.id,
+                   status_is(dependency, *ACTIVE_STATUSES) | (dependency.c.id == any_(revived)))
+            .scalar_subquery())
+    return (
+        update(table)
+        .where(table.c.id.in_(select(reach.c.job_id)), ~table.c.id.in_(select(blocked.c.job_id)), _was_doomed(table))
+        .values(status=_literal(JobStatus.WAITING), waiting_on=left, cancelled_at=None, last_error=None)
+        .returning(table.c.id)
+        .cte("rearmed")
+    )
+
+
+def _was_doomed(table: Any) -> Any:
+    """Cancelled because a dependency failed or was cancelled (`DEPENDENCY_FAILED`)."""
+    return status_is(table, JobStatus.CANCELLED).is_(true()) & (table.c.last_error == DEPENDENCY_FAILED)
+
+
+def _descendants(table: Table, deps: Table, start: Any, which: Any, name: str, *, include_roots: bool = False) -> Any:
+    """A recursive CTE (``job_id``) of the jobs below the ids `start` along edges without
+    ``run_anyway`` whose rows satisfy `which` (`start` itself too with `include_roots`)."""
+    first = table.alias(f"{name}_first")
+    edge = deps.alias(f"{name}_edge")
+    if include_roots:
+        base = select(start.label("job_id"))
+    else:
+        base = (select(edge.c.job_id).join(first, first.c.id == edge.c.job_id)
+                .where(edge.c.depends_on == start, ~edge.c.run_anyway, which(first)))
+    found = base.cte(name, recursive=True)
+    deeper = deps.alias(f"{name}_deeper")
+    below = table.alias(f"{name}_below")
+    return found.union(
+        select(deeper.c.job_id)
+        .join(found, found.c.job_id == deeper.c.depends_on)
+        .join(below, below.c.id == deeper.c.job_id)
+        .where(~deeper.c.run_anyway, which(below))
+    )
+
+
 # -- enqueue ----------------------------------------------------------------------------------
 
 
