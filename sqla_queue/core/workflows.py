@@ -22,7 +22,7 @@ from ..db.engine import database_errors
 from ..db.executor import ARRAY_PARAMS, Statements
 from ..errors import InvalidInputError, JobStateError
 from ..types import FINISHED_STATUSES, JobStatus
-from ..workflow import Earlier, Reference
+from ..workflow import BatchStatus, Earlier, Reference, batch_status
 
 _FAILED = frozenset(status.value for status in FINISHED_STATUSES) - {JobStatus.COMPLETED.value}
 
@@ -144,3 +144,22 @@ def dependency_graph(core: Any, job_id: int) -> dict[str, list[dict[str, Any]]]:
         return {key: [dict(row._mapping) for row in conn.execute(statement, {"job_id": job_id})]
                 for key, statement in (("depends_on", statements.dependencies_of),
                                        ("dependents", statements.dependents_of))}
+
+
+def batch_of(conn: Connection, statements: Statements, job_id: int) -> BatchStatus | None:
+    """``ctx.batch`` and `Queue.batch_status`: the progress of the jobs `job_id` depends on
+    (a batch's callback depends on every job of its batch); None when it depends on none."""
+    with database_errors():
+        rows = conn.execute(statements.dependency_counts, {"job_id": job_id}).all()
+    if not rows:
+        return None
+    return batch_status(job_id, ((row.status, row.n) for row in rows), rows[0].callback)
+
+
+def queue_batch_status(core: Any, batch_id: int) -> BatchStatus:
+    """`Queue.batch_status`, read through `core` (a `Core`)."""
+    with core.executor.transaction() as conn:
+        status = batch_of(conn, core.statements, batch_id)
+    if status is None:
+        raise InvalidInputError(f"batch_id {batch_id} is not a batch: no job has that id, or it depends on no job")
+    return status

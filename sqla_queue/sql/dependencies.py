@@ -367,6 +367,21 @@ def dependency_results(table: Table) -> Executable:
     )
 
 
+def dependency_counts(table: Table) -> Executable:
+    """How many of the jobs ``:job_id`` depends on are in each status (NULL: pruned), with
+    ``:job_id``'s own status on every row: a batch's progress (`Queue.batch_status`,
+    ``ctx.batch``). By the edges' ``job_id`` index, then each job's primary key."""
+    deps = dependencies_table(table)
+    callback = table.alias("callback")
+    own = select(callback.c.status).where(callback.c.id == bindparam("job_id")).scalar_subquery()
+    return (
+        select(table.c.status, func.count().label("n"), own.label("callback"))
+        .select_from(deps.outerjoin(table, table.c.id == deps.c.depends_on))
+        .where(deps.c.job_id == bindparam("job_id"))
+        .group_by(table.c.status)
+    )
+
+
 def dependencies_of(table: Table) -> Executable:
     """The jobs ``:job_id`` depends on: id, task, status (NULL once pruned), ``run_anyway``."""
     return _linked(table, upstream=True)
