@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _validate
-from .errors import InvalidInputError
 from ._batches import BatchStatus, WorkflowReads, batch_status  # noqa: F401  (re-exported)
+from .errors import InvalidInputError
 
 ON_DEPENDENCY_FAILURE = ("cancel", "run")
 """What a job does when a job it depends on fails for good or is cancelled: be cancelled too
