@@ -48,8 +48,9 @@ class BatchStatus:
 
 
 def batch_status(batch_id: int, counts: Iterable[tuple[str | None, int]], callback: str | None) -> BatchStatus:
-    """A `BatchStatus` from ``(status, count)`` rows of the batch's jobs (None: pruned)."""
-    by_status = {status or "pruned": count for status, count in counts}
+    """A `BatchStatus` from ``(status, count)`` rows of the batch's jobs (None: pruned),
+    counts in status order so that they print the same every time."""
+    by_status = dict(sorted((status or "pruned", count) for status, count in counts))
     return BatchStatus(batch_id=batch_id, total=sum(by_status.values()), counts=MappingProxyType(by_status),
                        callback=None if callback is None else JobStatus(callback))
 
