@@ -67,7 +67,7 @@ def settled(table: Table, finished: Any) -> Any:
         select(deps.c.job_id)
         .join(parents, parents.c.id == deps.c.depends_on)
         .join(waiting, waiting.c.id == deps.c.job_id)
-        .where(gate, parents.c.failed, ~deps.c.run_anyway, _is_waiting(waiting))
+        .where(exists().where(parents.c.failed), parents.c.failed, ~deps.c.run_anyway, _is_waiting(waiting))
         .cte(f"{finished.name}_doomed", recursive=True)
     )
     deeper = deps.alias(f"{finished.name}_deeper")
@@ -111,10 +111,11 @@ def settle_again(joined: Any) -> Any:
 
 def _missed(deps: Table, parents: Any) -> Any:
     """One row: `settle_again`'s ids. Counted per parent (by the edges' primary key) only for
-    rows with dependents, so a completion without any never reads the dependencies table."""
+    rows with dependents, so a completion without any never reads the dependencies table.
+    MATERIALIZED: inlined into the outer join, it would be computed again for every row."""
     seen = select(func.count()).where(deps.c.depends_on == parents.c.id).scalar_subquery()
     return (select(func.array_agg(parents.c.id).label("settle_again"))
-            .where(parents.c.dependents > seen).cte(f"{parents.name}_missed"))
+            .where(parents.c.dependents > seen).cte(f"{parents.name}_missed").prefix_with("MATERIALIZED"))
 
 
 def _literal(status: JobStatus) -> Any:
@@ -136,9 +137,12 @@ def _released(table: Table, counts: Any, doomed: Any, gate: Any, name: str) -> A
     is_doomed = exists().where(doomed.c.job_id == table.c.id)
     left = table.c.waiting_on - counts.c.done
     now = func.clock_timestamp()
+    # ``id = ANY(...)`` as well as the join: a path by primary key the planner takes even when
+    # the table's statistics predate a large enqueue (it would hash the whole table instead).
+    by_key = table.c.id == any_(func.array(select(counts.c.job_id).scalar_subquery()))
     return (
         update(table)
-        .where(gate, table.c.id == counts.c.job_id, _is_waiting(table))
+        .where(gate, table.c.id == counts.c.job_id, by_key, _is_waiting(table))
         .values(
             waiting_on=func.greatest(left, 0),
             status=case((is_doomed, _literal(JobStatus.CANCELLED)), (left <= 0, _literal(JobStatus.PENDING)),
