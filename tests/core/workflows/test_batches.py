@@ -123,3 +123,32 @@ def test_ctx_batch_is_none_for_a_job_without_dependencies(batch_queue):
     batch_queue.enqueue("lonely", {})
     batch_queue.worker(queues=["default"]).run(until_empty=True)
     assert seen == [None]
+
+
+def test_a_round_completing_many_batch_jobs_updates_the_callback_once(batch_queue, engine):
+    from datetime import timedelta
+
+    from sqla_queue import sql
+    from sqla_queue.sql import catalog
+
+    queue = batch_queue
+    batch_id = queue.batch([{"task": "work", "payload": {"n": n}} for n in range(8)], on_complete=("report", {"tag": "r"}))
+    jobs = queue.claim(worker_id="w", limit=8)
+    params = {"job_ids": [j.id for j in jobs], "tokens": [j.claim_token for j in jobs], "results": [None] * 8,
+              "queues": ["default"], "limit": 0, "worker_id": "w", "token": "x", "lease": timedelta(seconds=60),
+              "tasks": None}
+    with engine.connect() as conn:
+        [[document]] = conn.execute(catalog.explain(sql.complete_and_claim_jobs(queue.core.statements.table),
+                                                    analyze=True), params).all()
+        left = conn.execute(text("SELECT status || ':' || waiting_on FROM sqla_queue_jobs WHERE id = :id"),
+                            {"id": batch_id}).scalar_one()
+        conn.rollback()
+    [released] = [n for n in _nodes(document[0]["Plan"]) if n.get("Subplan Name") == "CTE completed_now_released"]
+    assert released["Actual Rows"] == 1  # one UPDATE of the callback for the 8 completions
+    assert left == "pending:0"
+
+
+def _nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
