@@ -152,18 +152,14 @@ class Queue:
 
     def batch(self, jobs: Iterable[Mapping[str, Any]], *, on_complete: tuple[Task | Handler | str, Mapping[str, Any]],
               session: Session | None = None, connection: Connection | None = None) -> int:
-        """`enqueue_many` of `jobs` plus a callback job ``on_complete=(task, payload)`` that runs
-        once, when every one of them is terminal (completed, failed for good or cancelled),
-        reading ``ctx.batch``; one call, in the caller's transaction if given. Returns the batch
-        id (the callback's job id) for `batch_status` (docs/how-to/workflows.md)."""
+        """`enqueue_many` of `jobs` and a callback ``on_complete=(task, payload)`` run once every job
+        is terminal (it reads ``ctx.batch``); the batch id (the callback's job id)."""
         return self.enqueue_many(batch_items(jobs, on_complete), session=session, connection=connection)[-1]
 
-    async def batch_async(self, jobs: Iterable[Mapping[str, Any]], *,
-                          on_complete: tuple[Task | Handler | str, Mapping[str, Any]],
+    async def batch_async(self, jobs: Iterable[Mapping[str, Any]], *, on_complete: tuple[Any, Mapping[str, Any]],
                           session: AsyncSession | None = None, connection: AsyncConnection | None = None) -> int:
         """`batch` for asyncio code (see `enqueue_async`)."""
-        items = batch_items(jobs, on_complete)
-        return (await self.enqueue_many_async(items, session=session, connection=connection))[-1]
+        return (await self.enqueue_many_async(batch_items(jobs, on_complete), session=session, connection=connection))[-1]
 
     def batch_status(self, batch_id: int) -> BatchStatus:
         """Where batch `batch_id` stands: its jobs' counts by status and its callback's status."""
