@@ -54,7 +54,7 @@ from .types import (
     WorkerInfo,
     WorkerSeen,
 )
-from .workflow import Earlier
+from .workflow import BatchStatus, Earlier
 
 if TYPE_CHECKING:
     from . import testing
@@ -101,6 +101,7 @@ __all__ = [
     "ConfigurationError",
     "DEFAULT_LEASE",
     "DatabaseError",
+    "BatchStatus",
     "Earlier",
     "EnqueueConflictError",
     "HistoryPoint",

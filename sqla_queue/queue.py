@@ -16,13 +16,13 @@ from . import _validate, sql
 from ._tasks import EnqueueOptions, P, Handler, Task, TaskDecorator, TaskOptions, TaskRegistry, task_options
 from .core import Core, waiter
 from .core.enqueue import enqueue_options
-from .core.workflows import dependency_graph
+from .core.workflows import dependency_graph, queue_batch_status
 from .core.operations import DEFAULT_BULK_LIMIT, DEFAULT_HISTORY, DEFAULT_SAMPLE_RETENTION, DEFAULT_WORKERS_WITHIN
 from .core.schedules import PeriodicOptions, Schedule, Schedules
 from .db.executor import Executor
 from .errors import ConfigurationError
 from .tables import job_table_of
-from .workflow import chain_items
+from .workflow import BatchStatus, batch_items, chain_items
 from .plugins.calls import configure
 from .plugins.manager import build_plugin_manager
 from .services import pruning
@@ -149,6 +149,21 @@ class Queue:
         """`enqueue_many` of ``(task, payload)`` steps, each waiting for the one before (its result in
         ``ctx.dependency_results``; a failed step cancels the rest); ids in step order."""
         return self.enqueue_many(chain_items(steps), session=session, connection=connection)
+
+    def batch(self, jobs: Iterable[Mapping[str, Any]], *, on_complete: tuple[Task | Handler | str, Mapping[str, Any]],
+              session: Session | None = None, connection: Connection | None = None) -> int:
+        """`enqueue_many` of `jobs` and a callback ``on_complete=(task, payload)`` run once every job
+        is terminal (it reads ``ctx.batch``); the batch id (the callback's job id)."""
+        return self.enqueue_many(batch_items(jobs, on_complete), session=session, connection=connection)[-1]
+
+    async def batch_async(self, jobs: Iterable[Mapping[str, Any]], *, on_complete: tuple[Any, Mapping[str, Any]],
+                          session: AsyncSession | None = None, connection: AsyncConnection | None = None) -> int:
+        """`batch` for asyncio code (see `enqueue_async`)."""
+        return (await self.enqueue_many_async(batch_items(jobs, on_complete), session=session, connection=connection))[-1]
+
+    def batch_status(self, batch_id: int) -> BatchStatus:
+        """Where batch `batch_id` stands: its jobs' counts by status and its callback's status."""
+        return queue_batch_status(self.core, _validate.job_id(batch_id, "batch_id"))
 
     async def enqueue_async(self, task: Task | Handler | str, payload: Mapping[str, Any], *,
                             session: AsyncSession | None = None, connection: AsyncConnection | None = None,

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
 
+    from ._batches import BatchStatus, WorkflowReads
     from .errors import Snooze
 
 
@@ -85,17 +86,16 @@ class ClaimedJob:
 
     def context(self, cancel_requested: CancelSignal | None = None,
                 transaction: Callable[[], HandlerTransaction] | None = None, *, is_async: bool = False,
-                dependency_results: Callable[[], Mapping[int, Any]] | None = None) -> JobContext:
+                dependency_results: WorkflowReads | None = None) -> JobContext:
         """The handler's view of this run. Without an explicit key, the idempotency key is
         derived from the job id, which every attempt shares. `cancel_requested` is the event
         its worker sets when someone asks to cancel the job (`JobContext.cancel_requested`: a
-        `threading.Event` or anything else with ``is_set()``);
-        `transaction` gives what ``ctx.transaction()`` returns (made by whoever runs the
-        handler, on first use: most handlers never ask); `is_async`, whether the handler is an
-        ``async def`` one; `dependency_results` reads ``ctx.dependency_results``."""
+        `threading.Event` or anything else with ``is_set()``); `transaction` gives what
+        ``ctx.transaction()`` returns (made on first use: most handlers never ask); `is_async`,
+        whether the handler is ``async def``; `dependency_results` reads ``ctx.dependency_results``
+        and ``ctx.batch``."""
         return JobContext(
-            job_id=self.id, attempt=self.attempts, max_attempts=self.max_attempts,
-            queue=self.queue, task=self.task,
+            job_id=self.id, attempt=self.attempts, max_attempts=self.max_attempts, queue=self.queue, task=self.task,
             idempotency_key=self.idempotency_key or f"sqla_queue-job-{self.id}",
             claim_token=self.claim_token, priority=self.priority, scheduled_at=self.scheduled_at,
             meta=MappingProxyType(self.meta or {}), is_async=is_async,
@@ -127,17 +127,21 @@ class JobContext:
     `sqla_queue_job_meta` hooks: a trace context, a tenant), read-only, the same on every attempt."""
     is_async: bool = False
     """The handler is an ``async def`` one (what run middleware needs to know)."""
-    _cancel_requested: CancelSignal = field(
-        default_factory=threading.Event, repr=False, compare=False
-    )
+    _cancel_requested: CancelSignal = field(default_factory=threading.Event, repr=False, compare=False)
     _transaction: Callable[[], HandlerTransaction] | None = field(default=None, repr=False, compare=False)
-    _dependency_results: Callable[[], Mapping[int, Any]] | None = field(default=None, repr=False, compare=False)
+    _dependency_results: WorkflowReads | None = field(default=None, repr=False, compare=False)
 
     @property
     def dependency_results(self) -> Mapping[int, Any]:
         """The results of the jobs this one depends on (``depends_on=``), by id: one query each
         time it is read, so keep it in a variable. Empty for a job without dependencies."""
         return MappingProxyType(dict(self._dependency_results() if self._dependency_results else {}))
+
+    @property
+    def batch(self) -> BatchStatus | None:
+        """In a batch's callback (`Queue.batch`): its id and its jobs' counts by status (one
+        query each read); None for a job that depends on no job."""
+        return self._dependency_results.batch() if self._dependency_results else None
 
     @property
     def cancel_requested(self) -> bool:
@@ -155,10 +159,8 @@ class JobContext:
         session is the task's ``session_factory``'s, else one on the queue's engine
         (docs/explanation/delivery-semantics.md)."""
         if self._transaction is None:
-            raise RuntimeError(
-                "ctx.transaction() needs the context a worker (or sqla_queue.testing's drain, "
-                "run_job or inline mode) gives the handler: this JobContext was built by hand"
-            )
+            raise RuntimeError("ctx.transaction() needs the context a worker (or sqla_queue.testing's drain, "
+                               "run_job or inline mode) gives the handler: this JobContext was built by hand")
         return self._transaction()
 
     def set_result(self, value: Any) -> None:
@@ -170,7 +172,6 @@ class JobContext:
         """``return ctx.snooze(delay)``: run this job again after `delay` without spending an
         attempt (the same as ``raise Snooze(delay)``)."""
         from .errors import Snooze
-
         return Snooze(delay)
 
 

@@ -5,11 +5,12 @@ Kept apart from `types` (at its length limit); `sqla_queue.Earlier` is public.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import _validate
+from ._batches import BatchStatus, WorkflowReads, batch_status  # noqa: F401  (re-exported)
 from .errors import InvalidInputError
 
 ON_DEPENDENCY_FAILURE = ("cancel", "run")
@@ -82,3 +83,18 @@ def chain_items(steps: Iterable[Any]) -> list[dict[str, Any]]:
             item["depends_on"] = [Earlier(index - 1)]
         items.append(item)
     return items
+
+
+def batch_items(jobs: Iterable[Mapping[str, Any]], on_complete: Any) -> list[dict[str, Any]]:
+    """`Queue.batch`'s jobs as ``enqueue_many`` items, the callback last, depending on every
+    one of them and run whatever they end as (``on_dependency_failure="run"``)."""
+    if isinstance(jobs, (str, bytes, Mapping)) or not isinstance(jobs, Iterable):
+        raise InvalidInputError(f"jobs must be a list of job mappings, got {type(jobs).__name__}")
+    items = [dict(job) if isinstance(job, Mapping) else job for job in jobs]
+    if not items:
+        raise InvalidInputError("a batch needs at least one job")
+    if not (isinstance(on_complete, tuple) and len(on_complete) == 2):
+        raise InvalidInputError(f"on_complete must be a (task, payload) pair, got {type(on_complete).__name__}")
+    callback = {"task": on_complete[0], "payload": on_complete[1],
+                "depends_on": [Earlier(index) for index in range(len(items))], "on_dependency_failure": "run"}
+    return [*items, callback]

@@ -455,7 +455,7 @@ def test_the_facade_is_thin_and_no_module_is_long():
     lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
                for path in (ROOT / PACKAGE).rglob("*.py")}
     # 350 before Queue.workers (the worker registry); 370 with the async reads (get_job_async, ...)
-    # 385 with workflows (chain, dependencies)
-    assert lengths[f"{PACKAGE}/queue.py"] <= 385
+    # 385 with workflows (chain, dependencies); 398 with batches (batch, batch_async, batch_status)
+    assert lengths[f"{PACKAGE}/queue.py"] <= 398
     long = {path: n for path, n in lengths.items() if n > 500}
     assert not long, f"modules over 500 lines (split them by concern): {long}"

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, Engine, Table
 from .._tasks import TaskRegistry
 from ..db.executor import Executor, Statements
 from ..types import CancelSignal, ClaimedJob
+from ..workflow import WorkflowReads
 from .counters import Counters, EmptyClaimThrottle
 from .enqueue import Enqueuer
 from .handler_transaction import HandlerSessions, HandlerTransaction
@@ -34,7 +35,7 @@ from .limits import Limits
 from .operations import Operations
 from .outcomes import Outcomes
 from .schedules import Schedule, Schedules
-from .workflows import dependency_results
+from .workflows import batch_of, dependency_results
 
 __all__ = ["Core"]
 
@@ -96,14 +97,15 @@ class Core:
         return HandlerTransaction(self.outcomes, job, self.tasks.get(job.task), sessions, cancel_requested,
                                   max_result_bytes=self.outcomes.max_result_bytes, on_settled=on_settled)
 
-    def dependency_results_of(self, job_id: int) -> Callable[[], dict[int, Any]]:
-        """What reads ``ctx.dependency_results`` of `job_id` when its handler asks (a partial:
-        most handlers never do, and this is made for every job a worker holds)."""
-        return functools.partial(self._dependency_results, job_id)
+    def dependency_results_of(self, job_id: int) -> WorkflowReads:
+        """What reads ``ctx.dependency_results`` and ``ctx.batch`` of `job_id` when its handler
+        asks (partials: most handlers never do, and this is made for every job a worker holds)."""
+        return WorkflowReads(functools.partial(self._workflow_read, dependency_results, job_id),
+                             functools.partial(self._workflow_read, batch_of, job_id))
 
-    def _dependency_results(self, job_id: int) -> dict[int, Any]:
+    def _workflow_read(self, read: Callable[..., Any], job_id: int) -> Any:
         with self.executor.transaction() as conn:
-            return dependency_results(conn, self.statements, job_id)
+            return read(conn, self.statements, job_id)
 
     def declared_queues(self) -> list[str]:
         """Every queue a registered task or a schedule puts jobs on, sorted: what a worker

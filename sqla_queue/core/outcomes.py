@@ -38,6 +38,7 @@ from ..types import (
 )
 from .counters import Counters
 from .limits import LimitedClaim, Limits
+from .workflows import settle_again
 
 
 class Outcomes:
@@ -131,10 +132,19 @@ class Outcomes:
                  results: Mapping[int, str | None]) -> dict[int, bool]:
         """Whether each finished job is completed: by the round (`completed_rows`, announced
         here), or else by a statement of its own."""
+        self._settle_again(completed_rows)
         self._emit_finished(completed_rows)
         completed = {row.id for row in completed_rows}
         return {job.id: job.id in completed or self.complete(job.id, job.claim_token, results.get(job.id))
                 for job in finished}
+
+    def _settle_again(self, rows: Sequence[Any]) -> None:
+        """`workflows.settle_again` in a transaction of its own, for rows finished by a
+        statement that committed alone (the round, `complete_many`); rarely needed, so the
+        check is all the hot path pays."""
+        if any(row.settle_again for row in rows):
+            with self.executor.transaction() as conn:
+                settle_again(conn, self.statements, rows)
 
     def claim_by_id(self, job_id: int, worker_id: str, *, attempt: int | None = None,
                     scheduled_at: datetime | None = None, due_only: bool = False,
@@ -240,6 +250,7 @@ class Outcomes:
         started = _BatchClock()
         with self.executor.single_statement() as conn:
             rows = conn.execute(self.statements.complete_many, _held_params(jobs, results)).all()
+        self._settle_again(rows)
         self._emit_finished(rows)
         self._emit_batch("complete", None, sorted({job.queue for job in jobs}), (), rows, started)
         done = {row.id for row in rows}
@@ -333,6 +344,8 @@ class Outcomes:
         params = {"job_id": _validate.job_id(job_id), "token": _validate.claim_token(claim_token), **values}
         with self.executor.transaction() as conn:
             row = conn.execute(statement, params).first()
+            if row is not None:
+                settle_again(conn, self.statements, [row])
             self.counters.count_retry(conn, row)  # a retry's counter commits with the retry
             return row
 
@@ -358,7 +371,10 @@ class Outcomes:
         the completed row, or None when this claim no longer holds the job or a cancel was
         requested (the caller rolls back and asks `cancel_requested_in`)."""
         params = {"job_id": job.id, "token": job.claim_token, "result": result}
-        return conn.execute(self.statements.complete_in_handler_transaction, params).first()
+        row = conn.execute(self.statements.complete_in_handler_transaction, params).first()
+        if row is not None:
+            settle_again(conn, self.statements, [row])
+        return row
 
     def cancel_requested_in(self, conn: Connection, job: ClaimedJob) -> bool:
         """True if `job` is still held by its claim with a cancel request: why a completion in
@@ -418,6 +434,8 @@ class Outcomes:
         with self.executor.transaction() as conn:
             cancelled = conn.execute(self.statements.cancel_expired, params).all()
             self.counters.count_recovered(conn, cancelled)
+        with self.executor.transaction() as conn:  # the backstop of `workflows.settle_again`
+            conn.execute(self.statements.settle_waiting, {"limit": params["limit"]}).all()
         for rows, status in ((requeued, JobStatus.PENDING), (failed, JobStatus.FAILED),
                              (cancelled, JobStatus.CANCELLED)):
             for row in rows:

@@ -22,7 +22,7 @@ from ..db.engine import database_errors
 from ..db.executor import ARRAY_PARAMS, Statements
 from ..errors import InvalidInputError, JobStateError
 from ..types import FINISHED_STATUSES, JobStatus
-from ..workflow import Earlier, Reference
+from ..workflow import BatchStatus, Earlier, Reference, batch_status
 
 _FAILED = frozenset(status.value for status in FINISHED_STATUSES) - {JobStatus.COMPLETED.value}
 
@@ -114,6 +114,21 @@ def _links(ids: list[int], deps: dict[int, Dependencies]) -> dict[str, list[Any]
             "parents": sorted(gained), "counts": [gained[p] for p in sorted(gained)]}
 
 
+def settle_again(conn: Connection, statements: Statements, rows: Sequence[Any]) -> None:
+    """Settle again, on `conn`, the dependents of the rows a finishing statement flagged
+    (``settle_again``, `sql.dependencies.settle_again`): an enqueue committed while that
+    statement waited for its lock added edges it could not see. Two statements, so that the
+    recount reads a snapshot taken once the dependents' rows are locked. `conn` must be in a
+    transaction (the locks are held to its end)."""
+    parents = sorted({job_id for row in rows for job_id in (row.settle_again or ())})
+    if not parents:
+        return
+    with database_errors():
+        locked = [row.id for row in conn.execute(statements.lock_waiting_dependents, {"parents": parents})]
+        if locked:
+            conn.execute(statements.recount_waiting, {"job_ids": locked}).all()
+
+
 def dependency_results(conn: Connection, statements: Statements, job_id: int) -> dict[int, Any]:
     """``ctx.dependency_results``: each dependency's id and stored result (None when it
     returned nothing, failed or was cancelled and the job runs anyway)."""
@@ -129,3 +144,22 @@ def dependency_graph(core: Any, job_id: int) -> dict[str, list[dict[str, Any]]]:
         return {key: [dict(row._mapping) for row in conn.execute(statement, {"job_id": job_id})]
                 for key, statement in (("depends_on", statements.dependencies_of),
                                        ("dependents", statements.dependents_of))}
+
+
+def batch_of(conn: Connection, statements: Statements, job_id: int) -> BatchStatus | None:
+    """``ctx.batch`` and `Queue.batch_status`: the progress of the jobs `job_id` depends on
+    (a batch's callback depends on every job of its batch); None when it depends on none."""
+    with database_errors():
+        rows = conn.execute(statements.dependency_counts, {"job_id": job_id}).all()
+    if not rows:
+        return None
+    return batch_status(job_id, ((row.status, row.n) for row in rows), rows[0].callback)
+
+
+def queue_batch_status(core: Any, batch_id: int) -> BatchStatus:
+    """`Queue.batch_status`, read through `core` (a `Core`)."""
+    with core.executor.transaction() as conn:
+        status = batch_of(conn, core.statements, batch_id)
+    if status is None:
+        raise InvalidInputError(f"batch_id {batch_id} is not a batch: no job has that id, or it depends on no job")
+    return status

@@ -90,8 +90,12 @@ class Statements:
     lock_dependencies = _Built(lambda s: dependency_sql.lock_dependencies(s.table))
     link_dependencies = _Built(lambda s: dependency_sql.link_dependencies(s.table))
     dependency_results = _Built(lambda s: dependency_sql.dependency_results(s.table))
+    dependency_counts = _Built(lambda s: dependency_sql.dependency_counts(s.table))
     dependencies_of = _Built(lambda s: dependency_sql.dependencies_of(s.table))
     dependents_of = _Built(lambda s: dependency_sql.dependents_of(s.table))
+    lock_waiting_dependents = _Built(lambda s: dependency_sql.lock_waiting_dependents(s.table))
+    recount_waiting = _Built(lambda s: dependency_sql.recount_waiting(s.table))
+    settle_waiting = _Built(lambda s: dependency_sql.recount_waiting(s.table, backstop=True))
     # claim, outcomes, leases, recovery
     claim = _Built(lambda s: sql.claim_jobs(s.table, order=s.order))
     complete_and_claim = _Built(lambda s: sql.complete_and_claim_jobs(s.table, order=s.order))

@@ -28,9 +28,11 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    cast,
     exists,
     func,
     literal,
+    null,
     select,
     true,
     update,
@@ -55,7 +57,8 @@ def settled(table: Table, finished: Any) -> Any:
     deps = dependencies_table(table)
     waiting = table.alias(f"{finished.name}_waiting")
     parents = (
-        select(finished.c.id, (finished.c.status != _literal(JobStatus.COMPLETED)).label("failed"))
+        select(finished.c.id, finished.c.dependents,
+               (finished.c.status != _literal(JobStatus.COMPLETED)).label("failed"))
         .where(finished.c.dependents > 0, finished.c.status.in_([_literal(s) for s in FINISHED_STATUSES]))
         .cte(f"{finished.name}_parents")
     )
@@ -64,7 +67,7 @@ def settled(table: Table, finished: Any) -> Any:
         select(deps.c.job_id)
         .join(parents, parents.c.id == deps.c.depends_on)
         .join(waiting, waiting.c.id == deps.c.job_id)
-        .where(gate, parents.c.failed, ~deps.c.run_anyway, _is_waiting(waiting))
+        .where(exists().where(parents.c.failed), parents.c.failed, ~deps.c.run_anyway, _is_waiting(waiting))
         .cte(f"{finished.name}_doomed", recursive=True)
     )
     deeper = deps.alias(f"{finished.name}_deeper")
@@ -89,7 +92,30 @@ def settled(table: Table, finished: Any) -> Any:
         .cte(f"{finished.name}_woken")
     )
     cancelled = announce_finished(table, released, only=released.c.status == _literal(JobStatus.CANCELLED))
-    return announced(finished, cancelled).outerjoin(woken, true())
+    return announced(finished, cancelled).outerjoin(woken, true()).outerjoin(_missed(deps, parents), true())
+
+
+NOTHING_TO_SETTLE = cast(null(), ARRAY(BigInteger)).label("settle_again")
+"""`settle_again` for a branch of a UNION that finished nothing (a replay, a claim)."""
+
+
+def settle_again(joined: Any) -> Any:
+    """The ``settle_again`` column of a `settled` join: the ids of the finished rows whose
+    ``dependents`` count more edges than the statement saw (NULL: none). An enqueue that
+    committed after the statement's snapshot was taken, while the statement waited for its
+    lock on the dependency, added an edge the statement cannot see; the caller settles those
+    rows' dependents again in a fresh statement (`lock_waiting_dependents`, then
+    `recount_waiting`)."""
+    return joined.right.c.settle_again
+
+
+def _missed(deps: Table, parents: Any) -> Any:
+    """One row: `settle_again`'s ids. Counted per parent (by the edges' primary key) only for
+    rows with dependents, so a completion without any never reads the dependencies table.
+    MATERIALIZED: inlined into the outer join, it would be computed again for every row."""
+    seen = select(func.count()).where(deps.c.depends_on == parents.c.id).scalar_subquery()
+    return (select(func.array_agg(parents.c.id).label("settle_again"))
+            .where(parents.c.dependents > seen).cte(f"{parents.name}_missed").prefix_with("MATERIALIZED"))
 
 
 def _literal(status: JobStatus) -> Any:
@@ -111,9 +137,12 @@ def _released(table: Table, counts: Any, doomed: Any, gate: Any, name: str) -> A
     is_doomed = exists().where(doomed.c.job_id == table.c.id)
     left = table.c.waiting_on - counts.c.done
     now = func.clock_timestamp()
+    # ``id = ANY(...)`` as well as the join: a path by primary key the planner takes even when
+    # the table's statistics predate a large enqueue (it would hash the whole table instead).
+    by_key = table.c.id == any_(func.array(select(counts.c.job_id).scalar_subquery()))
     return (
         update(table)
-        .where(gate, table.c.id == counts.c.job_id, _is_waiting(table))
+        .where(gate, table.c.id == counts.c.job_id, by_key, _is_waiting(table))
         .values(
             waiting_on=func.greatest(left, 0),
             status=case((is_doomed, _literal(JobStatus.CANCELLED)), (left <= 0, _literal(JobStatus.PENDING)),
@@ -126,6 +155,154 @@ def _released(table: Table, counts: Any, doomed: Any, gate: Any, name: str) -> A
         )
         .returning(table.c.id, table.c.status, table.c.queue_name, table.c.watched)
         .cte(name)
+    )
+
+
+# -- settling again ---------------------------------------------------------------------------
+
+
+def lock_waiting_dependents(table: Table) -> Executable:
+    """The waiting jobs that depend on ``:parents``, row-locked, read in a statement of their
+    own: the first half of settling them again (`settle_again`). The count that follows
+    (`recount_waiting`) runs after the locks are held, in a fresh snapshot, so no other
+    transaction has an uncommitted decrement of these rows that it would miss."""
+    deps = dependencies_table(table)
+    parents = bindparam("parents", type_=ARRAY(BigInteger))
+    return (
+        select(table.c.id)
+        .where(table.c.id.in_(select(deps.c.job_id).where(deps.c.depends_on == any_(parents))), _is_waiting(table))
+        .order_by(table.c.id)
+        .with_for_update(key_share=True)
+    )
+
+
+def recount_waiting(table: Table, *, backstop: bool = False) -> Executable:
+    """Waiting jobs' ``waiting_on`` recounted from their dependencies' statuses: cancelled if
+    one failed or was cancelled along an edge without ``run_anyway``, pending if none is left
+    active, else waiting for the ones left; their dependents settled as by any finishing
+    statement. A recount is idempotent, unlike the finishing statements' decrements.
+
+    Without `backstop`: jobs ``:job_ids``, which the caller locked in an earlier statement of
+    its transaction (`lock_waiting_dependents`). With it: the recovery pass's check, up to
+    ``:limit`` waiting jobs found through the dependencies table (empty without workflows),
+    acting only on those with nothing left to wait for: unlocked, a count read from a snapshot
+    could miss a decrement committed meanwhile, but "every dependency finished" stays true."""
+    deps = dependencies_table(table)
+    if backstop:
+        candidates = (select(deps.c.job_id.label("id")).distinct()
+                      .join(table, table.c.id == deps.c.job_id).where(_is_waiting(table))
+                      .limit(bindparam("limit")).subquery("candidate"))
+    else:
+        candidates = func.unnest(bindparam("job_ids", type_=ARRAY(BigInteger))).table_valued("id").render_derived(
+            "candidate")
+    counted = select(candidates.c.id, _left(table, deps, candidates.c.id).label("left"),
+                     _doomed(table, deps, candidates.c.id).label("doomed")).cte("recount")
+    changes = (counted.c.doomed | (counted.c.left == 0)) if backstop else true()
+    now = func.clock_timestamp()
+    changed = (
+        update(table)
+        .where(table.c.id == counted.c.id, _is_waiting(table), changes)
+        .values(
+            waiting_on=counted.c.left,
+            status=case((counted.c.doomed, _literal(JobStatus.CANCELLED)), (counted.c.left == 0, _literal(JobStatus.PENDING)),
+                        else_=_literal(JobStatus.WAITING)),
+            cancelled_at=case((counted.c.doomed, now), else_=None),
+            last_error=case((counted.c.doomed, DEPENDENCY_FAILED), else_=table.c.last_error),
+        )
+        .returning(table.c.id, table.c.status, table.c.queue_name, table.c.watched, table.c.dependents)
+        .cte("recounted")
+    )
+    woken = (
+        select(func.count(func.pg_notify(literal(channel_name(table)), changed.c.queue_name)).label("woken"))
+        .where(changed.c.status == _literal(JobStatus.PENDING))
+        .cte("recount_woken")
+    )
+    joined = settled(table, changed)
+    ended = announce_finished(table, changed, only=changed.c.status == _literal(JobStatus.CANCELLED))
+    return (select(changed.c.id, changed.c.status, settle_again(joined))
+            .select_from(announced(joined, ended).outerjoin(woken, true())))
+
+
+def _left(table: Table, deps: Table, job_id: Any) -> Any:
+    """How many of `job_id`'s dependencies are still active (a pruned one is finished)."""
+    dependency = table.alias("dependency")
+    return (select(func.count()).select_from(deps.join(dependency, dependency.c.id == deps.c.depends_on))
+            .where(deps.c.job_id == job_id, status_is(dependency, *ACTIVE_STATUSES)).scalar_subquery())
+
+
+def _doomed(table: Table, deps: Table, job_id: Any) -> Any:
+    """Whether one of `job_id`'s dependencies failed or was cancelled along an edge without
+    ``run_anyway``."""
+    dependency = table.alias("failed_dependency")
+    failed = [s for s in FINISHED_STATUSES if s is not JobStatus.COMPLETED]
+    return exists().select_from(deps.join(dependency, dependency.c.id == deps.c.depends_on)).where(
+        deps.c.job_id == job_id, ~deps.c.run_anyway, status_is(dependency, *failed))
+
+
+# -- retry ------------------------------------------------------------------------------------
+
+
+def rearmed(table: Table, retried: Any) -> Any:
+    """A CTE putting back to ``waiting`` the jobs that `retried` (failed jobs made pending
+    again, a CTE with ``id``, ``status`` and ``dependents``) had cancelled: the dependents
+    cancelled with `DEPENDENCY_FAILED` along edges without ``run_anyway``, and theirs. A job that
+    another failed or cancelled dependency would cancel again stays cancelled, and so do the
+    ones below it. ``waiting_on`` counts the dependencies still active, the revived ones
+    included. A data-modifying CTE, so it runs whether the statement reads it or not; only
+    retried rows with dependents read the dependencies table."""
+    deps = dependencies_table(table)
+    roots = select(retried.c.id).where(retried.c.dependents > 0,
+                                       retried.c.status == _literal(JobStatus.PENDING)).cte("rearm_roots")
+    reach = _descendants(table, deps, roots.c.id, _was_doomed, "rearm_reach")
+    revived = func.array(select(roots.c.id).union_all(select(reach.c.job_id)).scalar_subquery())
+    other = table.alias("other_dependency")
+    blocked_edge = deps.alias("blocked_edge")
+    cancels_again = (
+        select(blocked_edge.c.job_id)
+        .join(reach, reach.c.job_id == blocked_edge.c.job_id)
+        .join(other, other.c.id == blocked_edge.c.depends_on)
+        .where(~blocked_edge.c.run_anyway, ~(other.c.id == any_(revived)),
+               status_is(other, *[s for s in FINISHED_STATUSES if s is not JobStatus.COMPLETED]))
+    )
+    blocked = _descendants(table, deps, cancels_again.subquery("cancels_again").c.job_id, _was_doomed,
+                           "rearm_blocked", include_roots=True)
+    dependency = table.alias("rearm_dependency")
+    left = (select(func.count()).select_from(deps.join(dependency, dependency.c.id == deps.c.depends_on))
+            .where(deps.c.job_id == table.c.id,
+                   status_is(dependency, *ACTIVE_STATUSES) | (dependency.c.id == any_(revived)))
+            .scalar_subquery())
+    return (
+        update(table)
+        .where(table.c.id.in_(select(reach.c.job_id)), ~table.c.id.in_(select(blocked.c.job_id)), _was_doomed(table))
+        .values(status=_literal(JobStatus.WAITING), waiting_on=left, cancelled_at=None, last_error=None)
+        .returning(table.c.id)
+        .cte("rearmed")
+    )
+
+
+def _was_doomed(table: Any) -> Any:
+    """Cancelled because a dependency failed or was cancelled (`DEPENDENCY_FAILED`)."""
+    return status_is(table, JobStatus.CANCELLED).is_(true()) & (table.c.last_error == DEPENDENCY_FAILED)
+
+
+def _descendants(table: Table, deps: Table, start: Any, which: Any, name: str, *, include_roots: bool = False) -> Any:
+    """A recursive CTE (``job_id``) of the jobs below the ids `start` along edges without
+    ``run_anyway`` whose rows satisfy `which` (`start` itself too with `include_roots`)."""
+    first = table.alias(f"{name}_first")
+    edge = deps.alias(f"{name}_edge")
+    if include_roots:
+        base = select(start.label("job_id"))
+    else:
+        base = (select(edge.c.job_id).join(first, first.c.id == edge.c.job_id)
+                .where(edge.c.depends_on == start, ~edge.c.run_anyway, which(first)))
+    found = base.cte(name, recursive=True)
+    deeper = deps.alias(f"{name}_deeper")
+    below = table.alias(f"{name}_below")
+    return found.union(
+        select(deeper.c.job_id)
+        .join(found, found.c.job_id == deeper.c.depends_on)
+        .join(below, below.c.id == deeper.c.job_id)
+        .where(~deeper.c.run_anyway, which(below))
     )
 
 
@@ -194,25 +371,41 @@ def dependency_results(table: Table) -> Executable:
     )
 
 
-def dependencies_of(table: Table) -> Executable:
-    """The jobs ``:job_id`` depends on: id, task, status (NULL once pruned), ``run_anyway``."""
+def dependency_counts(table: Table) -> Executable:
+    """How many of the jobs ``:job_id`` depends on are in each status (NULL: pruned), with
+    ``:job_id``'s own status on every row: a batch's progress (`Queue.batch_status`,
+    ``ctx.batch``). By the edges' ``job_id`` index, then each job's primary key."""
     deps = dependencies_table(table)
+    callback = table.alias("callback")
+    own = select(callback.c.status).where(callback.c.id == bindparam("job_id")).scalar_subquery()
     return (
-        select(deps.c.depends_on.label("id"), table.c.task, table.c.status, deps.c.run_anyway)
+        select(table.c.status, func.count().label("n"), own.label("callback"))
         .select_from(deps.outerjoin(table, table.c.id == deps.c.depends_on))
         .where(deps.c.job_id == bindparam("job_id"))
-        .order_by(deps.c.depends_on)
+        .group_by(table.c.status)
     )
+
+
+def dependencies_of(table: Table) -> Executable:
+    """The jobs ``:job_id`` depends on: id, task, status (NULL once pruned), ``run_anyway``."""
+    return _linked(table, upstream=True)
 
 
 def dependents_of(table: Table) -> Executable:
     """The jobs that depend on ``:job_id``: id, task, status (NULL once pruned), ``run_anyway``."""
+    return _linked(table, upstream=False)
+
+
+def _linked(table: Table, *, upstream: bool) -> Executable:
+    """The jobs at the other end of ``:job_id``'s edges, one direction: the same read either
+    way, `upstream` says which column of the edge is ``:job_id``."""
     deps = dependencies_table(table)
+    mine, other = (deps.c.job_id, deps.c.depends_on) if upstream else (deps.c.depends_on, deps.c.job_id)
     return (
-        select(deps.c.job_id.label("id"), table.c.task, table.c.status, deps.c.run_anyway)
-        .select_from(deps.outerjoin(table, table.c.id == deps.c.job_id))
-        .where(deps.c.depends_on == bindparam("job_id"))
-        .order_by(deps.c.job_id)
+        select(other.label("id"), table.c.task, table.c.status, deps.c.run_anyway)
+        .select_from(deps.outerjoin(table, table.c.id == other))
+        .where(mine == bindparam("job_id"))
+        .order_by(other)
     )
 
 

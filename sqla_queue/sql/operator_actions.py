@@ -24,6 +24,7 @@ from sqlalchemy import (
     func,
     literal,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -31,7 +32,7 @@ from sqlalchemy.sql import Executable
 
 from ..types import ACTIVE_STATUSES, JobStatus
 from ._predicates import status_is
-from .dependencies import settled
+from .dependencies import rearmed, settled
 from .notify import announce_finished, announced
 
 
@@ -125,14 +126,15 @@ def retry_failed_jobs(table: Table, *, by_queue: bool = False, by_task: bool = F
 def retry_failed(table: Table, target: Any) -> Executable:
     """The retry of `retry_failed_job` applied to the failed rows `target` (a CTE of ids and
     keys) locked. Of several targets sharing an idempotency key only the lowest id is retried:
-    two active jobs may not hold one key."""
+    two active jobs may not hold one key. The dependents their failure cancelled wait for them
+    again (`dependencies.rearmed`)."""
     holder = table.alias("holder")
     key_free = ~exists().where(
         holder.c.idempotency_key == table.c.idempotency_key, status_is(holder, *ACTIVE_STATUSES)
     )
     earlier = target.alias("earlier")
     first_of_key = ~exists().where(earlier.c.idempotency_key == table.c.idempotency_key, earlier.c.id < table.c.id)
-    return (
+    retried = (
         update(table)
         .where(table.c.id == target.c.id, key_free, first_of_key)
         .values(
@@ -146,7 +148,10 @@ def retry_failed(table: Table, target: Any) -> Executable:
             claim_token=None,
         )
         .returning(*table.c)
+        .cte("retried")
     )
+    rearm = select(func.count().label("rearmed")).select_from(rearmed(table, retried)).cte("rearm_count")
+    return select(*retried.c).select_from(retried.outerjoin(rearm, true()))
 
 
 def cancel_job(table: Table) -> Executable:

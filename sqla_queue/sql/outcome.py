@@ -27,7 +27,7 @@ from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
 from ._predicates import held_by, held_in, held_pairs, status_is
-from .dependencies import settled
+from .dependencies import NOTHING_TO_SETTLE, settle_again, settled
 from .notify import announce_finished, announced
 
 
@@ -42,7 +42,7 @@ def complete_job(table: Table) -> Executable:
         .returning(*_completed_columns(table))
         .cte("completed_now")
     )
-    replay = select(*_completed_columns(table), true().label("replayed")).where(
+    replay = select(*_completed_columns(table), true().label("replayed"), NOTHING_TO_SETTLE).where(
         held_by(table, JobStatus.COMPLETED, JobStatus.CANCELLED)
     )
     return _announcing(table, done).union_all(replay)
@@ -111,7 +111,7 @@ def retry_job(table: Table) -> Executable:
         .returning(*_retried_columns(table))
         .cte("retried_now")
     )
-    replay = select(*_retried_columns(table), true().label("replayed")).where(
+    replay = select(*_retried_columns(table), true().label("replayed"), NOTHING_TO_SETTLE).where(
         table.c.id == bindparam("job_id"),
         table.c.claim_token == bindparam("token"),
         status_is(table, JobStatus.PENDING, JobStatus.FAILED, JobStatus.CANCELLED),
@@ -133,7 +133,7 @@ def fail_job(table: Table) -> Executable:
         .returning(*_retried_columns(table))
         .cte("failed_now")
     )
-    replay = select(*_retried_columns(table), true().label("replayed")).where(
+    replay = select(*_retried_columns(table), true().label("replayed"), NOTHING_TO_SETTLE).where(
         held_by(table, JobStatus.FAILED, JobStatus.CANCELLED)
     )
     return _announcing(table, failed).union_all(replay)
@@ -160,7 +160,7 @@ def snooze_job(table: Table) -> Executable:
         .returning(*_retried_columns(table), table.c.snoozes)
         .cte("snoozed_now")
     )
-    replay = select(*_retried_columns(table), table.c.snoozes, true().label("replayed")).where(
+    replay = select(*_retried_columns(table), table.c.snoozes, true().label("replayed"), NOTHING_TO_SETTLE).where(
         table.c.id == bindparam("job_id"),
         table.c.claim_token == bindparam("token"),
         status_is(table, JobStatus.PENDING, JobStatus.CANCELLED),
@@ -181,9 +181,10 @@ def _completion(table: Table, result) -> dict:
 
 def _announcing(table: Table, rows, *, only=None):
     """``SELECT rows.*, false AS replayed`` that also announces the finished ones and settles
-    their dependents (`dependencies.settled`)."""
-    return select(*rows.c, false().label("replayed")).select_from(
-        announced(settled(table, rows), announce_finished(table, rows, only=only))
+    their dependents (`dependencies.settled`), saying which need settling again."""
+    joined = settled(table, rows)
+    return select(*rows.c, false().label("replayed"), settle_again(joined)).select_from(
+        announced(joined, announce_finished(table, rows, only=only))
     )
 
 

@@ -44,6 +44,7 @@ def test_cancel_is_one_statement_deciding_on_the_locked_row_and_announcing_the_f
     assert "SELECT pg_notify(" in text_
     assert "FROM changed WHERE changed.watched AND changed.status = 'cancelled'" in text_
     assert text_.endswith("FROM changed LEFT OUTER JOIN changed_released_announced ON true LEFT OUTER JOIN changed_woken ON true "
+                              "LEFT OUTER JOIN changed_parents_missed ON true "
                           "LEFT OUTER JOIN changed_announced ON true")
 
 

@@ -141,6 +141,7 @@ def test_the_round_fuses_the_batch_completion_and_the_claim_into_one_statement()
     # joined in so that they run
     assert first.endswith("FROM completed_now LEFT OUTER JOIN completed_now_released_announced ON true "
                           "LEFT OUTER JOIN completed_now_woken ON true "
+                          "LEFT OUTER JOIN completed_now_parents_missed ON true "
                           "LEFT OUTER JOIN completed_now_announced ON true")
     assert second.startswith("SELECT true AS claimed") and second.endswith("FROM claimed_now")
     assert "pending" not in bound_strings(sql.complete_and_claim_jobs(TABLE))

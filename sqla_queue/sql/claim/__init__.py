@@ -33,7 +33,7 @@ from sqlalchemy.sql.visitors import iterate, replacement_traverse
 from ...tables import queues_table
 from ...types import JobStatus
 from .._predicates import status_is
-from ..dependencies import settled
+from ..dependencies import NOTHING_TO_SETTLE, settle_again, settled
 from ..notify import announce_finished, announced
 from ..outcome import complete_jobs
 from .order import DEFAULT_ORDER, ClaimOrder, PriorityOrder
@@ -291,13 +291,14 @@ def complete_and_claim_jobs(table: Table, *, from_position: bool = False,
     claimed = claim_served_jobs(table, from_position=from_position, order=order).cte("claimed_now")
     only_claims = ("payload", "claim_token", "idempotency_key", "locked_at", "run_at", "priority",
                    "scheduled_at", "snoozes", "meta")
+    joined = settled(table, completed)
     return select(
         false().label("claimed"), *_identity(completed), completed.c.duration, completed.c.status,
-        *(cast(null(), table.c[name].type).label(name) for name in only_claims),
-    ).select_from(announced(settled(table, completed), announce_finished(table, completed))).union_all(
+        *(cast(null(), table.c[name].type).label(name) for name in only_claims), settle_again(joined),
+    ).select_from(announced(joined, announce_finished(table, completed))).union_all(
         select(
             true().label("claimed"), *_identity(claimed), cast(null(), INTERVAL).label("duration"),
-            cast(null(), Text).label("status"), *(claimed.c[name] for name in only_claims),
+            cast(null(), Text).label("status"), *(claimed.c[name] for name in only_claims), NOTHING_TO_SETTLE,
         )
     )
 
