@@ -19,8 +19,6 @@ clock at the start signal to the last ``completed_at``.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from . import raw_sql, tables
 from .procs import run_workers
 from .server import Database
@@ -103,20 +101,8 @@ def _reset(db: Database, limits: dict | None) -> None:
         conn.execute(f"DELETE FROM {LIMITS}")
         conn.execute(f"DELETE FROM {TABLE}_group_rates")
     if limits:
-        with _queue(db) as queue:
+        with tables.app_queue(db) as queue:
             queue.set_limits(raw_sql.QUEUE, **limits)
-
-
-@contextmanager
-def _queue(db: Database):
-    import sqla_queue as sq
-
-    queue = sq.Queue(db.sqlalchemy_url, load_entrypoints=False)
-    queue.task(lambda payload, ctx: None, name=raw_sql.TASK, queue=raw_sql.QUEUE)  # what the workers run
-    try:
-        yield queue
-    finally:
-        queue.engine.dispose()
 
 
 def _filled(db: Database, limits: dict | None, fill: dict) -> None:
@@ -127,7 +113,7 @@ def _filled(db: Database, limits: dict | None, fill: dict) -> None:
     with db.connect(autocommit=True) as conn:
         conn.execute(FILL_KEYED, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, **fill})
     if limits:
-        with _queue(db) as queue:
+        with tables.app_queue(db) as queue:
             queue.set_limits(raw_sql.QUEUE, **limits)
     with db.connect(autocommit=True) as conn:
         tables.settle(conn)
@@ -135,7 +121,7 @@ def _filled(db: Database, limits: dict | None, fill: dict) -> None:
 
 def _drain(db: Database, jobs: int, keys: int, processes: int, concurrency: int, limits: dict | None) -> dict:
     _filled(db, limits, {"n": jobs, "keys": keys, "prefix": "key-"})
-    result = run_workers(db.url, processes=processes, mode="drain", before_go=lambda: _clock(db),
+    result = run_workers(db.url, processes=processes, mode="drain", before_go=lambda: tables.db_clock(db),
                          options={"concurrency": concurrency})
     with db.connect() as conn:
         done, last, _claims = conn.execute(raw_sql.DRAIN_RESULT).fetchone()
@@ -149,10 +135,10 @@ def _tenant(db: Database, size: Size, *, backlog: int) -> float:
     jobs_of_b = [{"task": raw_sql.TASK, "payload": {"i": i}, "queue": raw_sql.QUEUE, "group_key": "B"}
                  for i in range(size.limits_small_tenant)]
 
-    with _queue(db) as queue:
+    with tables.app_queue(db) as queue:
         def enqueue_b():
             queue.enqueue_many(jobs_of_b)  # as an application does: the enqueue gives B its turns
-            return _clock(db)
+            return tables.db_clock(db)
 
         run_workers(db.url, processes=2, mode="drain", before_go=enqueue_b, options={"concurrency": 10})
     with db.connect() as conn:
@@ -178,11 +164,6 @@ def starts_per_second(starts: list[float]) -> list[int]:
     for started in starts:
         counts[int(started - first)] += 1
     return counts
-
-
-def _clock(db: Database):
-    with db.connect() as conn:
-        return conn.execute(raw_sql.DB_CLOCK).fetchone()[0]
 
 
 def rows(results: dict) -> list[dict]:

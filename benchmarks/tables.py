@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 from . import raw_sql
 from .server import Database
@@ -95,3 +96,22 @@ def _wait_for_other_backends_to_exit(conn, timeout: float = 10.0) -> None:
         if others == 0:
             return
         time.sleep(0.02)
+
+
+@contextmanager
+def app_queue(db: Database):
+    """The benchmark application's Queue (`bench_app.make_queue`: the no-op task the workers
+    run), for a section that enqueues or sets limits through the library; disposed after."""
+    from .bench_app import make_queue
+
+    queue = make_queue(db.sqlalchemy_url)
+    try:
+        yield queue
+    finally:
+        queue.engine.dispose()
+
+
+def db_clock(db: Database):
+    """The database's clock now: what a drain's span starts from."""
+    with db.connect() as conn:
+        return conn.execute(raw_sql.DB_CLOCK).fetchone()[0]

@@ -16,7 +16,7 @@ Times are the database's (``clock_timestamp()`` in the statements that finish an
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from itertools import pairwise
 
 from . import raw_sql, tables
 from .procs import run_workers
@@ -57,24 +57,12 @@ def run(db: Database, size, log) -> dict:
     }
 
 
-@contextmanager
-def _queue(db: Database):
-    import sqla_queue as sq
-
-    queue = sq.Queue(db.sqlalchemy_url, load_entrypoints=False)
-    queue.task(lambda payload, ctx: None, name=raw_sql.TASK, queue=raw_sql.QUEUE)  # what the workers run
-    try:
-        yield queue
-    finally:
-        queue.engine.dispose()
-
-
 def _fan_in(db: Database, jobs: int, *, batched: bool) -> dict:
     """One drain of `jobs` no-op jobs, in a batch with its callback or not. The jobs of one
     ``enqueue_many`` get ascending ids in input order, the callback last."""
     tables.reset(db)
     items = [{"task": raw_sql.TASK, "payload": {"i": i}} for i in range(jobs)]
-    with _queue(db) as queue:
+    with tables.app_queue(db) as queue:
         if batched:
             callback = queue.batch(items, on_complete=(raw_sql.TASK, {}))
             first, last_id = callback - jobs, callback - 1
@@ -83,7 +71,7 @@ def _fan_in(db: Database, jobs: int, *, batched: bool) -> dict:
             callback, first, last_id = None, ids[0], ids[-1]
     with db.connect(autocommit=True) as conn:
         tables.settle(conn)
-    result = run_workers(db.url, processes=2, mode="drain", before_go=lambda: _clock(db),
+    result = run_workers(db.url, processes=2, mode="drain", before_go=lambda: tables.db_clock(db),
                          options={"concurrency": 10})
     with db.connect() as conn:
         done, last = conn.execute(BATCH_RESULT, {"first": first, "last": last_id}).fetchone()
@@ -99,17 +87,12 @@ def _fan_in(db: Database, jobs: int, *, batched: bool) -> dict:
 def _chain(db: Database, steps: int) -> list[float]:
     """Seconds from each step's completion to the next step's claim."""
     tables.reset(db)
-    with _queue(db) as queue:
+    with tables.app_queue(db) as queue:
         ids = queue.chain([(raw_sql.TASK, {"step": n}) for n in range(steps)])
     run_workers(db.url, processes=1, mode="drain", options={"concurrency": 1})
     with db.connect() as conn:
         times = {row[0]: (row[1], row[2]) for row in conn.execute(STEP_TIMES, {"ids": ids}).fetchall()}
-    return [(times[after][0] - times[before][1]).total_seconds() for before, after in zip(ids, ids[1:])]
-
-
-def _clock(db: Database):
-    with db.connect() as conn:
-        return conn.execute(raw_sql.DB_CLOCK).fetchone()[0]
+    return [(times[after][0] - times[before][1]).total_seconds() for before, after in pairwise(ids)]
 
 
 def rows(results: dict) -> list[dict]:
