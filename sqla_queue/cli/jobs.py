@@ -32,14 +32,18 @@ def jobs() -> None:
 
 @jobs.command("list")
 @click.option("--status", type=click.Choice([s.value for s in JobStatus]), help="Only jobs in this state.")
+@click.option("--waiting", is_flag=True, help="Only jobs waiting for their dependencies (--status waiting).")
 @click.option("--queue", "queue_name", help="Only jobs of this queue.")
 @click.option("--task", help="Only jobs of this task.")
 @click.option("--limit", type=int, default=20, show_default=True, help="Jobs per page (at most 1000).")
 @click.option("--before", "before_id", type=int, metavar="ID", help="The page after the one that ended at ID.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
-def list_(obj: CliContext, status, queue_name, task, limit, before_id, as_json) -> None:
+def list_(obj: CliContext, status, waiting, queue_name, task, limit, before_id, as_json) -> None:
     """Jobs newest first; the last line says how to get the next page."""
+    if waiting and status not in (None, JobStatus.WAITING.value):
+        raise click.UsageError(f"--waiting lists waiting jobs; it cannot be combined with --status {status}")
+    status = JobStatus.WAITING.value if waiting else status
     page = obj.queue().list_jobs(status=status, queue=queue_name, task=task, limit=limit, before_id=before_id)
     if as_json:
         click.echo(json.dumps({"jobs": [job_dict(j) for j in page.jobs], "next_before": page.next_before},

@@ -169,6 +169,9 @@ def test_show_lists_dependencies_and_dependents_and_list_filters_waiting_jobs(cl
     data = json.loads(cli("jobs", "show", str(second), "--json").stdout)
     assert data["depends_on"] == [{"id": first, "task": "send_email", "status": "pending", "run_anyway": True}]
     assert [edge["id"] for edge in data["dependents"]] == [third]
-    listed = cli("jobs", "list", "--status", "waiting", "--json")
-    assert listed.returncode == 0, listed.stderr
-    assert sorted(job["id"] for job in json.loads(listed.stdout)["jobs"]) == [second, third]
+    for flags in (["--status", "waiting"], ["--waiting"]):
+        listed = cli("jobs", "list", *flags, "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert sorted(job["id"] for job in json.loads(listed.stdout)["jobs"]) == [second, third]
+    refused = cli("jobs", "list", "--waiting", "--status", "failed")
+    assert refused.returncode == 2 and "cannot be combined with --status failed" in refused.stderr
