@@ -122,7 +122,7 @@ def job_columns() -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]]:
         "dependents": ((Integer,), {"nullable": False, "server_default": text("0")}),
         # The job's turn in a fair queue (revision sqlaq_0013): the round in which its key is
         # served, set by the enqueue when the queue is fair (`sql.enqueue`). A fair claim takes
-        # the keys of the lowest turns; NULL: enqueued while the queue was not fair.
+        # the jobs of the lowest due turns; NULL: enqueued while the queue was not fair.
         "fair_tag": ((BigInteger,), {}),
         "created_at": ((_TIMESTAMP,), {"nullable": False, "server_default": func.now()}),
     }
