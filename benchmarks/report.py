@@ -538,7 +538,8 @@ def _limits_section(results: dict) -> list[str]:
     lines = ["## 14. Limits", "",
              f"Flow control's targets ([limits](how-to/limits.md)), side by side in one run. Fair tenant: "
              f"{n['tenant']:,} jobs of tenant B enqueued at the start signal behind tenant A's {n['backlog']:,}, "
-             "`fair=True`, 2 workers x concurrency 10, B's p99 from enqueue to claim against B alone. Fair drain: "
+             "`fair=True`, 2 workers x concurrency 10, B's p99 from enqueue to handler start (stamped by the handlers) "
+             "against B alone. Fair drain: "
              f"{n['jobs']:,} jobs over {n['keys']:,} keys, 2 x 10, `fair=True` against no limits. Serial keys: "
              f"{n['jobs']:,} jobs over {n['serial_keys']:,} keys, {n['workers']} workers x concurrency 2, "
              "`group_concurrency=1` against no limits, and the runs of one key that overlapped (a job claimed "
