@@ -39,11 +39,14 @@ def claim_fair_jobs(table: Table, *, order: ClaimOrder = DEFAULT_ORDER) -> Execu
                .order_by(table.c.fair_tag, *order.order_by(table)).limit(budget)
                .with_for_update(skip_locked=True).cte("in_turn"))
     left = func.greatest(budget - select(func.count()).select_from(in_turn).scalar_subquery(), 0)
+    # A constant LIMIT and the shortfall as a condition checked once: with the shortfall as the
+    # LIMIT, the planner (which cannot know it) sorts a scan of the whole table. It may lock up
+    # to a batch of rows without a turn and claim fewer; the rest are free at the commit.
     without_turn = (select(table.c.id)
-                    .where(*due_conditions(table), table.c.fair_tag.is_(None))
-                    .order_by(*order.order_by(table)).limit(left)
+                    .where(left > 0, *due_conditions(table), table.c.fair_tag.is_(None))
+                    .order_by(*order.order_by(table)).limit(claim_limit())
                     .with_for_update(skip_locked=True).cte("without_turn"))
-    due = union_all(select(in_turn.c.id), select(without_turn.c.id))
+    due = union_all(select(in_turn.c.id), select(without_turn.c.id).limit(left))
     # By primary key from an array: joined to a CTE, the planner (which cannot see how few rows
     # it holds) may hash the whole job table.
     claimed = (claimed_update(table, table.c.id == any_(func.array(due.scalar_subquery())))
