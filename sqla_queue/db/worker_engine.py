@@ -107,6 +107,7 @@ def _connections_like(engine: Engine, *, call_timeout: float, prepared_statement
     timed_out = engine.dialect.loaded_dbapi.OperationalError
 
     def make():
+        _application_dialect_initialized(engine)
         proxied = template.connect()  # the application's creator, do_connect and pool listeners
         proxied.detach()
         return proxied.dbapi_connection
@@ -126,6 +127,18 @@ def _connections_like(engine: Engine, *, call_timeout: float, prepared_statement
         return dbapi_connection
 
     return connect
+
+
+def _application_dialect_initialized(engine: Engine) -> None:
+    """SQLAlchemy reads the server's settings into the application engine's dialect on the first
+    connection of its pool, once, under that pool's lock. The template pool holds copies of the
+    pool's listeners, that one included, but not the lock: were the worker's connection the
+    first, the dialect would be set up outside it, and an application thread connecting
+    meanwhile would find it half done (``'PGDialect_psycopg' object has no attribute
+    'default_isolation_level'``). So an engine that never connected connects once through its
+    own pool first."""
+    if engine.dialect.server_version_info is None:
+        engine.connect().close()
 
 
 _SET_NAME, _SET_NAME_PARAMS = parameterized_text(session_sql.set_application_name())

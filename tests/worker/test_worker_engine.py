@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -211,6 +212,31 @@ def test_worker_connections_get_keepalives_and_tcp_user_timeout(database_url):
     finally:
         engine.dispose()
         forwarder.close()
+
+
+def test_a_worker_connecting_first_never_leaves_the_application_a_half_set_up_dialect(database_url):
+    """The worker's first connection and an application thread's, at once, on an engine that had
+    never connected: SQLAlchemy sets the dialect up from the first connection, and the
+    application thread must not see it half done. Setting it up is slowed to open the window."""
+    engine = create_engine(database_url, pool_size=2)
+    set_up = engine.dialect.initialize
+
+    def slow_set_up(connection):
+        time.sleep(0.5)
+        set_up(connection)
+
+    engine.dialect.initialize = slow_set_up
+    queue = sq.Queue(engine, load_entrypoints=False)
+    worker = queue.worker(lease=LEASE)
+    first = threading.Thread(target=lambda: worker.engine.connect().close())
+    try:
+        first.start()
+        time.sleep(0.1)
+        assert queue.workers() == []  # raised AttributeError ('default_isolation_level')
+        first.join(timeout=30)
+    finally:
+        worker.engine.dispose()
+        engine.dispose()
 
 
 def test_a_server_that_never_answers_fails_the_connect_at_the_workers_bound():
