@@ -13,6 +13,7 @@ import time
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.pool import Pool
 
 from .._sanitize import error_text
 from ..errors import ConfigurationError
@@ -107,8 +108,7 @@ def _connections_like(engine: Engine, *, call_timeout: float, prepared_statement
     timed_out = engine.dialect.loaded_dbapi.OperationalError
 
     def make():
-        _application_dialect_initialized(engine)
-        proxied = template.connect()  # the application's creator, do_connect and pool listeners
+        proxied = _pool_to_copy(engine, template).connect()
         proxied.detach()
         return proxied.dbapi_connection
 
@@ -129,16 +129,18 @@ def _connections_like(engine: Engine, *, call_timeout: float, prepared_statement
     return connect
 
 
-def _application_dialect_initialized(engine: Engine) -> None:
-    """SQLAlchemy reads the server's settings into the application engine's dialect on the first
-    connection of its pool, once, under that pool's lock. The template pool holds copies of the
-    pool's listeners, that one included, but not the lock: were the worker's connection the
-    first, the dialect would be set up outside it, and an application thread connecting
-    meanwhile would find it half done (``'PGDialect_psycopg' object has no attribute
-    'default_isolation_level'``). So an engine that never connected connects once through its
-    own pool first."""
-    if engine.dialect.server_version_info is None:
-        engine.connect().close()
+def _pool_to_copy(engine: Engine, template: Pool) -> Pool:
+    """The pool a worker connection is checked out of, then detached from: either way it went
+    through the application's creator, ``do_connect`` and pool listeners.
+
+    SQLAlchemy sets the application's dialect up from its pool's first connection, once, under
+    that pool's lock. The template holds copies of the pool's listeners, that one included, but
+    not the lock: were the worker's connection the first, the dialect would be set up outside
+    it, and an application thread connecting meanwhile would find it half done
+    (``'PGDialect_psycopg' object has no attribute 'default_isolation_level'``). So until the
+    application's engine has connected once, the connection comes from its own pool (taken out
+    of it, so no idle connection stays behind)."""
+    return template if engine.dialect.server_version_info is not None else engine.pool
 
 
 _SET_NAME, _SET_NAME_PARAMS = parameterized_text(session_sql.set_application_name())

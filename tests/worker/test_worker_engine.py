@@ -239,6 +239,19 @@ def test_a_worker_connecting_first_never_leaves_the_application_a_half_set_up_di
         engine.dispose()
 
 
+def test_a_worker_connecting_first_leaves_no_idle_connection_in_the_applications_pool(create_database):
+    url = create_database()
+    engine = create_engine(url, pool_size=2)
+    worker = sq.Queue(engine, load_entrypoints=False).worker(lease=LEASE)
+    try:
+        worker.engine.connect().close()
+        worker.engine.dispose()
+        assert engine.dialect.server_version_info is not None  # set up by that first connection
+        assert backends(url) == []
+    finally:
+        engine.dispose()
+
+
 def test_a_server_that_never_answers_fails_the_connect_at_the_workers_bound():
     """psycopg's own default would wait 130 s; the worker gives up after its bound (2 s here)."""
     with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never says a word
