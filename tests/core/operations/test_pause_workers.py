@@ -21,7 +21,7 @@ from waiting import wait_until
 
 SCRIPT = str(Path(sys.executable).with_name("sqla-queue"))
 POLL = 0.5  # the workers' --poll-interval, seconds
-A_JOBS, B_JOBS = 400, 400
+A_JOBS, B_JOBS = 400, 1000  # b never runs out while the test waits on it, however late it pauses a
 
 APP = textwrap.dedent(
     """
