@@ -51,7 +51,8 @@ def worker_engine(
     listeners; each worker connection is checked out of that template and detached from it
     (`PoolProxiedConnection.detach`, public), so it went through every hook the application
     registered, and then belongs to the worker's own pool. No private attribute is read, and
-    the application's own pool is never touched. What the worker adds comes after: TCP
+    the application's own pool lends only the first connection of an engine that never
+    connected (`_source_pool`), and keeps none. What the worker adds comes after: TCP
     keepalives and ``tcp_user_timeout`` set on the socket (the same socket options libpq sets
     from the connection parameters of the same names), a bound on the time a connection may
     take (`connect_within`), and the settings below.
@@ -108,7 +109,7 @@ def _connections_like(engine: Engine, *, call_timeout: float, prepared_statement
     timed_out = engine.dialect.loaded_dbapi.OperationalError
 
     def make():
-        proxied = _pool_to_copy(engine, template).connect()
+        proxied = _source_pool(engine, template).connect()
         proxied.detach()
         return proxied.dbapi_connection
 
@@ -129,7 +130,7 @@ def _connections_like(engine: Engine, *, call_timeout: float, prepared_statement
     return connect
 
 
-def _pool_to_copy(engine: Engine, template: Pool) -> Pool:
+def _source_pool(engine: Engine, template: Pool) -> Pool:
     """The pool a worker connection is checked out of, then detached from: either way it went
     through the application's creator, ``do_connect`` and pool listeners.
 
