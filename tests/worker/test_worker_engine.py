@@ -214,11 +214,12 @@ def test_worker_connections_get_keepalives_and_tcp_user_timeout(database_url):
         forwarder.close()
 
 
-def test_a_worker_connecting_first_never_leaves_the_application_a_half_set_up_dialect(database_url):
+def test_a_worker_connecting_first_never_leaves_the_application_a_half_set_up_dialect(create_database):
     """The worker's first connection and an application thread's, at once, on an engine that had
     never connected: SQLAlchemy sets the dialect up from the first connection, and the
-    application thread must not see it half done. Setting it up is slowed to open the window."""
-    engine = create_engine(database_url, pool_size=2)
+    application thread must not see it half done. Setting it up is slowed to open the window.
+    A database of its own, so no other test's worker is registered in it."""
+    engine = create_engine(create_database(), pool_size=2)
     set_up = engine.dialect.initialize
 
     def slow_set_up(connection):
