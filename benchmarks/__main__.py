@@ -16,13 +16,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import (asyncio_rows, claim_cost, cpu_scaling, drain, enqueue, fleet, horizon, idle, latency, limits, otel,
-               peers, raw, report, roundtrips, sustained, wakeups, workflows)
+from . import (asyncio_rows, claim_cost, cpu_scaling, drain, enqueue, fleet, history, horizon, idle, latency, limits,
+               otel, peers, raw, report, roundtrips, sustained, wakeups, workflows)
 from .server import benchmark_database, load_average, server_facts
 from .sizes import SIZES
 
 SECTIONS = ("raw", "enqueue", "drain", "latency", "claim_cost", "sustained", "idle", "asyncio", "roundtrips",
-            "wakeups", "fleet", "cpu", "otel", "limits", "workflows", "horizon", "peers")
+            "wakeups", "fleet", "cpu", "otel", "limits", "workflows", "horizon", "history", "peers")
 # What runs without --sections: every section but the peers, which install pgqueuer and
 # graphile-worker from PyPI and npm (--peers adds them).
 DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "peers")
@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             "latency": lambda: latency.run(db, size, log),
             "claim_cost": lambda: claim_cost.run(db, size, log),
             "sustained": lambda: sustained.run(db, size, log,
-                                               raw_batch=_sustained_batch(results.get("drain") or {})),
+                                               raw_batch=_sustained_batch(results.get("drain") or {}),
+                                               drain_rate=_drain_rate(results.get("drain") or {})),
             "idle": lambda: idle.run(db, size, log),
             "asyncio": lambda: asyncio_rows.run(db, size, log),
             "roundtrips": lambda: _roundtrips(db, size, log),
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             "limits": lambda: limits.run(db, size, log),
             "workflows": lambda: workflows.run(db, size, log),
             "horizon": lambda: horizon.run(db, size, log, drain_rate=_drain_rate(results.get("drain") or {})),
+            "history": lambda: history.run(db, size, log),
             "peers": lambda: peers.run(db, size, log),
         }
         for name in args.sections:

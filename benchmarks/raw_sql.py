@@ -150,6 +150,13 @@ SELECT %(queue)s, %(task)s, jsonb_build_object('i', g),
 FROM generate_series(1, %(n)s) AS g
 """
 
+# Jobs as a steady stream of enqueues writes them: due now, in enqueue order (the sustained
+# drain's feed, section 6).
+FEED_PENDING = f"""
+INSERT INTO {TABLE} (queue_name, task, payload)
+SELECT %(queue)s, %(task)s, jsonb_build_object('i', g) FROM generate_series(1, %(n)s) AS g
+"""
+
 # Two queues of %(n)s pending jobs each, their rows interleaved, every job due and the jobs of
 # each queue spread over the same hour: on %(plain)s every job at the default priority, on
 # %(mixed)s each job at the next of %(priorities)s in turn (so every priority spans that hour).
@@ -170,6 +177,17 @@ SELECT %(queue)s, %(task)s, jsonb_build_object('i', g), 'completed',
        now() - interval '2 days', 1, now() - interval '2 days', 'history', md5(g::text),
        now() - interval '2 days' + interval '1 second'
 FROM generate_series(1, %(n)s) AS g
+"""
+
+# Completed jobs that finished between %(newest)s + %(span)s and %(newest)s ago, spread evenly
+# (retention's victims, or a week of kept history, section 17).
+FILL_FINISHED_AGO = f"""
+INSERT INTO {TABLE} (queue_name, task, payload, status, run_at, attempts, locked_at, locked_by,
+                     claim_token, completed_at)
+SELECT %(queue)s, %(task)s, jsonb_build_object('i', g), 'completed', t.at - interval '1 second', 1,
+       t.at - interval '1 second', 'history', md5(g::text), t.at
+FROM generate_series(1, %(n)s) AS g,
+     LATERAL (SELECT now() - %(newest)s - %(span)s + (g * %(span)s) / (%(n)s + 1) AS at) AS t
 """
 
 VACUUM_ANALYZE = f"VACUUM (ANALYZE) {TABLE}"

@@ -266,6 +266,8 @@ def _priorities_rows(p: dict | None) -> list[str]:
 
 
 def _sustained_section(results: dict) -> list[str]:
+    from . import sustained
+
     s = results["sustained"]
     cfg = s["_config"]
     lines = ["## 6. Sustained drain", "",
@@ -274,7 +276,10 @@ def _sustained_section(results: dict) -> list[str]:
              f"`sqla_queue_job_completed` hook), each variant stopped after at most {cfg['max_seconds']:g} s. "
              f"Per-table autovacuum: `{cfg['autovacuum_options']}`. Pruning: {cfg.get('prune_method', '–')}, "
              "completed jobs older than 1 s, every second, 5,000 per statement. Sizes are at the end of the run; "
-             "the backlog not drained by the cap is still in the table.", "",
+             "the backlog not drained by the cap is still in the table."
+             + (f" *{sustained.FED}*: the table starts empty and {cfg['jobs']:,} jobs are enqueued at "
+                f"{cfg['feed_per_s']:,.0f} jobs/s (the 2 x 10 drain's rate) while the workers drain them, "
+                "default table and settings." if cfg.get("feed_per_s") else ""), "",
              "| Variant | First window | Last window | Last / first | Slowest window | Overall jobs/s | Drained | "
              "Table | Indexes | Pending index | Dead tuples | Autovacuums / VACUUMs during the run | Pruned |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -595,6 +600,31 @@ def _horizon_section(results: dict) -> list[str]:
     return lines + [""]
 
 
+def _history_section(results: dict) -> list[str]:
+    from . import history
+
+    r, h = results["history"]["retention"], results["history"]["history"]
+    during = r["claim_ms_during"] or {}
+    lines = ["## 17. History: retention and the claim beside kept jobs", "",
+             f"Retention: {r['finished']:,} completed jobs that finished 8 days ago, beside "
+             f"{history.RETENTION_LIVE:,} pending ones; `queue.prune(completed_after=7 days, "
+             f"batch_size={r['batch_size']:,})` deletes them, while a probe runs the reference claim (one job, "
+             f"rolled back) every {history.PROBE_EVERY * 1000:.0f} ms. History size: `queue.claim(limit=1)` against "
+             f"{h['pending']:,} pending jobs with no finished jobs in the table, then with {h['finished']:,} completed "
+             "jobs spread over the last 7 days; vacuumed and analysed before each.", "",
+             "| Retention | Seconds | Claim latency before, ms | During, median (max) | Dead tuples left |",
+             "|---|---|---|---|---|",
+             f"| {r['pruned']:,} of {r['finished']:,} deleted | {r['seconds']:.2f} | "
+             f"{r['claim_ms_before'] or float('nan'):.2f} | {during.get('median') or float('nan'):.2f} "
+             f"({r['claim_ms_max_during'] or float('nan'):.1f}) | {r['dead_tuples_after']:,} |", "",
+             "| History | Claim µs, median (min–max) |", "|---|---|",
+             f"| none | {fmt_stat(h['empty_us'])} |", f"| {h['finished']:,} finished | {fmt_stat(h['kept_us'])} |", "",
+             "| Target | Measured | Met? |", "|---|---|---|"]
+    for row in history.rows(results):
+        lines.append(f"| {row['target']} | {row['measured']} | {_met(row['met'])} |")
+    return lines + [""]
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -605,7 +635,7 @@ _SECTIONS = (("raw", _raw_section), ("enqueue", _enqueue_section), ("drain", _dr
              ("roundtrips", _roundtrip_section), ("wakeups", _wakeups_section), ("fleet", _fleet_section),
              ("cpu", _cpu_section), ("otel", _otel_section), ("limits", _limits_section),
              ("workflows", _workflows_section),
-             ("horizon", _horizon_section), ("peers", _peers_section))
+             ("horizon", _horizon_section), ("history", _history_section), ("peers", _peers_section))
 
 
 _DEFAULT_KEYS = tuple(key for key, _ in _SECTIONS if key != "peers")  # what a run without --sections measures

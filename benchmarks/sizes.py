@@ -64,6 +64,9 @@ class Size:
     # held horizon (section 15): each of its two runs lasts this long
     horizon_seconds: float = 300.0
     horizon_calibration_jobs: int = 20_000
+    # history (section 17): finished jobs retention deletes; finished jobs kept beside the claim
+    retention_jobs: int = 1_000_000
+    history_jobs: int = 10_000_000
 
     def with_repeat(self, repeat: int | None) -> Size:
         return self if repeat is None else replace(self, repeat=repeat)
@@ -81,7 +84,7 @@ SIZES = {
         asyncio_sleep_jobs=1_000, peers_latency_jobs=2, fleet_processes=4,
         limits_backlog=2_000, limits_small_tenant=20, limits_keys=20, limits_serial_keys=50,
         limits_rate_seconds=2, horizon_seconds=8.0, horizon_calibration_jobs=1_000,
-        workflow_batch=300, workflow_chain=20,
+        workflow_batch=300, workflow_chain=20, retention_jobs=5_000, history_jobs=20_000,
     ),
     "small": Size(
         name="small", repeat=2,
@@ -95,7 +98,7 @@ SIZES = {
         asyncio_sleep_jobs=1_000, peers_latency_jobs=40, wakeup_seconds=3.0,
         limits_backlog=20_000, limits_small_tenant=100, limits_keys=100, limits_serial_keys=200,
         limits_rate_seconds=5, horizon_seconds=60.0, horizon_calibration_jobs=5_000,
-        workflow_batch=2_000, workflow_chain=200,
+        workflow_batch=2_000, workflow_chain=200, retention_jobs=100_000, history_jobs=1_000_000,
     ),
     "full": Size(
         name="full", repeat=3,

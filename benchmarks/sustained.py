@@ -22,6 +22,12 @@ Completions are counted through the library's ``sqla_queue_job_completed`` hook 
 counter the parent samples every 0.2 s; windows are interpolated from those samples. A variant
 stops at its size's time cap if the backlog is not drained by then (the report says so).
 
+``fed at the drain rate`` is the issue's sustained drain ("storage that does not decay"): the table
+starts empty and the parent enqueues the same number of jobs while the workers drain them, at
+the rate section 3's 2 x 10 drain measured (a calibration drain when that section did not run),
+in a batch every 0.1 s, until all were enqueued; windows run until the last one completed (or a
+cap of twice the feeding time). Default table, no VACUUM but autovacuum's own.
+
 As a reference, the same backlog is also drained by the reference raw claim + completion through
 pgbench (4 clients, the batch size the 2 x 10 drain used, default table) for up to 60 s, its rate
 per window read from pgbench's ``-P`` progress lines: does the raw claim slow down here?
@@ -42,6 +48,7 @@ from sqla_queue import JobStatus
 from sqla_queue.models import Job
 
 from . import pgbench, raw_sql, tables
+from .drain import drain_once
 from .procs import CTX, run_workers
 from .server import Database
 from .sizes import Size
@@ -58,7 +65,11 @@ class Variant:
     options: str | None = None
     prune: bool = False
     vacuum_each_window: bool = False
+    fed: bool = False
 
+
+FED = "fed at the drain rate"
+FEED_EVERY = 0.1
 
 VARIANTS = (
     Variant("default"),
@@ -66,13 +77,16 @@ VARIANTS = (
     Variant("autovacuum + fillfactor 70", AUTOVACUUM + ", fillfactor = 70"),
     Variant("autovacuum + pruning", AUTOVACUUM, prune=True),
     Variant("VACUUM every window", vacuum_each_window=True),
+    Variant(FED, fed=True),
 )
 
 
-def run(db: Database, size: Size, log, *, raw_batch: int = 4) -> dict:
+def run(db: Database, size: Size, log, *, raw_batch: int = 4, drain_rate: float | None = None) -> dict:
     out = {}
+    feed = drain_rate or drain_once(db, size.horizon_calibration_jobs, PROCESSES, CONCURRENCY, log=log)["jobs_per_s"]
     for variant in VARIANTS:
-        reps = [_once(db, size, variant) for _ in range(size.sustained_repeat)]
+        reps = [_fed(db, size, feed) if variant.fed else _once(db, size, variant)
+                for _ in range(size.sustained_repeat)]
         first, last = reps[0]["windows"][:1], reps[0]["windows"][-1:]
         log(f"sustained {variant.name}: {reps[0]['completed']:,} jobs in {reps[0]['seconds']:.0f} s, "
             f"first window {first[0] if first else 0:,.0f}/s, last {last[0] if last else 0:,.0f}/s")
@@ -83,7 +97,7 @@ def run(db: Database, size: Size, log, *, raw_batch: int = 4) -> dict:
         log(f"sustained raw reference, batch {raw_batch}: windows {', '.join(f'{w:,.0f}' for w in windows)}")
     out["_config"] = {"processes": PROCESSES, "concurrency": CONCURRENCY, "jobs": size.sustained_jobs,
                       "window_s": size.sustained_window, "max_seconds": size.sustained_max_seconds,
-                      "autovacuum_options": AUTOVACUUM, "prune_method": prune_method()}
+                      "autovacuum_options": AUTOVACUUM, "prune_method": prune_method(), "feed_per_s": feed}
     return out
 
 
@@ -153,6 +167,51 @@ def _once(db: Database, size: Size, variant: Variant) -> dict:
         "vacuums": helpers.vacuums,
         "end": end,
     }
+
+
+def _fed(db: Database, size: Size, per_s: float) -> dict:
+    """`size.sustained_jobs` jobs enqueued at `per_s` into an empty default table while the
+    workers drain them; windows until the last one completed (cap: twice the feeding time)."""
+    tables.reset(db)
+    before = tables.sizes(db)
+    counters = [CTX.RawValue("q", 0) for _ in range(PROCESSES)]
+    cap = max(size.sustained_max_seconds, 2 * size.sustained_jobs / per_s)
+    samples: list[tuple[float, int]] = []
+    fed = {"jobs": 0}
+
+    def watch(sync):
+        stop = threading.Event()
+        feeder = threading.Thread(target=_feed, args=(db, per_s, size.sustained_jobs, fed, stop), daemon=True)
+        t0 = time.monotonic()
+        feeder.start()
+        while True:
+            elapsed, done = time.monotonic() - t0, sum(c.value for c in counters)
+            samples.append((elapsed, done))
+            if done >= size.sustained_jobs or elapsed >= cap:
+                break
+            time.sleep(0.2)
+        stop.set()
+        feeder.join(timeout=30)
+        sync["stop"].set()
+
+    run_workers(db.url, processes=PROCESSES, mode="run", counters=counters, while_running=watch,
+                options={"concurrency": CONCURRENCY})
+    seconds, completed = samples[-1]
+    return {"windows": window_rates(samples, size.sustained_window), "completed": completed, "seconds": seconds,
+            "capped": completed < size.sustained_jobs, "pruned": 0, "vacuums": 0, "fed": fed["jobs"],
+            "end": _end_sizes(db, before)}
+
+
+def _feed(db: Database, per_s: float, total: int, fed: dict, stop: threading.Event) -> None:
+    """Enqueue at `per_s`, a batch every FEED_EVERY seconds on the clock (a late batch catches
+    up), until `total` were enqueued."""
+    began = time.monotonic()
+    with db.connect(autocommit=True) as conn:
+        while fed["jobs"] < total and not stop.wait(FEED_EVERY):
+            owed = min(total, int((time.monotonic() - began) * per_s)) - fed["jobs"]
+            if owed > 0:
+                conn.execute(raw_sql.FEED_PENDING, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": owed})
+                fed["jobs"] += owed
 
 
 class _Helpers:
@@ -248,5 +307,5 @@ def _summarise(variant: Variant, reps: list[dict]) -> dict:
         "first": summary(firsts), "last": summary(lasts), "last_over_first": summary(ratios),
         "overall": summary(rates), "windows": reps[0]["windows"], "completed": reps[0]["completed"],
         "seconds": reps[0]["seconds"], "capped": any(r["capped"] for r in reps),
-        "pruned": reps[0]["pruned"], "vacuums": reps[0]["vacuums"], "end": reps[0]["end"],
+        "pruned": reps[0]["pruned"], "vacuums": reps[0]["vacuums"], "end": reps[0]["end"], "fed": reps[0].get("fed"),
     }

@@ -102,7 +102,21 @@ def evaluate(results: dict) -> list[dict]:
                      lambda r: r >= 0.8, "{:.0%}",
                      note="run stopped at the time cap" if default.get("capped") else None,
                      why=WHY_SUSTAINED))
+    rows.append(fed_sustained_row(results))
     return rows + asyncio_rows(results) + [wakeups_row(results)] + peer_rows(results)
+
+
+def fed_sustained_row(results: dict) -> dict:
+    """The issue's sustained drain: jobs enqueued at the measured drain rate while they drain."""
+    from .sustained import FED
+
+    found = (results.get("sustained") or {}).get(FED, {})
+    keep = found.get("last_over_first", {}).get("median")
+    jobs = found.get("fed")
+    label = f"{jobs:,} jobs" if jobs else "1,000,000 jobs"
+    return _row(f"Sustained drain of {label} enqueued at the measured drain rate: last window >= 90 % of the first "
+                "(default settings, no manual VACUUM)", keep, keep, lambda r: r >= 0.9, "{:.0%}",
+                note="run stopped at the time cap" if found.get("capped") else None)
 
 
 def wakeups_row(results: dict) -> dict:
