@@ -124,6 +124,11 @@ def job_columns() -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]]:
         # served, set by the enqueue when the queue is fair (`sql.enqueue`). A fair claim takes
         # the jobs of the lowest due turns; NULL: enqueued while the queue was not fair.
         "fair_tag": ((BigInteger,), {}),
+        # The row lives in the history (revision sqlaq_0014). Always false in a plain job table;
+        # in one converted to the partitioned layout (`sqla_queue.ops.storage`) it is the
+        # partition key: the archiver moves finished jobs to true, out of the claim's table, and
+        # a statement that makes a finished job active again sets it back to false.
+        "archived": ((Boolean,), {"nullable": False, "server_default": false()}),
         "created_at": ((_TIMESTAMP,), {"nullable": False, "server_default": func.now()}),
     }
 

@@ -30,6 +30,7 @@ from sqlalchemy import (
     case,
     cast,
     exists,
+    false,
     func,
     literal,
     null,
@@ -274,7 +275,8 @@ def rearmed(table: Table, retried: Any) -> Any:
     return (
         update(table)
         .where(table.c.id.in_(select(reach.c.job_id)), ~table.c.id.in_(select(blocked.c.job_id)), _was_doomed(table))
-        .values(status=_literal(JobStatus.WAITING), waiting_on=left, cancelled_at=None, last_error=None)
+        .values(status=_literal(JobStatus.WAITING), waiting_on=left, cancelled_at=None, last_error=None,
+                archived=false())
         .returning(table.c.id)
         .cte("rearmed")
     )

@@ -167,11 +167,12 @@ def _skipping_held_keys_and_notifying(table: Table, inserting) -> Executable:
     """The enqueue INSERT's shared tail: skip a job whose key an active job holds, return
     ``id, idempotency_key`` and, when ``:notify``, queue one ``pg_notify`` per inserted row
     (see `insert_jobs`)."""
+    # No conflict target: a partitioned job table (`sqla_queue.ops.storage`) cannot carry the
+    # active-key index on its parent, only on its live partition, and a target must name an
+    # index of the table inserted into. Without one, any unique index of the partition the row
+    # lands in arbitrates: the primary key (never, ids are fresh) and the active-key index.
     inserted = (
-        inserting.on_conflict_do_nothing(
-            index_elements=[table.c.idempotency_key],
-            index_where=status_is(table, *ACTIVE_STATUSES),
-        )
+        inserting.on_conflict_do_nothing()
         .returning(table.c.id, table.c.idempotency_key, table.c.queue_name)
         .cte("inserted")
     )

@@ -21,6 +21,7 @@ from sqlalchemy import (
     bindparam,
     case,
     exists,
+    false,
     func,
     literal,
     select,
@@ -146,6 +147,7 @@ def retry_failed(table: Table, target: Any) -> Executable:
             lease_expires_at=None,
             locked_by=None,
             claim_token=None,
+            archived=false(),  # out of the history again, if it was there
         )
         .returning(*table.c)
         .cte("retried")

@@ -367,6 +367,7 @@ def test_revision_13_gives_turns_to_a_fair_queues_jobs_from_before_it_and_its_do
     upgrade(empty_engine, "sqlaq_0013")
     turns_index = {"sqla_queue_jobs_pending_fair_idx", "sqla_queue_jobs_pending_key_turn_idx"}
     assert turns_index <= set(_index_definitions(empty_engine))
+    upgrade(empty_engine)  # the library reads the head's columns
     queue = sq.Queue(empty_engine, load_entrypoints=False)
     queue.task(lambda payload, ctx: None, name="send_email")
     assert {queue.get_job(job_id).status.value for job_id in before} == {"pending"}
@@ -380,5 +381,23 @@ def test_revision_13_gives_turns_to_a_fair_queues_jobs_from_before_it_and_its_do
     downgrade(empty_engine, "sqlaq_0012")
     assert not turns_index & set(_index_definitions(empty_engine))
     assert "fair_tag" not in all_rows(empty_engine, reflected_jobs(empty_engine))[0]
+    upgrade(empty_engine)
+    assert stamped(empty_engine) == {HEAD_ID}
+
+
+def test_revision_14_adds_archived_false_on_every_job_and_its_downgrade_drops_it(empty_engine):
+    """sqlaq_0014: a catalog-only column, false on the jobs enqueued before it; the library at
+    head reads and retries them; downgrade drops it (refused by PostgreSQL once the table is
+    partitioned by it: tests/ops/test_storage.py)."""
+    upgrade(empty_engine, "sqlaq_0013")
+    before = [enqueued_at_this_revision(empty_engine, {"n": n}) for n in range(2)]
+    upgrade(empty_engine, "sqlaq_0014")
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT array_agg(DISTINCT archived) FROM sqla_queue_jobs")).scalar() == [False]
+    queue = sq.Queue(empty_engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    assert {queue.get_job(job_id).status.value for job_id in before} == {"pending"}
+    downgrade(empty_engine, "sqlaq_0013")
+    assert "archived" not in all_rows(empty_engine, reflected_jobs(empty_engine))[0]
     upgrade(empty_engine)
     assert stamped(empty_engine) == {HEAD_ID}
