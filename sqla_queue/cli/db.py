@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ from sqlalchemy import Connection, inspect
 from .. import migrations
 from ..db.engine import database_errors, make_engine
 from ..migrations import host
+from ..ops import storage
 from .root import EXIT_USAGE, CliContext, main
 
 _CONFIG = click.option(
@@ -82,6 +84,26 @@ def current(obj: CliContext, config_path: str) -> None:
         if revision is None and foreign:
             revision = _through_host(foreign, config_path)
         click.echo(_describe(revision))
+
+
+@db.command("partition-history")
+@click.option("--lock-timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True, metavar="SECONDS",
+              help="Give up a step that cannot get its lock within this long; nothing of it is done.")
+@click.pass_obj
+def partition_history(obj: CliContext, lock_timeout: float) -> None:
+    """Move finished jobs out of the claim's table: partition the job table by archived, online.
+
+    Workers keep running; from then on they archive finished jobs into day partitions, and
+    retention drops whole days (docs/explanation/storage.md).
+    """
+    engine = make_engine(obj.url())
+    try:
+        with database_errors():
+            done = storage.partition_history(engine, lock_timeout=timedelta(seconds=lock_timeout))
+    finally:
+        engine.dispose()
+    click.echo("job table partitioned: finished jobs now go to day partitions of its history" if done
+               else "job table already partitioned: nothing to do")
 
 
 @contextmanager

@@ -167,6 +167,8 @@ class Statements:
         **{state.value: prune_sql.prune_finished(s.table, state) for state in FINISHED},
         "counters": counter_sql.prune_counters(s.counters),
     })
+    prune_live = _Built(lambda s: {state.value: prune_sql.prune_finished(s.table, state, live_only=True)
+                                   for state in FINISHED})
     # doctor: the claim it EXPLAINs (the one in use, in its order)
     claim_plan = _Built(lambda s: catalog.explain(sql.claim_jobs(s.table, order=s.order)))
     # the testing helpers (`sqla_queue.testing`): claim one job by id, time travel, reads

@@ -25,6 +25,7 @@ from .. import _validate
 from ..core import Core
 from ..errors import ConfigurationError, InvalidInputError
 from ..states import FINISHED
+from .archiving import History
 
 logger = logging.getLogger("sqla_queue.maintenance")
 
@@ -114,6 +115,7 @@ class Pruner:
         self.executor = core.executor
         self.config = config
         self._ages = {kind: getattr(config, f"{kind}_after") for kind in JOB_KINDS}
+        self.history = History.for_table(core.executor.table)
         self._next_run = 0.0
 
     def run_once(self) -> PruneResult:
@@ -127,16 +129,24 @@ class Pruner:
     def run(self, max_batches: int | None = None) -> PruneResult:
         """Batches until every kind is caught up (a batch came back short of `batch_size`), or
         `max_batches` of each kind. Safe beside workers and other pruners: SKIP LOCKED splits
-        the work and leaves a row someone holds for the next batch."""
-        total = PruneResult()
+        the work and leaves a row someone holds for the next batch.
+
+        On a partitioned table (`sqla_queue.ops.storage`) the archived jobs go a day at a time:
+        each day partition of a state whose whole day is older than the state's age is dropped,
+        unless an active job depends on one of its jobs; the batches then delete only what is
+        not archived yet."""
+        with self.executor.transaction() as conn:
+            partitioned = self.history.partitioned(conn)
+        total = self._drop_expired() if partitioned else PruneResult()
+        statements = self.executor.statements.prune_live if partitioned else self.executor.statements.prune
         todo = {kind: age for kind, age in self._ages.items() if age is not None}
         rounds = 0
         while todo and (max_batches is None or rounds < max_batches):
-            step = {kind: self._batch(kind, age) for kind, age in todo.items()}
+            step = {kind: self._batch(statements[kind], age) for kind, age in todo.items()}
             total += PruneResult(**step, batches=len(step))
             todo = {kind: age for kind, age in todo.items() if step[kind] >= self.config.batch_size}
             rounds += 1
-        counters = self._delete("counters", {"age": self.config.counters_after})
+        counters = self._delete(self.executor.statements.prune["counters"], {"age": self.config.counters_after})
         return total + PruneResult(counters=counters, batches=1)
 
     def run_if_due(self) -> PruneResult | None:
@@ -155,12 +165,27 @@ class Pruner:
                         self.executor.table.name)
         return result
 
-    def _batch(self, kind: str, age: timedelta) -> int:
-        return self._delete(kind, {"age": age, "limit": self.config.batch_size})
+    def _batch(self, statement: Any, age: timedelta) -> int:
+        return self._delete(statement, {"age": age, "limit": self.config.batch_size})
 
-    def _delete(self, kind: str, params: dict[str, Any]) -> int:
+    def _delete(self, statement: Any, params: dict[str, Any]) -> int:
         with self.executor.transaction() as conn:
-            return int(conn.execute(self.executor.statements.prune[kind], params).scalar_one())
+            return int(conn.execute(statement, params).scalar_one())
+
+    def _drop_expired(self) -> PruneResult:
+        """Each expired day partition counted and dropped, in a transaction of its own."""
+        dropped = dict.fromkeys(JOB_KINDS, 0)
+        for state in FINISHED:
+            age = self._ages[state.value]
+            if age is None:
+                continue
+            with self.executor.transaction() as conn:
+                expired = self.history.expired(conn, state, age)
+            for name in expired:
+                with self.executor.transaction() as conn:
+                    dropped[state.value] += self.history.drop(conn, name)
+                logger.info("dropped history partition %s", name)
+        return PruneResult(**dropped, batches=sum(1 for n in dropped.values() if n))
 
 
 def prune(core: Core, **options: Any) -> PruneResult:

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     Integer,
     Interval,
@@ -65,7 +66,7 @@ _locks = table(
     schema="pg_catalog",
 )
 _class = table("pg_class", column("oid", OID), column("relname", Text), column("relnamespace", OID),
-               schema="pg_catalog")
+               column("relkind", Text), column("relispartition", Boolean), schema="pg_catalog")
 _namespace = table("pg_namespace", column("oid", OID), column("nspname", Text), schema="pg_catalog")
 _user_tables = table(
     "pg_stat_user_tables",
@@ -144,6 +145,21 @@ def _relation_oid(job_table: Table):
     )
 
 
+def _claimed_relation_oid(job_table: Table):
+    """The table claims write: the job table itself, or its live partition when the table is
+    partitioned (`sqla_queue.ops.storage`; the parent has no statistics of its own)."""
+    schema = job_table.schema if job_table.schema is not None else func.current_schema()
+    return (
+        select(_class.c.oid)
+        .join(_namespace, _namespace.c.oid == _class.c.relnamespace)
+        .where(_class.c.relname.in_([job_table.name, f"{job_table.name}_live"]), _class.c.relkind == "r",
+               _namespace.c.nspname == schema)
+        .order_by(_class.c.relispartition.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 def _preview(query):
     return func.left(query, QUERY_PREVIEW).label("query")
 
@@ -217,7 +233,7 @@ def table_vacuum_stats(job_table: Table) -> Executable:
         func.pg_table_size(t.c.relid).label("table_bytes"),
         func.pg_indexes_size(t.c.relid).label("index_bytes"),
         func.now().label("now"),
-    ).where(t.c.relid == _relation_oid(job_table))
+    ).where(t.c.relid == _claimed_relation_oid(job_table))
 
 
 def horizon_backends() -> Executable:

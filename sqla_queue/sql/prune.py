@@ -6,7 +6,7 @@ A prune can never fight a claim or take an unfinished job: it selects its batch 
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Interval, Table, any_, bindparam, cast, func, select
+from sqlalchemy import BigInteger, Interval, Table, any_, bindparam, cast, false, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql import Executable
 
@@ -16,9 +16,10 @@ from ._predicates import status_is
 from .dependencies import has_live_dependents
 
 
-def prune_finished(table: Table, state: State | JobStatus) -> Executable:
+def prune_finished(table: Table, state: State | JobStatus, *, live_only: bool = False) -> Executable:
     """Delete up to ``:limit`` jobs in terminal `state` that entered it more than ``:age`` ago;
-    returns how many.
+    returns how many. `live_only`: only rows not archived yet, for a partitioned table, whose
+    archived jobs retention drops a day at a time (`sqla_queue.ops.storage`).
 
     The status is inlined so the oldest rows come off the state's finished-at partial index in
     order. Pending and running rows are not in that index and the status is re-checked under
@@ -32,7 +33,7 @@ def prune_finished(table: Table, state: State | JobStatus) -> Executable:
     doomed = (
         select(table.c.id)
         .where(status_is(table, state.status), finished_at < func.now() - bindparam("age", type_=Interval),
-               ~has_live_dependents(table))
+               ~has_live_dependents(table), *([table.c.archived.is_(false())] if live_only else []))
         .order_by(finished_at)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)

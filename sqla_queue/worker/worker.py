@@ -46,6 +46,7 @@ from ..db.engine import engine_of
 from ..db.worker_engine import worker_engine
 from ..errors import ConfigurationError, PermissionDeniedError
 from ..services import Looper
+from ..services.archiving import Archiver
 from ..services.lease_keeper import LeaseKeeper, LeaseKeeperConfig, LeaseKeeperResult
 from ..services.listener import Listener, ListenerConfig
 from ..services.pruning import Pruner
@@ -112,6 +113,7 @@ class Worker:
         self._lease_keeper = LeaseKeeper(self.core, LeaseKeeperConfig(lease=self.config.lease),
                                          self.slots.snapshot, owner=f"worker {self.worker_id}",
                                          heartbeat=self.registration.beat)
+        self._archiver = Archiver(self.core)
         self._listener: Listener | None = None
         self.queues: tuple[str, ...] = self.config.queues or ()
         """The queues this worker serves: `config.queues`, or settled when it runs."""
@@ -323,6 +325,9 @@ class Worker:
         if self._listener is not None:
             threads.append(threading.Thread(target=Looper([self._listener], halt=self._halt).run, args=(self._done,),
                                             name="sqla-queue-listen", daemon=True))
+        # No halt: a role without DELETE keeps working, unarchived (the looper logs the refusal once).
+        threads.append(threading.Thread(target=Looper([self._archiver]).run, args=(self._done,),
+                                        name="sqla-queue-archive", daemon=True))
         for thread in threads:
             thread.start()
         try:

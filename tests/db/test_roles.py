@@ -306,3 +306,27 @@ def test_the_worker_honours_limits_and_one_without_the_limits_grant_warns_and_cl
         assert "cannot read queue limits, so none are enforced" in caplog.text
     finally:
         roles.sql("GRANT SELECT, UPDATE ON sqla_queue_jobs_limits TO queue_worker")
+
+
+def test_on_a_partitioned_table_a_worker_archives_with_delete_and_works_on_without_it(create_database):
+    """The conversion copies the table's grants to its new parent; the archiver needs DELETE
+    (the pruning grant), and a worker without it goes on working, unarchived, and says so."""
+    from sqla_queue.ops.storage import partition_history
+    from sqla_queue.services.archiving import Archiver
+
+    made = Roles(create_database())
+    try:
+        made.run("roles", "producer", "worker", "logins")
+        partition_history(made.admin)
+        producer, worker = with_tasks(made.queue("producer"), "parted"), with_tasks(made.queue("worker"), "parted")
+        job = producer.enqueue("send", {"to": "a"})
+        summary = worker.worker(queues=["parted"], concurrency=1).run(until_empty=True)
+        assert summary.completed == 1 and worker.get_job(job).status == sq.JobStatus.COMPLETED
+        with pytest.raises(sq.PermissionDeniedError):
+            Archiver(worker.core).run_once()
+        made.run("worker: pruning")
+        assert Archiver(worker.core).run_once().archived == 1
+        with made.admin.connect() as conn:
+            assert conn.execute(text("SELECT archived FROM sqla_queue_jobs WHERE id = :id"), {"id": job}).scalar()
+    finally:
+        made.drop()
