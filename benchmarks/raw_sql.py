@@ -180,12 +180,13 @@ FROM generate_series(1, %(n)s) AS g
 """
 
 # Completed jobs that finished between %(newest)s + %(span)s and %(newest)s ago, spread evenly
-# (retention's victims, or a week of kept history, section 17).
+# (retention's victims, or a week of kept history, section 17); %(archived)s: already in the
+# history partitions of a partitioned table (their days' partitions must exist).
 FILL_FINISHED_AGO = f"""
 INSERT INTO {TABLE} (queue_name, task, payload, status, run_at, attempts, locked_at, locked_by,
-                     claim_token, completed_at)
+                     claim_token, completed_at, archived)
 SELECT %(queue)s, %(task)s, jsonb_build_object('i', g), 'completed', t.at - interval '1 second', 1,
-       t.at - interval '1 second', 'history', md5(g::text), t.at
+       t.at - interval '1 second', 'history', md5(g::text), t.at, %(archived)s
 FROM generate_series(1, %(n)s) AS g,
      LATERAL (SELECT now() - %(newest)s - %(span)s + (g * %(span)s) / (%(n)s + 1) AS at) AS t
 """

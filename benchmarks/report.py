@@ -603,23 +603,31 @@ def _horizon_section(results: dict) -> list[str]:
 def _history_section(results: dict) -> list[str]:
     from . import history
 
-    r, h = results["history"]["retention"], results["history"]["history"]
-    during = r["claim_ms_during"] or {}
+    found = results["history"]
+    any_layout = next(iter(found.values()))
+    r0, h0 = any_layout["retention"], any_layout["history"]
     lines = ["## 17. History: retention and the claim beside kept jobs", "",
-             f"Retention: {r['finished']:,} completed jobs that finished 8 days ago, beside "
+             f"Retention: {r0['finished']:,} completed jobs that finished 8 days ago, beside "
              f"{history.RETENTION_LIVE:,} pending ones; `queue.prune(completed_after=7 days, "
-             f"batch_size={r['batch_size']:,})` deletes them, while a probe runs the reference claim (one job, "
+             f"batch_size={r0['batch_size']:,})` removes them, while a probe runs the reference claim (one job, "
              f"rolled back) every {history.PROBE_EVERY * 1000:.0f} ms. History size: `queue.claim(limit=1)` against "
-             f"{h['pending']:,} pending jobs with no finished jobs in the table, then with {h['finished']:,} completed "
-             "jobs spread over the last 7 days; vacuumed and analysed before each.", "",
-             "| Retention | Seconds | Claim latency before, ms | During, median (max) | Dead tuples left |",
-             "|---|---|---|---|---|",
-             f"| {r['pruned']:,} of {r['finished']:,} deleted | {r['seconds']:.2f} | "
-             f"{r['claim_ms_before'] or float('nan'):.2f} | {during.get('median') or float('nan'):.2f} "
-             f"({r['claim_ms_max_during'] or float('nan'):.1f}) | {r['dead_tuples_after']:,} |", "",
-             "| History | Claim µs, median (min–max) |", "|---|---|",
-             f"| none | {fmt_stat(h['empty_us'])} |", f"| {h['finished']:,} finished | {fmt_stat(h['kept_us'])} |", "",
-             "| Target | Measured | Met? |", "|---|---|---|"]
+             f"{h0['pending']:,} pending jobs with no finished jobs in the table, then with {h0['finished']:,} completed "
+             "jobs spread over the last 7 days; vacuumed and analysed before each. *plain*: the job table as the "
+             "migrations make it, retention by DELETE; *partitioned*: after `sqla-queue db partition-history` "
+             "(in a database of its own), the jobs archived in their days' partitions, retention by dropping "
+             "whole days ([storage](explanation/storage.md)).", "",
+             "| Layout | Retention: pruned | Seconds | Claim latency before, ms | During, median (max) | "
+             "Dead tuples left | Claim µs, no history | Claim µs, with history | Ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    nan = float("nan")
+    for layout, v in found.items():
+        r, h = v["retention"], v["history"]
+        during = r["claim_ms_during"] or {}
+        lines.append(f"| {layout} | {r['pruned']:,} of {r['finished']:,} | {r['seconds']:.2f} | "
+                     f"{r['claim_ms_before'] or nan:.2f} | {during.get('median') or nan:.2f} "
+                     f"({r['claim_ms_max_during'] or nan:.1f}) | {r['dead_tuples_after']:,} | "
+                     f"{fmt_stat(h['empty_us'])} | {fmt_stat(h['kept_us'])} | {h['ratio']:.2f}x |")
+    lines += ["", "| Target | Measured | Met? |", "|---|---|---|"]
     for row in history.rows(results):
         lines.append(f"| {row['target']} | {row['measured']} | {_met(row['met'])} |")
     return lines + [""]

@@ -90,6 +90,15 @@ def _database_on(server_url: str) -> Iterator[str]:
         yield make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+@contextmanager
+def sibling_database(db: Database) -> Iterator[Database]:
+    """A new migrated database on `db`'s server, dropped on exit: for a section that changes
+    the schema (section 17 partitions its job table), so the sections after it do not see it."""
+    server = make_url(db.url).set(drivername="postgresql+psycopg", database="postgres")
+    with _database_on(server.render_as_string(hide_password=False)) as url:
+        yield Database(url=url, embedded=db.embedded, bin_dir=db.bin_dir)
+
+
 @dataclass
 class Server:
     """A PostgreSQL server to create databases on (``python -m benchmarks compare``: one per side)."""

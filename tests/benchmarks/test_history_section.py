@@ -17,28 +17,32 @@ RETENTION = {"finished": 1_000_000, "pruned": 1_000_000, "seconds": 4.2, "batch_
              "dead_tuples_after": 1_000_000}
 HISTORY = {"pending": 10_000, "finished": 10_000_000, "empty_us": summary([1000.0, 1010.0]),
            "kept_us": summary([1050.0, 1060.0]), "ratio": 1055.0 / 1005.0}
-RESULTS = {"history": {"retention": RETENTION, "history": HISTORY}}
+PARTITIONED = {"retention": {**RETENTION, "seconds": 0.3, "dead_tuples_after": 12}, "history": HISTORY}
+RESULTS = {"history": {"plain": {"retention": RETENTION, "history": HISTORY}, "partitioned": PARTITIONED}}
 
 
-def test_retention_is_met_only_when_everything_was_pruned_within_the_second():
+def _with(retention=None, history=None) -> dict:
+    return {"history": {**RESULTS["history"], "partitioned": {"retention": {**PARTITIONED["retention"], **(retention or {})},
+                                                             "history": {**HISTORY, **(history or {})}}}}
+
+
+def test_the_targets_are_judged_on_the_partitioned_layout():
     rows = history.rows(RESULTS)
-    assert [row["met"] for row in rows] == [False, True]
-    assert rows[0]["measured"].startswith("4.20 s (1,000,000 deleted in batches of 5,000; 1,000,000 dead tuples")
-    fast = {"history": {**RESULTS["history"], "retention": {**RETENTION, "seconds": 0.4}}}
-    assert history.rows(fast)[0]["met"] is True
-    partial = {"history": {**RESULTS["history"], "retention": {**RETENTION, "seconds": 0.4, "pruned": 10}}}
-    assert history.rows(partial)[0]["met"] is False
-    slow = {"history": {**RESULTS["history"], "history": {**HISTORY, "ratio": 1.2}}}
-    assert history.rows(slow)[1]["met"] is False
-    assert history.rows({}) == []
+    assert [row["met"] for row in rows] == [True, True]
+    assert rows[0]["target"].endswith("(partitioned layout)")
+    assert rows[0]["measured"] == "0.30 s (1,000,000 pruned; 12 dead tuples left in the live table)"
+    assert history.rows(_with(retention={"seconds": 4.2}))[0]["met"] is False
+    assert history.rows(_with(retention={"pruned": 10}))[0]["met"] is False
+    assert history.rows(_with(history={"ratio": 1.2}))[1]["met"] is False
+    assert history.rows({}) == [] and history.rows({"history": {"plain": RESULTS["history"]["plain"]}}) == []
 
 
-def test_the_report_shows_retention_the_two_histories_and_the_targets():
+def test_the_report_shows_both_layouts_and_the_targets():
     lines = report._history_section(RESULTS)
     assert lines[0] == "## 17. History: retention and the claim beside kept jobs"
-    assert "| 1,000,000 of 1,000,000 deleted | 4.20 | 0.40 | 0.60 (3.1) | 1,000,000 |" in lines
-    assert "| none | 1,005 (1,000–1,010) |" in lines
-    assert "| 10,000,000 finished | 1,055 (1,050–1,060) |" in lines
+    assert ("| plain | 1,000,000 of 1,000,000 | 4.20 | 0.40 | 0.60 (3.1) | 1,000,000 | 1,005 (1,000–1,010) | "
+            "1,055 (1,050–1,060) | 1.05x |") in lines
+    assert any(line.startswith("| partitioned | 1,000,000 of 1,000,000 | 0.30 |") for line in lines)
     assert any(line.startswith("| Claim with 10,000,000 finished jobs") and line.endswith("| **met** |")
                for line in lines)
 
