@@ -550,11 +550,8 @@ def _limits_section(results: dict) -> list[str]:
              "`group_concurrency=1` against no limits, and the runs of one key that overlapped (a job claimed "
              "before the previous one of its key completed). Rate: `rate=500/s`, 4 workers x concurrency 10, "
              f"for about {n['rate_seconds']} s; handler starts per second (stamped by the handlers), the first and the last "
-             "(partial) second left out.", "",
-             "| Target | Measured | Met? |", "|---|---|---|"]
-    for row in limits.rows(results):
-        lines.append(f"| {row['target']} | {row['measured']} | {_met(row['met'])} |")
-    return lines + [""]
+             "(partial) second left out.", ""]
+    return lines + [*_section_targets(limits.rows(results)), ""]
 
 
 def _workflows_section(results: dict) -> list[str]:
@@ -567,11 +564,8 @@ def _workflows_section(results: dict) -> list[str]:
              "start signal to the last one's completion, and when its callback started. Chain: "
              f"{n['chain']:,} steps (`queue.chain`) run by one worker at concurrency 1, otherwise idle; per step, "
              "from the previous step's completion (when the step became pending, in that statement) to the step's "
-             "claim ([workflows](how-to/workflows.md)).", "",
-             "| Target | Measured | Met? |", "|---|---|---|"]
-    for row in workflows.rows(results):
-        lines.append(f"| {row['target']} | {row['measured']} | {_met(row['met'])} |")
-    return lines + [""]
+             "claim ([workflows](how-to/workflows.md)).", ""]
+    return lines + [*_section_targets(workflows.rows(results)), ""]
 
 
 def _horizon_section(results: dict) -> list[str]:
@@ -594,10 +588,7 @@ def _horizon_section(results: dict) -> list[str]:
                      f"{run['completed'] / h['seconds']:,.0f} | "
                      f"{_median(lat[:tenth]):.2f} → {_median(lat[-tenth:]):.2f} ms | "
                      f"{(run['dead_tuples'] or [0])[-1]:,} |")
-    lines += ["", "| Target | Measured | Met? |", "|---|---|---|"]
-    for row in horizon.rows(results):
-        lines.append(f"| {row['target']} | {row['measured']} | {_met(row['met'])} |")
-    return lines + [""]
+    return lines + ["", *_section_targets(horizon.rows(results)), ""]
 
 
 def _history_section(results: dict) -> list[str]:
@@ -627,10 +618,13 @@ def _history_section(results: dict) -> list[str]:
                      f"{r['claim_ms_before'] or nan:.2f} | {during.get('median') or nan:.2f} "
                      f"({r['claim_ms_max_during'] or nan:.1f}) | {r['dead_tuples_after']:,} | "
                      f"{fmt_stat(h['empty_us'])} | {fmt_stat(h['kept_us'])} | {h['ratio']:.2f}x |")
-    lines += ["", "| Target | Measured | Met? |", "|---|---|---|"]
-    for row in history.rows(results):
-        lines.append(f"| {row['target']} | {row['measured']} | {_met(row['met'])} |")
-    return lines + [""]
+    return lines + ["", *_section_targets(history.rows(results)), ""]
+
+
+def _section_targets(rows: list[dict]) -> list[str]:
+    """A section's own targets as a table: target, measured, met."""
+    return ["| Target | Measured | Met? |", "|---|---|---|",
+            *(f"| {row['target']} | {row['measured']} | {_met(row['met'])} |" for row in rows)]
 
 
 def _median(values: list[float]) -> float:
