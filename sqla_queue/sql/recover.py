@@ -22,7 +22,7 @@ from sqlalchemy import ColumnElement, Interval, Table, and_, bindparam, func, or
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
-from ._predicates import status_is
+from ._predicates import live, status_is
 from .dependencies import settled
 
 LEASE_EXPIRED = "claim lease expired"
@@ -62,7 +62,7 @@ def _take_back_update(table: Table, expired, **values):
     worker's late outcome is a lost claim) and the last traceback with it."""
     return (
         update(table)
-        .where(table.c.id == expired.c.id)
+        .where(table.c.id == expired.c.id, live(table))
         .values(**values, claim_token=None, last_traceback=None)
         .returning(table.c.id, table.c.queue_name, table.c.task)
     )

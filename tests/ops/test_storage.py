@@ -4,6 +4,7 @@ reader still finds them, and retention that drops whole days."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from sqla_queue.ops.doctor import Doctor, Verdict
 from sqla_queue.ops.storage import partition_history
 from sqla_queue.services.archiving import History
 from sqla_queue.sql import history as history_sql
+from sqla_queue.sql.catalog import explain
 from sqla_queue.states import JobStatus, state_of
 
 
@@ -209,3 +211,37 @@ def test_downgrading_past_the_column_is_refused_once_partitioned(db):
     partition_history(db)
     with db.connect() as conn, pytest.raises(ProgrammingError, match="partition key"):
         migrations.downgrade(conn, "sqlaq_0013")
+
+
+def _relations_planned(engine: Engine, statement, params: dict) -> set[str]:
+    with engine.connect() as conn:
+        [[plan]] = conn.execute(explain(statement), params).all()
+        conn.rollback()
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    found, todo = set(), [plan[0]["Plan"]]
+    while todo:
+        node = todo.pop()
+        found.update(node[key] for key in ("Relation Name",) if key in node)
+        todo.extend(node.get("Plans", []))
+    return found
+
+
+HELD = {"job_ids": [1], "tokens": ["t"], "results": [None], "lease": timedelta(seconds=30)}
+WORKER_STATEMENTS = {
+    "claim": {"queue": "default", "limit": 5, "worker_id": "w", "token": "t", "lease": timedelta(seconds=30)},
+    "renew": HELD,
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORKER_STATEMENTS))
+def test_the_worker_statements_plan_only_the_live_partition_however_many_days_are_kept(db, name):
+    """The claim and lease renewal find their rows by id: without saying the row is live, each
+    would probe (and lock) every day partition of the history."""
+    partition_history(db)
+    queue = make_queue(db)
+    for days in range(2, 9):
+        _finished_days_ago(db, queue, days, 1)
+    statement = getattr(queue.core.executor.statements, name)
+    planned = _relations_planned(db, statement, WORKER_STATEMENTS[name])
+    assert "sqla_queue_jobs_live" in planned
+    assert not [relation for relation in planned if relation.startswith("sqla_queue_jobs_history")]

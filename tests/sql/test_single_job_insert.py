@@ -24,7 +24,7 @@ def test_single_job_insert_has_the_batch_inserts_conflict_rule_returning_and_not
     shared = [
         "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at, max_attempts, idempotency_key, priority, "
         "scheduled_at, meta, group_key, fair_tag)",
-        "ON CONFLICT (idempotency_key) WHERE status IN ('waiting', 'pending', 'running') DO NOTHING",
+        "ON CONFLICT DO NOTHING",
         "RETURNING sqla_queue_jobs.id, sqla_queue_jobs.idempotency_key, sqla_queue_jobs.queue_name",
         "SELECT inserted.id, inserted.idempotency_key, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, inserted.queue_name) END AS notified",
     ]

@@ -11,9 +11,9 @@ from sqlalchemy import (
     Interval,
     Table,
     Text,
+    any_,
     bindparam,
     cast,
-    any_,
     column,
     exists,
     false,
@@ -32,14 +32,23 @@ from sqlalchemy.sql.visitors import iterate, replacement_traverse
 
 from ...tables import queues_table
 from ...types import JobStatus
-from .._predicates import status_is
+from .._predicates import live, status_is
 from ..dependencies import NOTHING_TO_SETTLE, settle_again, settled
 from ..notify import announce_finished, announced
 from ..outcome import complete_jobs
 from .order import DEFAULT_ORDER, ClaimOrder, PriorityOrder
 
-__all__ = ["ClaimOrder", "DEFAULT_ORDER", "PriorityOrder", "claim_job_by_id", "claim_jobs", "claim_served_jobs",
-           "claimed_update", "complete_and_claim_jobs", "registered_task"]
+__all__ = [
+    "DEFAULT_ORDER",
+    "ClaimOrder",
+    "PriorityOrder",
+    "claim_job_by_id",
+    "claim_jobs",
+    "claim_served_jobs",
+    "claimed_update",
+    "complete_and_claim_jobs",
+    "registered_task",
+]
 
 
 def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
@@ -250,7 +259,7 @@ def claimed_update(table: Table, which, **values) -> Executable:
     }
     return (
         update(table)
-        .where(which)
+        .where(which, live(table))
         .values({**marked, **values})
         .returning(
             table.c.id,
