@@ -19,6 +19,7 @@ from .. import migrations
 from ..db.engine import database_errors, make_engine
 from ..migrations import host
 from ..ops import storage
+from ._params import DURATION, DURATION_HELP
 from .root import EXIT_USAGE, CliContext, main
 
 _CONFIG = click.option(
@@ -87,10 +88,10 @@ def current(obj: CliContext, config_path: str) -> None:
 
 
 @db.command("partition-history")
-@click.option("--lock-timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True, metavar="SECONDS",
-              help="Give up a step that cannot get its lock within this long; nothing of it is done.")
+@click.option("--lock-timeout", type=DURATION, default="5s", show_default=True,
+              help=f"Give up a step that cannot get its lock within this long; nothing of it is done. {DURATION_HELP}")
 @click.pass_obj
-def partition_history(obj: CliContext, lock_timeout: float) -> None:
+def partition_history(obj: CliContext, lock_timeout: timedelta) -> None:
     """Move finished jobs out of the claim's table: partition the job table by archived, online.
 
     Workers keep running; from then on they archive finished jobs into day partitions, and
@@ -99,7 +100,7 @@ def partition_history(obj: CliContext, lock_timeout: float) -> None:
     engine = make_engine(obj.url())
     try:
         with database_errors():
-            done = storage.partition_history(engine, lock_timeout=timedelta(seconds=lock_timeout))
+            done = storage.partition_history(engine, lock_timeout=lock_timeout)
     finally:
         engine.dispose()
     click.echo("job table partitioned: finished jobs now go to day partitions of its history" if done
