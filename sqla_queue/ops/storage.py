@@ -36,8 +36,8 @@ def partition_history(engine: Engine, model: Any = None, *, lock_timeout: timede
     history tree is created; (4) the day partitions. A step that cannot get its lock within
     `lock_timeout` fails with nothing of it done, and the conversion can be run again.
 
-    The finished jobs already in the table stay in the live partition, pruned by DELETE as
-    before; those that finish from now on are archived by the workers.
+    The workers then archive the jobs that finish from the day before the conversion on; those
+    that finished earlier stay in the live partition and are pruned by DELETE, as before.
     """
     table = job_table_of(model)
     _check_names(table)
