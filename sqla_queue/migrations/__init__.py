@@ -28,7 +28,7 @@ from sqlalchemy import Connection
 
 from alembic import command
 
-from .guard import QUEUE_TABLES, refuse_queue_table_changes
+from .guard import QUEUE_TABLES, is_queue_table, refuse_queue_table_changes  # noqa: F401 (QUEUE_TABLES: re-exported)
 
 BRANCH_LABEL = "sqla_queue"
 SCRIPT_LOCATION = str(Path(__file__).resolve().parent)
@@ -94,9 +94,9 @@ def include_name(name: str | None, type_: str, parent_names: Mapping[str, Any]) 
 
     Only for a host that runs the queue's branch but keeps ``sqla_queue.metadata`` out of its
     ``target_metadata``: without this, ``alembic check`` reports the queue's table as one to
-    drop. Hosts that list the metadata (the recommended way) need no hook: it compares clean.
+    drop. It leaves out the job table's partitions too (`guard.PARTITION_PREFIXES`). Hosts that list the metadata (the recommended way) need no hook: it compares clean.
     """
-    return not (type_ == "table" and name in QUEUE_TABLES)
+    return not (type_ == "table" and is_queue_table(name))
 
 
 def process_revision_directives(context: Any, revision: Any, directives: list[Any]) -> None:

@@ -16,6 +16,18 @@ QUEUE_TABLES = frozenset({
 """Tables the packaged revisions create (a host's own `JobMixin` tables are the host's); a test
 fails when a revision creates one that is not listed here."""
 
+PARTITION_PREFIXES = ("sqla_queue_jobs_live", "sqla_queue_jobs_history")
+"""The tables `sqla-queue db partition-history` makes of the job table (docs/explanation/storage.md):
+its live partition and its history, with a partition per state and day. No revision creates
+them, and autogenerate, which finds them in the database but not in the models, must neither
+drop nor change them."""
+
+
+def is_queue_table(name: str | None) -> bool:
+    """A table of the queue's: one the revisions create, or a partition of the job table."""
+    return name is not None and (name in QUEUE_TABLES or name.startswith(PARTITION_PREFIXES))
+
+
 _VERBS = {
     ops.DropTableOp: "drop table", ops.CreateTableOp: "create table", ops.AddColumnOp: "add column",
     ops.DropColumnOp: "drop column", ops.AlterColumnOp: "alter column", ops.CreateIndexOp: "create index",
@@ -28,7 +40,7 @@ def queue_table_changes(upgrade_ops: ops.UpgradeOps) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for operation in upgrade_ops.ops:
         table = getattr(operation, "table_name", None)
-        if table not in QUEUE_TABLES:
+        if not is_queue_table(table):
             continue
         inner = operation.ops if isinstance(operation, ops.ModifyTableOps) else [operation]
         found += [(table, _VERBS.get(type(op), type(op).__name__.removesuffix("Op"))) for op in inner]

@@ -6,6 +6,8 @@ would drop or change a queue table. A real host project in a tmp dir, real ``ale
 
 from __future__ import annotations
 
+import pytest
+from alembic.util import CommandError
 from migration_helpers import HostApp, relations
 from sqlalchemy import create_engine
 
@@ -131,3 +133,19 @@ def test_the_guard_lets_the_hosts_own_changes_through(host_app):
     [written] = versions(app) - before
     source = (app.root / "migrations" / "versions" / written).read_text()
     assert "op.create_table('orders'" in source and "sqla_queue" not in source
+
+
+def test_the_guard_and_include_name_cover_the_partitions_of_a_converted_job_table():
+    """After `sqla-queue db partition-history`, autogenerate finds tables no model declares: the
+    live partition and the history's. Dropping them would drop jobs, so the guard refuses it
+    like a drop of the job table, and include_name leaves them out."""
+    from alembic.operations import ops
+
+    from sqla_queue.migrations.guard import refuse_queue_table_changes
+
+    partitions = ["sqla_queue_jobs_live", "sqla_queue_jobs_history", "sqla_queue_jobs_history_completed_p20261205"]
+    for name in partitions:
+        assert not migrations.include_name(name, "table", {})
+        with pytest.raises(CommandError, match=f"would drop the queue's tables \\({name}\\)"):
+            refuse_queue_table_changes(ops.UpgradeOps(ops=[ops.DropTableOp(name)]))
+    assert migrations.include_name("orders_history", "table", {})
