@@ -33,6 +33,8 @@ RECHECK = 60.0
 """Seconds between a worker's looks at whether its table is partitioned (it may be converted
 while the worker runs)."""
 DEFAULT_LOCK_TIMEOUT = timedelta(seconds=5)
+FAILURE_PAUSE = 30.0
+"""Seconds a worker's archiver waits after a pass that failed (the database unreachable)."""
 DAYS_EVERY = 600.0
 """Seconds between a worker's checks that the days ahead have their partitions."""
 
@@ -58,10 +60,17 @@ class History:
         return cls(table)
 
     def partitioned(self, conn: Connection, *, fresh: bool = False) -> bool:
+        """Whether the table is partitioned: from the catalog when `fresh` or once `RECHECK`
+        seconds have passed since the last look (a look that failed counts: no retry storm
+        while the database is unreachable), from memory otherwise."""
         if fresh or self.recheck_due():
-            self._partitioned = conn.execute(sql.relkind(self.table)).scalar() == "p"
             self._checked_at = time.monotonic()
+            self._partitioned = conn.execute(sql.relkind(self.table)).scalar() == "p"
         return bool(self._partitioned)
+
+    def assume_plain(self) -> None:
+        """Take the table for plain until the next look, `RECHECK` seconds from now."""
+        self._partitioned, self._checked_at = False, time.monotonic()
 
     def recheck_due(self) -> bool:
         """Whether `partitioned` would look at the catalog again (else it answers from memory)."""
@@ -168,16 +177,19 @@ class Archiver:
         self.interval = interval
         self._next_run = 0.0
         self._days_due = 0.0
+        # A worker's first look at the catalog waits a minute: nothing at start-up, when the
+        # claim loop and the lease keeper take their connections.
+        self.history.assume_plain()
 
-    def run_once(self) -> ArchiveResult:
-        """One pass: nothing on a table known to be plain; else, in one transaction, the
-        catalog check (once a minute), the days ahead (every `DAYS_EVERY` seconds) and the
-        first batch of each state, then any further batches."""
-        if self.history.known_plain:
+    def run_once(self, *, fresh: bool = True) -> ArchiveResult:
+        """One pass: in one transaction, the catalog check (the periodic pass, not `fresh`,
+        makes it once a minute and does nothing on a table known to be plain), the days ahead
+        (every `DAYS_EVERY` seconds) and the first batch of each state; then further batches."""
+        if not fresh and self.history.known_plain:
             return ArchiveResult()
         created: tuple[str, ...] = ()
         with self.executor.transaction() as conn:
-            if not self.history.partitioned(conn):
+            if not self.history.partitioned(conn, fresh=fresh):
                 return ArchiveResult()
             if time.monotonic() >= self._days_due:
                 created = self.history.ensure_days(conn)
@@ -193,7 +205,11 @@ class Archiver:
         if now < self._next_run:
             return None
         self._next_run = now + self.interval
-        result = self.run_once()
+        try:
+            result = self.run_once(fresh=False)
+        except Exception:
+            self._next_run = now + FAILURE_PAUSE  # one logged failure, not one a second
+            raise
         if result.created:
             logger.info("created history partitions %s of %s", ", ".join(result.created),
                         self.executor.table.name)
