@@ -60,7 +60,7 @@ def partition_history(engine: Engine, model: Any = None, *, lock_timeout: timede
         conn.execute(text("SELECT set_config('lock_timeout', :timeout, true)"), timeout)
         _swap(conn, table)
     with engine.begin() as conn:
-        History.for_table(table).ensure_days(conn)
+        History(table).ensure_days(conn)
     logger.info("job table %s converted to the partitioned layout", table.fullname)
     return True
 

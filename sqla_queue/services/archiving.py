@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Connection, Table, func, select, text
@@ -50,14 +51,9 @@ class History:
 
     def __init__(self, table: Table) -> None:
         self.table = table
-        self._archive = {state: sql.archive_finished(table, state) for state in FINISHED}
         self._partitioned: bool | None = None
         self._checked_at = float("-inf")
         self._days_ready: date | None = None
-
-    @classmethod
-    def for_table(cls, table: Table) -> History:
-        return cls(table)
 
     def partitioned(self, conn: Connection, *, fresh: bool = False) -> bool:
         """Whether the table is partitioned: from the catalog when `fresh` or once `RECHECK`
@@ -143,6 +139,11 @@ class History:
                 moved, rounds = moved + n, rounds + 1
         return moved
 
+    @cached_property
+    def _archive(self) -> dict[State, Any]:
+        """The archive statements, built on first use: a worker on a plain table never needs them."""
+        return {state: sql.archive_finished(self.table, state) for state in FINISHED}
+
     def _archive_batch(self, conn: Connection, state: State, span: tuple[datetime, datetime]) -> int:
         params = {"since": span[0], "until": span[1], "limit": ARCHIVE_BATCH}
         return int(conn.execute(self._archive[state], params).scalar_one())
@@ -173,7 +174,7 @@ class Archiver:
 
     def __init__(self, core: Core, *, interval: float = ARCHIVE_INTERVAL) -> None:
         self.executor = core.executor
-        self.history = History.for_table(core.executor.table)
+        self.history = History(core.executor.table)
         self.interval = interval
         self._next_run = 0.0
         self._days_due = 0.0

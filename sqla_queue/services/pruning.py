@@ -115,7 +115,7 @@ class Pruner:
         self.executor = core.executor
         self.config = config
         self._ages = {kind: getattr(config, f"{kind}_after") for kind in JOB_KINDS}
-        self.history = History.for_table(core.executor.table)
+        self.history = History(core.executor.table)
         self._next_run = 0.0
 
     def run_once(self) -> PruneResult:

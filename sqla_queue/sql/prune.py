@@ -6,13 +6,13 @@ A prune can never fight a claim or take an unfinished job: it selects its batch 
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Interval, Table, any_, bindparam, cast, false, func, select
+from sqlalchemy import BigInteger, Interval, Table, any_, bindparam, cast, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql import Executable
 
 from ..states import JobStatus, State, state_of
 from ..tables import dependencies_table
-from ._predicates import status_is
+from ._predicates import live, status_is
 from .dependencies import has_live_dependents
 
 
@@ -33,7 +33,7 @@ def prune_finished(table: Table, state: State | JobStatus, *, live_only: bool = 
     doomed = (
         select(table.c.id)
         .where(status_is(table, state.status), finished_at < func.now() - bindparam("age", type_=Interval),
-               ~has_live_dependents(table), *([table.c.archived.is_(false())] if live_only else []))
+               ~has_live_dependents(table), *([live(table)] if live_only else []))
         .order_by(finished_at)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)

@@ -58,7 +58,7 @@ def relkind(engine: Engine) -> str:
 
 
 def archive(queue: sq.Queue) -> int:
-    history = History.for_table(queue.core.executor.table)
+    history = History(queue.core.executor.table)
     return history.archive(queue.engine.begin)
 
 
@@ -167,7 +167,7 @@ def test_retention_drops_whole_expired_days_and_counts_their_jobs(db):
     recent = _finished_days_ago(db, queue, 3, 200)
     result = queue.prune(completed_after=timedelta(days=7))
     assert result.completed == 500
-    names = set(History.for_table(queue.core.executor.table).partitions(db.connect()))
+    names = set(History(queue.core.executor.table).partitions(db.connect()))
     assert old not in names and recent in names
     assert where(db) == {recent: 200}
 
@@ -183,7 +183,7 @@ def test_retention_keeps_a_day_whose_job_an_active_job_still_depends_on(db):
         conn.execute(text("INSERT INTO sqla_queue_jobs_dependencies (depends_on, job_id) VALUES (:p, :c)"),
                      {"p": parent, "c": child})
     assert queue.prune(completed_after=timedelta(days=7)).completed == 0
-    assert old in History.for_table(queue.core.executor.table).partitions(db.connect())
+    assert old in History(queue.core.executor.table).partitions(db.connect())
 
 
 def test_converting_twice_does_nothing_and_the_command_line_says_so(db):
