@@ -13,7 +13,10 @@ finished, or when the oldest completion has waited `FLUSH_DELAY`; completions wi
 due (the buffer full, the queue empty) go in a statement of their own (`flush`). While a
 backlog drains, each queue's claim resumes from where the last one got to in the queue's claim
 order (`ClaimOrder.position`), skipping the dead index entries its predecessors left, and
-starts over from the head every `RESTART_CLAIM_ORDER_EVERY` seconds.
+starts over from the head every `RESTART_CLAIM_ORDER_EVERY` seconds. With the default order it
+keeps its position when the queue runs dry, too: jobs keep arriving ahead of it, and a claim
+that started at the head each time would read every entry claimed since the last VACUUM, all of
+them while something holds the vacuum horizon (docs/explanation/storage.md).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..core.limits import RATE_AHEAD, LimitedClaim
 from ..errors import DatabaseError, PermissionDeniedError
 from ..services import Looper
 from ..services.scheduler import Scheduler
+from ..sql.claim import reads_around_position
 from ..sql.lease import RETURNED_UNTAKEN
 from .config import WorkerConfig
 from .held_job import HeldJob
@@ -63,6 +67,7 @@ class ClaimLoop:
         self.wake = wake
         self.stopping = stopping
         self.order = core.executor.order
+        self.reads_around = reads_around_position(self.order)
         # Per queue: where the last claim got to in claim order, and when to start over.
         self.positions: dict[str, Any] = {}
         self.restart_at: dict[str, float] = {}
@@ -104,6 +109,8 @@ class ClaimLoop:
                     asked, claimed, from_start = self.round()
                     failures = 0
                     self._after_claim(asked, claimed, from_start)
+                    if until_empty and self.empty and not from_start:
+                        self.restart_at.clear()  # the last look starts at the head: nothing left behind
                     if warming:
                         warming = 0 if claimed == 0 else warming - 1
                         warm_until = min(warm_until, time.monotonic() + WARM_UP)
@@ -133,13 +140,17 @@ class ClaimLoop:
 
     def _after_claim(self, asked: int, claimed: int, from_start: bool) -> None:
         """Ran out of due jobs: from the start of the claim order, the queue is empty until a
-        notification, a freed slot or the poll interval; from a position, look again from the
-        start at once."""
+        notification, a freed slot or the poll interval; from a position of an order whose
+        claim reads around it, the same, but the claim from the start comes when due
+        (`_claim_from`) if that is sooner; from a position of another order, look again from
+        the start at once."""
         if not asked or claimed >= asked:
             self.empty = False
-        elif from_start:
+        elif from_start or self.reads_around:
             self.empty = True
             self.claim_at = time.monotonic() + self._idle_wait()
+            if not from_start:
+                self.claim_at = min(self.claim_at, *self.restart_at.values())
             if self.throttled_until is not None:
                 self.claim_at = min(self.claim_at, self.throttled_until)
         else:
@@ -322,21 +333,23 @@ class ClaimLoop:
         return self.positions.get(queue_name)
 
     def _note_positions(self, queues: list[str], jobs: list, limit: int) -> None:
-        """Per queue, in the claim's turn: one that gave fewer jobs than were left to claim ran
-        out of due jobs from where it started (start over next time); the one that took the
-        last of the limit may have more (resume from where it got to); the queues after it
-        were not read (keep theirs)."""
+        """Per queue, in the claim's turn: the one that took the last of the limit may have
+        more (resume from where it got to); the queues after it were not read (keep theirs).
+        One that gave fewer jobs than were left to claim ran out of due jobs from where it
+        started: with an order whose claim reads around its position
+        (`reads_around_position`), it has seen every due job but those behind it, so keep
+        going from where it got to (the restart finds those); with another, start over."""
         left = limit
         for name in queues:
             got = [job for job in jobs if job.queue == name]
-            if len(got) < left:
-                self.positions.pop(name, None)
-                left -= len(got)
-                continue
-            position = self.order.position(got)
-            if position is not None:
+            position = self.order.position(got) if got else None
+            if position is not None and (len(got) >= left or self.reads_around):
                 self.positions[name] = position
-            return
+            elif len(got) < left and not self.reads_around:
+                self.positions.pop(name, None)
+            if len(got) >= left:
+                return
+            left -= len(got)
 
     def flush(self) -> None:
         """Complete the jobs that finished, without claiming: no round is due (the queue is

@@ -15,6 +15,7 @@ from sqla_queue import sql
 from sqla_queue.db.worker_engine import worker_engine
 from sqla_queue.sql import lease as lease_sql
 from sqla_queue.sql import outcome as outcome_sql
+from sqla_queue.worker import worker as worker_module
 
 JOBS = sq.Job.__table__
 INDEX = "sqla_queue_jobs_pending_claim_idx"
@@ -227,6 +228,9 @@ def test_the_workers_round_with_priorities_in_use_walks_the_index_in_claim_order
         # the read from the head runs only for a queue without a position
         gates = [node for node in plan_nodes(plan) if "One-Time Filter" in node]
         assert any("served.from_priority IS NULL" in node["One-Time Filter"] for node in gates), plan
+        # the higher and the lower priorities: further ranges of the index, not filters
+        for around in ("priority > served.from_priority", "priority < served.from_priority"):
+            assert any(around in scan["Index Cond"] for scan in scans), (around, scans)
 
 
 def test_the_workers_round_stops_reading_once_it_has_its_limit(priorities_engine):
@@ -385,3 +389,47 @@ def test_a_worker_session_runs_the_round_on_its_generic_plan(drained_engine):
 
     control_generic, control_custom = _plans_of_the_prepared_round(drained_engine)
     assert control_custom > 0, (control_generic, control_custom)
+
+
+def test_a_claim_from_a_position_does_not_read_the_dead_entries_behind_it(create_database):
+    """What the position is for. While a snapshot held open keeps VACUUM from removing the
+    index entries that claimed jobs left, a worker's round from its position reads a few pages;
+    from the head of the index it reads past every one of them. And it skips only those: every
+    job ahead of the position is still claimed from there."""
+    engine = create_engine(create_database())
+    queue = sq.Queue(engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+    queue.enqueue_many([{"task": "send_email", "payload": {}} for _ in range(3_000)])
+    try:
+        with engine.connect() as holder:
+            holder.execute(text("BEGIN ISOLATION LEVEL REPEATABLE READ"))
+            holder.execute(text("SELECT 1"))  # the vacuum horizon, held until the rollback
+            position = None
+            for _ in range(29):  # as a worker drains: claims of 100, each from where the last got to
+                _, claimed = queue.complete_and_claim([], worker_id="w", limit=100, from_position=position)
+                queue.complete_many(claimed)
+                position = worker_module.claim_position(claimed)
+            pages = {name: _pages_read(engine, at) for name, at in (("position", position), ("head", None))}
+            _, rest = queue.complete_and_claim([], worker_id="w", limit=500, from_position=position)
+            holder.rollback()
+    finally:
+        engine.dispose()
+    assert len(rest) == 100
+    assert pages["position"] * 5 < pages["head"], pages
+
+
+def _pages_read(engine, position: tuple | None) -> int:
+    """Buffers the worker's round (from `position`, or from the head) touches in its reads of
+    the pending index (index and heap pages), run and rolled back."""
+    params = {**ROUND_PARAMS, "queues": ["default"], "limit": 1}
+    if position is not None:
+        params.update({key: [value] for key, value in zip(("from_priority", "from_run_at", "from_id"), position)})
+    text_sent, params_sent = _sent(engine, sql.complete_and_claim_jobs(JOBS, from_position=position is not None),
+                                   params)
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text_sent, params_sent)
+        [[document]] = cursor.fetchall()
+        conn.rollback()
+    scans = [node for node in plan_nodes(document[0]["Plan"]) if node.get("Index Name") == INDEX]
+    return sum(scan["Shared Hit Blocks"] + scan["Shared Read Blocks"] for scan in scans)

@@ -151,15 +151,21 @@ def test_the_round_fuses_the_batch_completion_and_the_claim_into_one_statement()
 def test_the_round_claims_from_a_position_in_claim_order_as_an_index_condition():
     """Per queue, equality on the priority and a row comparison on the pending index's next
     columns, so the scan starts at the position instead of reading every dead entry before it;
-    a queue without a position (NULL) is read from the head by the other branch; the round
-    without positions (and `Queue.claim`) starts at the start of the claim order."""
+    a queue without a position (NULL) is read from the head by another branch; the higher and
+    lower priorities by two more; the round without positions (and `Queue.claim`) starts at the
+    start of the claim order."""
     due = cte_body(rendered(sql.complete_and_claim_jobs(TABLE, from_position=True)), "due_jobs")
     assert ("unnest(%(queues)s::TEXT[], %(from_priority)s::SMALLINT[], %(from_run_at)s::TIMESTAMP WITH TIME "
             "ZONE[], %(from_id)s::BIGINT[]) AS served(queue_name, from_priority, from_run_at, from_id)") in due
     assert "sqla_queue_jobs.priority = served.from_priority" in due
     assert "(sqla_queue_jobs.run_at, sqla_queue_jobs.id) >= (served.from_run_at, served.from_id)" in due
     assert "served.from_priority IS NULL" in due and " UNION ALL " in due
-    assert due.count("FOR UPDATE SKIP LOCKED") == 2
+    # Around the position, in claim order: the higher priorities first, the lower ones after.
+    before, at, after = (due.index(text) for text in (
+        "sqla_queue_jobs.priority > served.from_priority", "sqla_queue_jobs.priority = served.from_priority",
+        "sqla_queue_jobs.priority < served.from_priority"))
+    assert before < at < after
+    assert due.count("FOR UPDATE SKIP LOCKED") == 4
     assert "from_" not in rendered(sql.complete_and_claim_jobs(TABLE))
     assert "from_" not in rendered(sql.claim_jobs(TABLE))
 

@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 import sqla_queue as sq
 from sqla_queue.errors import ConfigurationError, NonRetryableError
+from sqla_queue.worker import claim_loop
 from sqla_queue.worker.worker import WorkerConfig
 
 FAST = {"poll_interval": 0.05, "lease": timedelta(seconds=6)}
@@ -352,3 +353,51 @@ def test_until_empty_ends_without_waiting_a_poll_interval_after_the_last_job(que
                            lease=timedelta(seconds=6)).run(until_empty=True)
     assert summary.completed == 1
     assert time_module.monotonic() - started < 15  # a poll interval is 30 s
+
+
+def test_a_worker_keeps_its_position_while_jobs_trickle_in_and_finds_one_due_behind_it(queue):
+    """A queue that runs dry between jobs: the worker keeps claiming from its position (it keeps
+    it when a claim comes up short), so its claims do not read the index entries of every job
+    claimed since the last VACUUM. A job that becomes due behind the position is found by the
+    claim from the start within about a second, with no other job to wake the worker and a poll
+    interval of 30 s."""
+    ran: dict = {}
+
+    @queue.task
+    def record(payload, ctx):
+        ran[payload["n"]] = time.monotonic()
+
+    worker = queue.worker(concurrency=2, poll_interval=30, lease=timedelta(seconds=6))
+    claims: list = []
+    real = worker.core.outcomes.complete_and_claim
+
+    def recorded(finished, queues, worker_id, limit, positions, *rest):
+        results, jobs = real(finished, queues, worker_id, limit, positions, *rest)
+        if limit:
+            claims.append(positions.get("default"))
+        return results, jobs
+
+    worker.core.outcomes.complete_and_claim = recorded
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        for n in range(40):
+            queue.enqueue("record", {"n": n})
+            time.sleep(0.05)
+        assert _wait(lambda: len(ran) == 40)
+        late_at = time.monotonic()
+        queue.enqueue("record", {"n": "late"}, run_at=datetime.now(timezone.utc) - timedelta(hours=1))
+        assert _wait(lambda: "late" in ran)
+    finally:
+        worker.stop()
+        runner.join(15)
+    from_position = [position for position in claims if position is not None]
+    assert len(from_position) > len(claims) / 2, claims
+    assert ran["late"] - late_at < claim_loop.RESTART_CLAIM_ORDER_EVERY + 2
+
+
+def _wait(condition, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.01)
+    return condition()

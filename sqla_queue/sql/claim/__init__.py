@@ -125,8 +125,10 @@ def claim_served_jobs(table: Table, *, from_position: bool = False, order: Claim
     `from_position` adds one position per queue (the order's ``:from_*`` parameters, each now a
     list aligned with ``:queues``, NULL for a queue read from its head), as `claim_jobs`'
     `from_position` does for one queue: the subquery is then a UNION ALL of the read from the
-    head (for a queue without a position) and the read from the position (for one with), each
-    branch an index scan that the other's NULLs make empty at once.
+    head (for a queue without a position) and the reads from the position (for one with;
+    `position_reads`: for `PriorityOrder` the higher priorities, the position's priority from
+    the position on, the lower priorities), each branch an index scan that the NULLs of the
+    others make empty at once.
     """
     served = _served(table, order if from_position else None)
     common = [
@@ -142,15 +144,19 @@ def claim_served_jobs(table: Table, *, from_position: bool = False, order: Claim
     ]
     if from_position:
         keys = [bind.key for bind in _position_binds(order, table)]
-        at_position = [replacement_traverse(condition, {}, lambda element: (
-            served.c[element.key] if isinstance(element, BindParameter) and element.key in keys else None
-        )) for condition in order.position_conditions(table)]
+
+        def per_queue(conditions: list) -> list:
+            return [replacement_traverse(condition, {}, lambda element: (
+                served.c[element.key] if isinstance(element, BindParameter) and element.key in keys else None
+            )) for condition in conditions]
+
         # Each branch is a subquery of its own (PostgreSQL refuses FOR UPDATE in a UNION's
-        # branches), correlated to ``served`` two levels up.
-        from_head = [*common, served.c[keys[0]].is_(None)]
-        head = _due_in_order(table, order, from_head).correlate(served).subquery("from_head")
-        resumed = _due_in_order(table, order, [*common, *at_position]).correlate(served).subquery("from_position")
-        picked = union_all(select(head.c.id), select(resumed.c.id)).subquery().lateral("picked")
+        # branches), correlated to ``served`` two levels up; PostgreSQL reads them in turn.
+        branches = {"from_head": [served.c[keys[0]].is_(None)],
+                    **{name: per_queue(conditions) for name, conditions in position_reads(order, table).items()}}
+        reads = [_due_in_order(table, order, [*common, *conditions]).correlate(served).subquery(name)
+                 for name, conditions in branches.items()]
+        picked = union_all(*(select(read.c.id) for read in reads)).subquery().lateral("picked")
     else:
         picked = _due_in_order(table, order, common).lateral("picked")
     due = (
@@ -188,10 +194,29 @@ def _served(table: Table, order: ClaimOrder | None):
     return func.unnest(*arrays).table_valued(*columns).render_derived("served")
 
 
+def position_reads(order: ClaimOrder, table: Table) -> dict[str, list]:
+    """A claim from a position's reads, in claim order: the order's optional
+    ``before_position_conditions``, its `position_conditions`, its optional
+    ``after_position_conditions``."""
+    reads = {}
+    for name in ("before_position", "position", "after_position"):
+        conditions = getattr(order, f"{name}_conditions", None)
+        if conditions is not None:
+            reads[f"from_{name}" if name == "position" else name] = list(conditions(table))
+    return reads
+
+
+def reads_around_position(order: ClaimOrder) -> bool:
+    """Whether a claim of `order` from a position also reads what lies beyond its reach
+    (`position_reads`): then one that comes up short has seen every due job but those behind
+    its position."""
+    return hasattr(order, "after_position_conditions")
+
+
 def _position_binds(order: ClaimOrder, table: Table) -> list[BindParameter]:
     """The parameters of `order`'s position conditions, once each, in order of appearance."""
     found: dict[str, BindParameter] = {}
-    for condition in order.position_conditions(table):
+    for condition in (c for conditions in position_reads(order, table).values() for c in conditions):
         for element in iterate(condition):
             if isinstance(element, BindParameter):
                 found.setdefault(element.key, element)

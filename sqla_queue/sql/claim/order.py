@@ -47,6 +47,14 @@ class ClaimOrder(Protocol):
     def position_params(self, position: Any) -> dict[str, Any]:
         """`position` as the ``:from_*`` parameters (an `InvalidInputError` if malformed)."""
 
+    # Optional, over the same ``:from_*`` parameters: ``before_position_conditions(table)`` and
+    # ``after_position_conditions(table)`` (each -> list[ColumnElement[bool]]), the due jobs that
+    # come before and after every job `position_conditions` can reach, in claim order. A claim
+    # from a position reads them before and after its own range, so it misses only what became
+    # due behind the position in that range, and a claim that comes up short has seen every
+    # other due job: the worker keeps its position instead of starting over at the head of the
+    # index (`sql.claim.claim_served_jobs`).
+
 
 @dataclass(frozen=True)
 class PriorityOrder:
@@ -71,6 +79,12 @@ class PriorityOrder:
         start = (bindparam("from_run_at", type_=DateTime(timezone=True)), bindparam("from_id", type_=BigInteger))
         return [table.c.priority == bindparam("from_priority", type_=SmallInteger),
                 tuple_(table.c.run_at, table.c.id) >= tuple_(*start)]
+
+    def before_position_conditions(self, table: Table) -> list[ColumnElement[bool]]:
+        return [table.c.priority > bindparam("from_priority", type_=SmallInteger)]
+
+    def after_position_conditions(self, table: Table) -> list[ColumnElement[bool]]:
+        return [table.c.priority < bindparam("from_priority", type_=SmallInteger)]
 
     def position(self, jobs: Sequence[ClaimedJob]) -> tuple[int, datetime, int] | None:
         """The earliest claimed job within the lowest priority the claim reached, as
