@@ -30,6 +30,9 @@ from .root import EXIT_PROBLEM, CliContext, main
               help=f"Transactions and snapshots older than this fail. {DURATION_HELP}")
 @click.option("--horizon-warning", type=DURATION, default="60s", show_default=True,
               help=f"A snapshot of this database holding the vacuum horizon longer than this warns. {DURATION_HELP}")
+@click.option("--horizon-jobs", type=click.IntRange(min=0), default=10_000, show_default=True,
+              help="A snapshot of this database holding the vacuum horizon while this many jobs finished "
+                   "warns, however young it is (0: never).")
 @click.option("--max-lock-wait", type=DURATION, default="5s", show_default=True,
               help=f"Lock waits involving the queue table longer than this fail. {DURATION_HELP}")
 @click.option("--max-xmin-age", type=click.IntRange(min=0), default=1_000_000, show_default=True,
@@ -42,12 +45,13 @@ from .root import EXIT_PROBLEM, CliContext, main
               help=f"A queue whose oldest eligible job has waited longer than this fails. {DURATION_HELP}")
 @click.pass_obj
 def doctor(obj: CliContext, as_json: bool, strict: bool, queue_name: str, lease: timedelta,
-           max_transaction_age: timedelta, horizon_warning: timedelta, max_lock_wait: timedelta, max_xmin_age: int,
+           max_transaction_age: timedelta, horizon_warning: timedelta, horizon_jobs: int, max_lock_wait: timedelta,
+           max_xmin_age: int,
            dead_tuples_min: int, max_failed: int | None, max_latency: timedelta) -> None:
     """Check the queue's database for what makes PostgreSQL queues degrade; exit 1 if a check fails."""
     config = DoctorConfig(
         lease=lease, max_transaction_age=max_transaction_age, horizon_warning=horizon_warning,
-        max_lock_wait=max_lock_wait,
+        horizon_jobs=horizon_jobs, max_lock_wait=max_lock_wait,
         max_xmin_age=max_xmin_age, dead_tuples_min=dead_tuples_min, max_failed=max_failed,
         max_latency=max_latency, claim_queue=queue_name,
     )

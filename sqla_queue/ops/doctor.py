@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,11 @@ class DoctorConfig:
         vacuum horizon for longer than this warns, naming it: dead tuples pile up from its
         first second, so the warning comes long before claims have slowed much. Default 60 s
         (one past `max_transaction_age` fails instead).
+    :param horizon_jobs: a snapshot or prepared transaction of this database holding the vacuum
+        horizon while this many of the table's jobs have finished since it began warns at
+        once, however young it is: each of those jobs left an index entry the claim reads past
+        until VACUUM may remove it, so on a busy queue the claim slows within seconds, long
+        before `horizon_warning`. Default 10,000; 0 turns the rule off.
     :param max_lock_wait: a lock wait involving the queue table longer than this fails.
         Default 5 s; SKIP LOCKED claims never wait, so any wait is someone else's.
     :param max_xmin_age: a replication slot or standby holding the horizon back by more than
@@ -114,6 +119,7 @@ class DoctorConfig:
     lease: timedelta = DEFAULT_LEASE
     max_transaction_age: timedelta = timedelta(minutes=5)
     horizon_warning: timedelta = timedelta(seconds=60)
+    horizon_jobs: int = 10_000
     max_lock_wait: timedelta = timedelta(seconds=5)
     max_xmin_age: int = 1_000_000
     dead_tuples_min: int = 10_000
@@ -131,7 +137,7 @@ class DoctorConfig:
                                ("max_latency", False)):
             value = _config(_validate.duration, getattr(self, name), name, positive=positive)
             object.__setattr__(self, name, value)
-        for name in ("max_xmin_age", "dead_tuples_min", "small_table_rows"):
+        for name in ("max_xmin_age", "horizon_jobs", "dead_tuples_min", "small_table_rows"):
             _config(_validate.non_negative_int, getattr(self, name), name)
         if self.max_failed is not None:
             _config(_validate.non_negative_int, self.max_failed, "max_failed")
@@ -325,9 +331,10 @@ class Doctor:
                      details=details)
 
     def _horizon_held(self, verdict: Verdict, holder: str, details: tuple[str, ...]) -> Check:
-        summary = (f"vacuum of this database is held back by {holder}" if verdict is Verdict.FAIL else
-                   f"vacuum of this database has been held back for over "
-                   f"{format_duration(self.config.horizon_warning)} by {holder}")
+        summary = f"vacuum of this database is held back by {holder}"
+        if verdict is Verdict.WARN:
+            summary += (f" (warns past {format_duration(self.config.horizon_warning)}, or once "
+                        f"{self.config.horizon_jobs:,} jobs have finished since it began)")
         return Check(
             "vacuum horizon", verdict, summary,
             "Until it ends, every completed job stays in the table and its indexes as a dead "
@@ -343,10 +350,11 @@ class Doctor:
         for r in conn.execute(catalog.horizon_backends(), {"limit": 5}):
             scope = "" if r.in_scope else " [other database: does not hold back this one]"
             query = "" if r.query_age is None else f", its query started {format_duration(r.query_age)} ago"
+            finished = self._finished_since(conn, r.xact_start if r.in_scope else None)
             yield (f"pid {r.pid} ({r.backend_type}, {r.application_name or 'no application_name'}, "
                    f"{r.state or 'no state'}, database {r.datname or '-'}): snapshot {r.xmin_age} xids "
-                   f"old, transaction open {format_duration(r.age)}{query}{scope}",
-                   self._held_for(r.in_scope, r.age, r.xmin_age))
+                   f"old, transaction open {format_duration(r.age)}{query}{self._finished_text(finished)}{scope}",
+                   self._held_for(r.in_scope, r.age, r.xmin_age, finished))
         for r in conn.execute(catalog.horizon_slots()):
             if r.xmin_age is not None:
                 yield (f"replication slot {r.slot_name} ({r.slot_type}, {'active' if r.active else 'inactive'}): "
@@ -356,17 +364,36 @@ class Doctor:
                        "[system catalogs only]", None)
         for r in conn.execute(catalog.horizon_prepared()):
             scope = "" if r.in_scope else " [other database: does not hold back this one]"
+            finished = self._finished_since(conn, r.prepared if r.in_scope else None)
             yield (f"prepared transaction {r.gid!r} (database {r.database}, owner {r.owner}) "
-                   f"prepared {format_duration(r.age)} ago{scope}", self._held_for(r.in_scope, r.age, None))
+                   f"prepared {format_duration(r.age)} ago{self._finished_text(finished)}{scope}",
+                   self._held_for(r.in_scope, r.age, None, finished))
 
-    def _held_for(self, in_scope: bool, age: timedelta | None, xmin_age: int | None) -> Verdict | None:
-        """A holder's verdict by how long it has held (or, with no start time, how many xids)."""
+    def _finished_since(self, conn: Connection, since: datetime | None) -> int | None:
+        """Jobs of the table finished since `since`, up to `horizon_jobs` (None: not counted)."""
+        if since is None or not self.config.horizon_jobs:
+            return None
+        return conn.execute(catalog.jobs_finished_since(self.table),
+                            {"since": since, "cap": self.config.horizon_jobs}).scalar_one()
+
+    def _finished_text(self, finished: int | None) -> str:
+        if finished is None:
+            return ""
+        at_least = "at least " if finished >= self.config.horizon_jobs else ""
+        return f", {at_least}{finished:,} jobs finished since it began"
+
+    def _held_for(self, in_scope: bool, age: timedelta | None, xmin_age: int | None,
+                  finished: int | None = None) -> Verdict | None:
+        """A holder's verdict by how long it has held and how many jobs finished meanwhile (or,
+        with no start time, how many xids)."""
         if not in_scope:
             return None
         if age is not None:
             if age > self.config.max_transaction_age:
                 return Verdict.FAIL
-            return Verdict.WARN if age > self.config.horizon_warning else None
+            if age > self.config.horizon_warning:
+                return Verdict.WARN
+            return Verdict.WARN if finished is not None and finished >= self.config.horizon_jobs else None
         return Verdict.FAIL if xmin_age is not None and xmin_age > self.config.max_xmin_age else None
 
     def check_stuck_jobs(self, conn: Connection) -> Check:

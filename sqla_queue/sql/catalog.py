@@ -24,15 +24,18 @@ from sqlalchemy import (
     column,
     exists,
     func,
+    literal,
     or_,
     select,
     table,
     true,
+    union_all,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, OID, aggregate_order_by, array_agg
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
+from ..states import FINISHED
 from ..types import JobStatus
 from ._predicates import status_is
 
@@ -250,6 +253,7 @@ def horizon_backends() -> Executable:
         select(
             a.c.pid, a.c.datname, a.c.backend_type, a.c.application_name, a.c.state,
             func.age(a.c.backend_xmin).label("xmin_age"),
+            a.c.xact_start,
             (func.clock_timestamp() - a.c.xact_start).label("age"),
             (func.clock_timestamp() - a.c.query_start).label("query_age"),
             or_(a.c.datname == func.current_database(), a.c.datname.is_(None)).label("in_scope"),
@@ -281,11 +285,25 @@ def horizon_prepared() -> Executable:
     session's, a prepared transaction's snapshot holds back vacuum of its own database only."""
     p = _prepared
     return select(
-        p.c.gid, p.c.database, p.c.owner,
+        p.c.gid, p.c.database, p.c.owner, p.c.prepared,
         (func.clock_timestamp() - p.c.prepared).label("age"),
         func.age(p.c.transaction).label("xmin_age"),
         (p.c.database == func.current_database()).label("in_scope"),
     ).order_by(p.c.prepared)
+
+
+def jobs_finished_since(job_table: Table) -> Executable:
+    """How many of the table's jobs finished at or after ``:since``, counting to ``:cap`` at
+    most: each left index entries (its claim's, in the pending index) and row versions that no
+    VACUUM removes while a snapshot from before ``:since`` lives. Ranges on the finished-at
+    indexes, one per terminal state, stopped at the cap."""
+    t = job_table
+    since = bindparam("since", type_=DateTime(timezone=True))
+    finished = union_all(*(
+        select(literal(1).label("one")).where(status_is(t, state.status), t.c[state.finished_at] >= since)
+        for state in FINISHED
+    )).limit(bindparam("cap", type_=Integer)).subquery("finished_since")
+    return select(func.count()).select_from(finished)
 
 
 def stuck_running(job_table: Table) -> Executable:

@@ -113,10 +113,39 @@ def test_a_snapshot_held_past_the_horizon_warning_warns_naming_its_pid_and_query
     with open_transaction(engine, snapshot=True) as pid:
         check = checks(queue, horizon_warning=NOW)["vacuum horizon"]
         assert check.verdict is Verdict.WARN
-        assert check.summary.startswith("vacuum of this database has been held back for over 0ms by ")
+        assert check.summary.startswith("vacuum of this database is held back by ")
+        assert check.summary.endswith("(warns past 0ms, or once 10,000 jobs have finished since it began)")
         assert f"pid {pid} " in check.summary and ", its query started " in check.summary
         assert checks(queue)["vacuum horizon"].verdict is Verdict.OK  # not yet 60 s
     assert checks(queue, horizon_warning=NOW)["vacuum horizon"].verdict is Verdict.OK
+
+
+def test_a_young_snapshot_warns_once_enough_jobs_finished_since_it_began(db):
+    """Age alone warns too late on a busy queue: the claim slows within seconds. A holder
+    warns, however young, once `horizon_jobs` jobs have finished since its transaction began
+    (each left an entry the claim reads past), and the count is on its line; jobs that
+    finished before it began do not count."""
+    queue, engine = db
+    _finish_jobs(queue, 30)  # before the holder: not its doing
+    with open_transaction(engine, snapshot=True) as pid:
+        quiet = checks(queue, horizon_jobs=20)["vacuum horizon"]
+        _finish_jobs(queue, 12)
+        counted = checks(queue, horizon_jobs=20)["vacuum horizon"]
+        _finish_jobs(queue, 12)
+        busy = checks(queue, horizon_jobs=20)["vacuum horizon"]
+        off = checks(queue, horizon_jobs=0)["vacuum horizon"]
+    assert quiet.verdict is Verdict.OK and counted.verdict is Verdict.OK
+    [line] = [d for d in counted.details if d.startswith(f"pid {pid} ")]
+    assert ", 12 jobs finished since it began" in line
+    assert busy.verdict is Verdict.WARN
+    assert f"pid {pid} " in busy.summary and ", at least 20 jobs finished since it began" in busy.summary
+    assert off.verdict is Verdict.OK and "jobs finished" not in " ".join(off.details)
+
+
+def _finish_jobs(queue: sq.Queue, n: int) -> None:
+    """`n` jobs enqueued, claimed and completed, each step committed."""
+    queue.enqueue_many([{"task": "send_email", "payload": {}} for _ in range(n)])
+    queue.complete_many(queue.claim(worker_id="doctor-test", limit=n))
 
 
 def test_a_snapshot_in_another_database_is_listed_but_does_not_fail_this_one(db, create_database):
