@@ -122,14 +122,17 @@ class _Holder:
 
 
 def _feed(db: Database, per_s: float, stop: threading.Event) -> None:
-    """Enqueue at `per_s`, a batch every FEED_EVERY seconds, carrying the fraction over."""
+    """Enqueue at `per_s`, a batch every FEED_EVERY seconds, carrying the fraction over: jobs
+    due when enqueued, as a stream of enqueues writes them (section 6's feed). Until 2026-12-05
+    this wrote a backlog's rows, due over the past hour, so each batch landed all over the
+    claim order instead of at its end."""
     owed = 0.0
     with db.connect(autocommit=True) as conn:
         while not stop.wait(FEED_EVERY):
             owed += per_s * FEED_EVERY
             batch, owed = int(owed), owed - int(owed)
             if batch:
-                conn.execute(raw_sql.FILL_PENDING, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": batch})
+                conn.execute(raw_sql.FEED_PENDING, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": batch})
 
 
 def _probe(db: Database, series: dict, stop: threading.Event) -> None:
