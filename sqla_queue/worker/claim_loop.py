@@ -150,7 +150,7 @@ class ClaimLoop:
             self.empty = True
             self.claim_at = time.monotonic() + self._idle_wait()
             if not from_start:
-                self.claim_at = min(self.claim_at, *self.restart_at.values())
+                self.claim_at = min([self.claim_at, *self.restart_at.values()])
             if self.throttled_until is not None:
                 self.claim_at = min(self.claim_at, self.throttled_until)
         else:
