@@ -127,3 +127,21 @@ def test_doctor_explains_the_claim_in_use_and_names_its_index(fresh):
 def test_something_else_is_refused_with_a_clear_message(fresh):
     with pytest.raises(sq.ConfigurationError, match="claim_order must be a sqla_queue.sql.claim.ClaimOrder"):
         sq.Queue(fresh, load_entrypoints=False, claim_order="fifo")
+
+
+def test_only_an_order_that_reads_both_sides_of_its_position_keeps_it_on_a_dry_queue():
+    """The worker keeps a position when a claim comes up short only if that claim read what lies
+    before and after the position's reach; an order with one side (or none) starts over."""
+    from sqla_queue.sql.claim import position_reads, reads_around_position
+
+    @dataclass(frozen=True)
+    class LowerOnly(PriorityOrder):
+        before_position_conditions = None
+
+    assert reads_around_position(DEFAULT_ORDER)
+    assert list(position_reads(DEFAULT_ORDER, sq.Job.__table__)) == [
+        "before_position", "from_position", "after_position"]
+    assert not reads_around_position(FifoOrder())
+    assert list(position_reads(FifoOrder(), sq.Job.__table__)) == ["from_position"]
+    assert list(position_reads(LowerOnly(), sq.Job.__table__)) == ["from_position", "after_position"]
+    assert not reads_around_position(LowerOnly())

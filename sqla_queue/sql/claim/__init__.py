@@ -210,7 +210,7 @@ def reads_around_position(order: ClaimOrder) -> bool:
     """Whether a claim of `order` from a position also reads what lies beyond its reach
     (`position_reads`): then one that comes up short has seen every due job but those behind
     its position."""
-    return hasattr(order, "after_position_conditions")
+    return all(getattr(order, f"{side}_position_conditions", None) is not None for side in ("before", "after"))
 
 
 def _position_binds(order: ClaimOrder, table: Table) -> list[BindParameter]:
