@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
@@ -31,54 +30,10 @@ from ..sql import stats as stats_sql
 from ..types import DEFAULT_LEASE
 from .formatting import format_duration, format_size
 from .redaction import one_line, query_preview
+from .verdicts import Check, Report, Verdict
 
 if TYPE_CHECKING:
     from ..queue import Queue
-
-
-class Verdict(str, Enum):
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class Check:
-    """One check's outcome: `summary` is one line; `details` are the evidence (sessions, slots,
-    queues); `hint` says what to do and is empty when there is nothing to do."""
-
-    name: str
-    verdict: Verdict
-    summary: str
-    hint: str = ""
-    details: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Report:
-    checks: tuple[Check, ...]
-
-    def worst(self, *, strict: bool = False) -> Verdict:
-        verdicts = {c.verdict for c in self.checks}
-        if Verdict.FAIL in verdicts or (strict and Verdict.WARN in verdicts):
-            return Verdict.FAIL
-        return Verdict.WARN if Verdict.WARN in verdicts else Verdict.OK
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.worst().value,
-            "checks": [
-                {"name": c.name, "verdict": c.verdict.value, "summary": c.summary,
-                 "hint": c.hint, "details": list(c.details)}
-                for c in self.checks
-            ],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.as_dict(), indent=2)
 
 
 @dataclass(frozen=True)
