@@ -19,6 +19,8 @@ from .. import migrations
 from ..db.engine import database_errors, make_engine
 from ..migrations import host
 from ..ops import storage
+from ..sql.history import relkind
+from ..tables import job_table_of
 from ._params import DURATION, DURATION_HELP
 from .root import EXIT_USAGE, CliContext, main
 
@@ -49,7 +51,7 @@ def upgrade(obj: CliContext, revision: str, config_path: str) -> None:
         _refuse_foreign_history(conn)
         _refuse_installed(conn, config_path)
         migrations.upgrade(conn, revision)
-        click.echo(f"sqla_queue schema at {_describe(migrations.current(conn))}")
+        click.echo(f"sqla_queue schema at {_describe_database(conn)}")
 
 
 @db.command()
@@ -67,7 +69,7 @@ def downgrade(obj: CliContext, revision: str, config_path: str) -> None:
         if migrations.current(conn) is None:
             raise MigrationError("nothing to downgrade: the queue's schema is not installed")
         migrations.downgrade(conn, revision)
-        click.echo(f"sqla_queue schema at {_describe(migrations.current(conn))}")
+        click.echo(f"sqla_queue schema at {_describe_database(conn)}")
 
 
 @db.command()
@@ -83,8 +85,9 @@ def current(obj: CliContext, config_path: str) -> None:
         revision = migrations.current(conn)
         foreign = migrations.foreign_revisions(conn)
         if revision is None and foreign:
-            revision = _through_host(foreign, config_path)
-        click.echo(_describe(revision))
+            click.echo(_describe(_through_host(foreign, config_path)))
+        else:
+            click.echo(_describe_database(conn))
 
 
 @db.command("partition-history")
@@ -95,14 +98,17 @@ def partition_history(obj: CliContext, lock_timeout: timedelta) -> None:
     """Move finished jobs out of the claim's table: partition the job table by archived, online.
 
     Workers keep running; from then on they archive finished jobs into day partitions, and
-    retention drops whole days (docs/explanation/storage.md).
+    retention drops whole days (docs/explanation/storage.md). The same as `db upgrade
+    sqla_queue_partitioned@head`, recorded in alembic_version, so `db downgrade
+    sqla_queue_partitioned@base` turns it back. A database whose queue schema came from your
+    own Alembic history is converted without a record (see the page for the revision's way).
     """
-    engine = make_engine(obj.url())
-    try:
-        with database_errors():
-            done = storage.partition_history(engine, lock_timeout=lock_timeout)
-    finally:
-        engine.dispose()
+    with _connection(obj) as conn:
+        if migrations.foreign_revisions(conn) or migrations.current(conn) is None:
+            done = storage.partition_history(conn.engine, lock_timeout=lock_timeout)
+        else:
+            done = migrations.partitioned_revision(conn) is None and not _partitioned(conn)
+            migrations.upgrade(conn, migrations.PARTITIONED_HEAD, lock_timeout=lock_timeout)
     click.echo("job table partitioned: finished jobs now go to day partitions of its history" if done
                else "job table already partitioned: nothing to do")
 
@@ -178,6 +184,22 @@ def _has_jobs_table(conn: Connection) -> bool:
     finally:
         if began:
             conn.rollback()
+
+
+def _partitioned(conn: Connection) -> bool:
+    began = not conn.in_transaction()
+    try:
+        return conn.execute(relkind(job_table_of(None))).scalar() == "p"
+    finally:
+        if began:
+            conn.rollback()
+
+
+def _describe_database(conn: Connection) -> str:
+    """The ``sqla_queue`` revision, and the opt-in partitioned layout's when it is applied."""
+    described = _describe(migrations.current(conn))
+    layout = migrations.partitioned_revision(conn)
+    return described if layout is None else f"{described}, partitioned layout {layout}"
 
 
 def _describe(revision: str | None) -> str:

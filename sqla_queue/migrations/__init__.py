@@ -14,8 +14,10 @@ frozen history. See docs/how-to/alembic-integration.md.
 
 from __future__ import annotations
 
+from argparse import Namespace
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,46 +41,82 @@ a host can write it into ``alembic.ini`` (with ``path_separator = space``) or py
 HEAD = f"{BRANCH_LABEL}@head"
 BASE = f"{BRANCH_LABEL}@base"
 PREVIOUS = f"{BRANCH_LABEL}@-1"
-def alembic_config(connection: Connection) -> Config:
-    """An Alembic Config for the bundled environment, running on `connection`."""
-    config = Config()
-    # version_locations stays unset: its default, script_location/versions, is VERSION_LOCATION,
-    # and an explicit value would be split on spaces in the path by Alembic < 1.16.
+
+PARTITIONED_LABEL = "sqla_queue_partitioned"
+"""The opt-in branch that converts the job table to the partitioned layout
+(docs/explanation/storage.md). Its revisions live in a directory of their own, so a host's
+``alembic upgrade heads`` applies them only once it lists `PARTITIONED_RESOURCE`."""
+PARTITIONED_LOCATION = str(Path(__file__).resolve().parent / "partitioned")
+PARTITIONED_RESOURCE = "sqla_queue.migrations:partitioned"
+PARTITIONED_HEAD = f"{PARTITIONED_LABEL}@head"
+PARTITIONED_BASE = f"{PARTITIONED_LABEL}@base"
+
+
+def alembic_config(connection: Connection, lock_timeout: timedelta | None = None, *,
+                   partitioned: bool = False) -> Config:
+    """An Alembic Config for the bundled environment, running on `connection`. The opt-in
+    `PARTITIONED_LABEL` branch is known only when `partitioned`, so that ``heads`` means the
+    ``sqla_queue`` branch's head until a database has the layout. `lock_timeout` reaches the
+    revisions that take one, as ``-x lock_timeout`` would."""
+    x = [] if lock_timeout is None else [f"lock_timeout={int(lock_timeout.total_seconds() * 1000)}ms"]
+    config = Config(cmd_opts=Namespace(x=x))
     config.set_main_option("script_location", SCRIPT_LOCATION)
+    # Package resources, not paths: a path may hold the separator.
+    config.set_main_option("path_separator", "space")
+    config.set_main_option("version_locations", " ".join([VERSION_RESOURCE] + [PARTITIONED_RESOURCE] * partitioned))
     config.attributes["connection"] = connection
     return config
 
 
 def script_directory() -> ScriptDirectory:
-    """The queue's revisions alone (no host history): for inspecting the branch."""
+    """The queue's ``sqla_queue`` branch alone (no host history): for inspecting the branch."""
     return ScriptDirectory(SCRIPT_LOCATION, version_locations=[VERSION_LOCATION])
 
 
-def upgrade(connection: Connection, revision: str = HEAD) -> None:
-    """Apply the queue's revisions up to `revision` (default: the branch head).
+def all_scripts() -> ScriptDirectory:
+    """Both of the queue's branches, ``sqla_queue`` and the opt-in `PARTITIONED_LABEL`."""
+    return ScriptDirectory(SCRIPT_LOCATION, version_locations=[VERSION_LOCATION, PARTITIONED_LOCATION])
+
+
+def upgrade(connection: Connection, revision: str = HEAD, *, lock_timeout: timedelta | None = None) -> None:
+    """Apply the queue's revisions up to `revision` (default: the branch head;
+    `PARTITIONED_HEAD` converts the job table to the partitioned layout, giving up a step
+    that waits longer than `lock_timeout` for its lock).
 
     Each revision commits on its own, because ``CREATE INDEX CONCURRENTLY`` cannot run inside
     a transaction; see `_outside_transaction` for a `connection` that is already in one.
     """
     with _outside_transaction(connection) as conn:
-        command.upgrade(alembic_config(conn), revision)
+        command.upgrade(alembic_config(conn, lock_timeout, partitioned=_partitioned(conn, revision)), revision)
 
 
-def downgrade(connection: Connection, revision: str = BASE) -> None:
+def downgrade(connection: Connection, revision: str = BASE, *, lock_timeout: timedelta | None = None) -> None:
     """Undo the queue's revisions down to `revision` (default: drop the queue's schema)."""
     with _outside_transaction(connection) as conn:
-        command.downgrade(alembic_config(conn), revision)
+        command.downgrade(alembic_config(conn, lock_timeout, partitioned=_partitioned(conn, revision)), revision)
 
 
 def current(connection: Connection) -> str | None:
-    """The queue's revision stamped in ``alembic_version``, or None if none is.
+    """The queue's ``sqla_queue`` revision stamped in ``alembic_version``, or None if none is.
 
     Rows of the host's own branches are ignored. Alembic keeps only heads in that table, so a
-    host revision that ``depends_on`` ours replaces our row: when `foreign_revisions` is not
-    empty, None means "unknown here" (ask the host's ``alembic current``), not "not installed".
+    revision that ``depends_on`` ours replaces our row: a revision of the opt-in
+    `PARTITIONED_LABEL` branch stands for the ``sqla_queue`` revision below it; a host's own,
+    when `foreign_revisions` is not empty, leaves None, which then means "unknown here" (ask
+    the host's ``alembic current``), not "not installed".
     """
-    ours = _our_revisions()
-    return next((rev for rev in _stamped(connection) if rev in ours), None)
+    stamped = tuple(rev for rev in _stamped(connection) if rev in _our_revisions())
+    if not stamped:
+        return None
+    main = _main_revisions()
+    return next(script.revision for script in all_scripts().iterate_revisions(stamped, "base")
+                if script.revision in main)
+
+
+def partitioned_revision(connection: Connection) -> str | None:
+    """The opt-in `PARTITIONED_LABEL` branch's revision stamped in ``alembic_version``, or None."""
+    branch = {script.revision for script in all_scripts().walk_revisions()} - _main_revisions()
+    return next((rev for rev in _stamped(connection) if rev in branch), None)
 
 
 def foreign_revisions(connection: Connection) -> list[str]:
@@ -134,7 +172,17 @@ def _default_version_path(scripts: ScriptDirectory, head: str | None) -> str | N
     return None
 
 
+def _partitioned(connection: Connection, revision: str) -> bool:
+    """Whether a command to `revision` needs the opt-in branch: it names it, or the database
+    has it (Alembic must find every revision stamped there)."""
+    return PARTITIONED_LABEL in revision or "sqlaq_part_" in revision or partitioned_revision(connection) is not None
+
+
 def _our_revisions() -> set[str]:
+    return {script.revision for script in all_scripts().walk_revisions()}
+
+
+def _main_revisions() -> set[str]:
     return {script.revision for script in script_directory().walk_revisions()}
 
 

@@ -5,6 +5,7 @@ logins) on a fresh database, then each login does its part and is refused everyt
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -328,5 +329,29 @@ def test_on_a_partitioned_table_a_worker_archives_with_delete_and_works_on_witho
         assert Archiver(worker.core).run_once().archived == 1
         with made.admin.connect() as conn:
             assert conn.execute(text("SELECT archived FROM sqla_queue_jobs WHERE id = :id"), {"id": job}).scalar()
+    finally:
+        made.drop()
+
+
+def test_the_partitioned_revision_keeps_the_grants_both_ways(create_database):
+    """The revision's swap copies the table's grants to the parent, and its way back copies
+    those given on the parent meanwhile to the table again: the producer and the worker work
+    on through both, and the DELETE granted while partitioned still lets the worker prune."""
+    from sqla_queue import migrations
+
+    made = Roles(create_database())
+    try:
+        made.run("roles", "producer", "worker", "logins")
+        producer, worker = with_tasks(made.queue("producer"), "parted"), with_tasks(made.queue("worker"), "parted")
+        with made.admin.connect() as conn:
+            migrations.upgrade(conn, migrations.PARTITIONED_HEAD)
+        made.run("worker: pruning")
+        with made.admin.connect() as conn:
+            migrations.downgrade(conn, migrations.PARTITIONED_BASE)
+        job = producer.enqueue("send", {"to": "a"})
+        summary = worker.worker(queues=["parted"], concurrency=1).run(until_empty=True)
+        assert summary.completed == 1 and worker.get_job(job).status == sq.JobStatus.COMPLETED
+        time.sleep(1.1)
+        assert worker.prune(completed_after=timedelta(seconds=1)).completed == 1
     finally:
         made.drop()

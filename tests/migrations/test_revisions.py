@@ -13,10 +13,16 @@ from migration_helpers import REPO
 from sqla_queue import migrations
 
 VERSIONS = Path(migrations.VERSION_LOCATION)
+PARTITIONED = Path(migrations.PARTITIONED_LOCATION)
 
 
 def revision_files() -> list[Path]:
     return sorted(VERSIONS.glob("*.py"))
+
+
+def every_revision_file() -> list[Path]:
+    """Both branches': the ``sqla_queue`` chain and the opt-in partitioned layout."""
+    return revision_files() + sorted(PARTITIONED.glob("*.py"))
 
 
 def test_the_branch_has_one_base_one_head_and_readable_ordered_ids():
@@ -35,6 +41,16 @@ def test_only_the_root_carries_the_branch_label():
         assert rev.module.branch_labels == expected, rev.revision
 
 
+def test_the_partitioned_branch_is_one_labelled_chain_that_depends_on_the_main_one():
+    scripts = migrations.all_scripts()
+    chain = [s for s in scripts.walk_revisions() if s.revision.startswith("sqlaq_part_")]
+    assert [s.revision for s in reversed(chain)] == [f"sqlaq_part_{n:04d}" for n in range(1, len(chain) + 1)]
+    assert chain[-1].module.branch_labels == (migrations.PARTITIONED_LABEL,)
+    assert chain[-1].dependencies == "sqlaq_0014"
+    assert scripts.get_revision(migrations.PARTITIONED_HEAD).revision == chain[0].revision
+    assert len(list(PARTITIONED.glob("*.py"))) == len(chain)
+
+
 def test_file_names_start_with_their_revision_id():
     for rev in migrations.script_directory().walk_revisions():
         assert Path(rev.path).name.startswith(f"{rev.revision}_")
@@ -43,7 +59,7 @@ def test_file_names_start_with_their_revision_id():
 
 def test_revision_files_import_only_alembic_and_sqlalchemy():
     """Frozen history must not follow the models: importing them would change old revisions."""
-    for path in revision_files():
+    for path in every_revision_file():
         imported = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -55,7 +71,7 @@ def test_revision_files_import_only_alembic_and_sqlalchemy():
 
 
 def test_every_revision_has_a_downgrade_that_does_something():
-    for path in revision_files():
+    for path in every_revision_file():
         tree = ast.parse(path.read_text())
         functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
         body = functions["downgrade"].body
@@ -108,6 +124,6 @@ def test_the_wheel_ships_the_revisions_and_the_bundled_environment(tmp_path: Pat
     )
     [wheel] = tmp_path.glob("sqla_queue-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"sqla_queue/migrations/versions/{p.name}" for p in revision_files()}
+    shipped = {f"sqla_queue/migrations/{p.parent.name}/{p.name}" for p in every_revision_file()}
     assert shipped <= names
     assert {"sqla_queue/migrations/env.py", "sqla_queue/migrations/script.py.mako"} <= names
