@@ -30,7 +30,13 @@ from sqlalchemy import Connection
 
 from alembic import command
 
-from .guard import QUEUE_TABLES, is_queue_table, refuse_queue_table_changes  # noqa: F401 (QUEUE_TABLES: re-exported)
+from .guard import (  # noqa: F401 (QUEUE_TABLES: re-exported)
+    QUEUE_TABLES,
+    drop_layout_differences,
+    is_queue_table,
+    job_table_partitioned,
+    refuse_queue_table_changes,
+)
 
 BRANCH_LABEL = "sqla_queue"
 SCRIPT_LOCATION = str(Path(__file__).resolve().parent)
@@ -146,8 +152,13 @@ def process_revision_directives(context: Any, revision: Any, directives: list[An
     ``context.configure(process_revision_directives=...)``; it writes nothing, so the revision
     is not written either."""
     scripts = context.script
+    partitioned = job_table_partitioned(context)
     for directive in directives:
-        for upgrade_ops in getattr(directive, "upgrade_ops_list", None) or [directive.upgrade_ops]:
+        pairs = zip(directive.upgrade_ops_list, directive.downgrade_ops_list, strict=True)
+        for upgrade_ops, downgrade_ops in pairs:
+            if partitioned:
+                drop_layout_differences(upgrade_ops)
+                downgrade_ops.ops = upgrade_ops.reverse().ops
             refuse_queue_table_changes(upgrade_ops)
         target = directive.version_path or _default_version_path(scripts, directive.head)
         if target is not None and Path(target).resolve() == Path(VERSION_LOCATION):

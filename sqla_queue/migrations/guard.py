@@ -5,8 +5,11 @@ only through the queue's own revisions."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from alembic.operations import ops
 from alembic.util import CommandError
+from sqlalchemy import Identity, text
 
 QUEUE_TABLES = frozenset({
     "sqla_queue_jobs", "sqla_queue_jobs_counters", "sqla_queue_jobs_queues", "sqla_queue_jobs_schedules",
@@ -26,6 +29,47 @@ drop nor change them."""
 def is_queue_table(name: str | None) -> bool:
     """A table of the queue's: one the revisions create, or a partition of the job table."""
     return name is not None and (name in QUEUE_TABLES or name.startswith(PARTITION_PREFIXES))
+
+
+JOB_TABLE = "sqla_queue_jobs"
+
+
+def job_table_partitioned(context: Any) -> bool:
+    """Whether the database behind an autogenerate run (`context`, Alembic's MigrationContext)
+    has the job table in the partitioned layout; False offline, where there is no database."""
+    connection = getattr(context, "connection", None)
+    if connection is None:
+        return False
+    kind = connection.execute(text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:name)"),
+                              {"name": JOB_TABLE}).scalar()
+    return kind == "p"
+
+
+def drop_layout_differences(upgrade_ops: ops.UpgradeOps) -> None:
+    """Remove, in place, what autogenerate reports of a job table in the partitioned layout
+    that the models cannot say: its partitions (tables no model declares), the models' indexes
+    (on the live partition, not on the parent it compares) and the parent's identity (BY
+    DEFAULT, continuing the old one's ids). Call it only when `job_table_partitioned`."""
+    kept = []
+    for operation in upgrade_ops.ops:
+        table = getattr(operation, "table_name", None)
+        if table is not None and table.startswith(PARTITION_PREFIXES):
+            continue
+        if table == JOB_TABLE and isinstance(operation, ops.ModifyTableOps):
+            operation.ops = [op for op in operation.ops if not _explained_by_layout(op)]
+            if not operation.ops:
+                continue
+        kept.append(operation)
+    upgrade_ops.ops = kept
+
+
+def _explained_by_layout(operation: ops.MigrateOperation) -> bool:
+    if isinstance(operation, ops.CreateIndexOp):
+        return True
+    return (isinstance(operation, ops.AlterColumnOp) and operation.column_name == "id"
+            and isinstance(operation.modify_server_default, Identity)
+            and (operation.modify_type, operation.modify_nullable, operation.modify_name) == (None, None, None)
+            and operation.modify_comment is False)
 
 
 _VERBS = {

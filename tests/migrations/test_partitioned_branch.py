@@ -148,3 +148,27 @@ def test_a_host_that_lists_the_branch_gets_the_layout_with_alembic_upgrade_heads
     assert PART in stamped(empty_engine)
     app.shell.run("alembic downgrade sqla_queue_partitioned@base")
     assert relkind(empty_engine) == "r"
+
+
+def test_after_the_layout_a_guarded_host_autogenerates_only_its_own_changes(host_app, empty_engine):
+    """The partitions, the models' indexes (on the live partition) and the parent's identity
+    are the layout's, not drift: `alembic check` finds nothing, and a new model of the host's
+    is the only thing its next revision holds."""
+    app: HostApp = host_app(queue_location=f"{migrations.VERSION_RESOURCE} {migrations.PARTITIONED_RESOURCE}")
+    app.shell.env["HOST_GUARD"] = "1"
+    app.shell.run("alembic upgrade heads")
+    assert "No new upgrade operations detected" in app.shell.run("alembic check").stdout
+    app.write("hostapp/models.py", (app.root / "hostapp" / "models.py").read_text() + SHIPMENT_MODEL)
+    app.shell.run("alembic revision --autogenerate -m shipments --head=base --branch-label host "
+                  "--version-path migrations/versions")
+    [written] = [p for p in (app.root / "migrations" / "versions").glob("*shipments.py")]
+    source = written.read_text()
+    assert "op.create_table('shipments'" in source and "sqla_queue" not in source
+
+
+SHIPMENT_MODEL = """
+
+class Shipment(Base):
+    __tablename__ = "shipments"
+    id: Mapped[int] = mapped_column(primary_key=True)
+"""
