@@ -263,8 +263,8 @@ class Doctor:
         return Check(
             "dead tuples", Verdict.FAIL, f"{summary} (limit {threshold})",
             "Dead index entries make every claim walk further (see the vacuum horizon check for "
-            f"what may stop their removal). Run VACUUM (VERBOSE) {self.table.name}; then make "
-            f"autovacuum visit more often: ALTER TABLE {self.table.name} SET "
+            f"what may stop their removal). Run VACUUM (VERBOSE) {row.relname}; then make "
+            f"autovacuum visit more often: ALTER TABLE {row.relname} SET "
             "(autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000).",
         )
 

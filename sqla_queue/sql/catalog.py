@@ -74,6 +74,7 @@ _namespace = table("pg_namespace", column("oid", OID), column("nspname", Text), 
 _user_tables = table(
     "pg_stat_user_tables",
     column("relid", OID),
+    column("relname", Text),
     column("n_live_tup", BigInteger),
     column("n_dead_tup", BigInteger),
     column("n_mod_since_analyze", BigInteger),
@@ -228,10 +229,11 @@ def lock_waits(job_table: Table) -> Executable:
 
 
 def table_vacuum_stats(job_table: Table) -> Executable:
-    """Live and dead tuples, vacuum history and sizes of the job table (pg_stat_user_tables)."""
+    """Live and dead tuples, vacuum history and sizes of the job table (pg_stat_user_tables):
+    of its live partition when it is partitioned, named by ``relname``."""
     t = _user_tables
     return select(
-        t.c.n_live_tup, t.c.n_dead_tup, t.c.n_mod_since_analyze, t.c.last_vacuum,
+        t.c.relname, t.c.n_live_tup, t.c.n_dead_tup, t.c.n_mod_since_analyze, t.c.last_vacuum,
         t.c.last_autovacuum, t.c.last_autoanalyze, t.c.autovacuum_count,
         func.pg_table_size(t.c.relid).label("table_bytes"),
         func.pg_indexes_size(t.c.relid).label("index_bytes"),

@@ -205,6 +205,31 @@ def test_doctor_reads_the_dead_tuples_of_the_live_partition(db):
     assert check.verdict is not Verdict.FAIL, check
 
 
+def test_the_doctors_vacuum_advice_names_the_live_partition_and_runs_as_given(db):
+    """Storage parameters cannot be set on a partitioned parent: the advice must name the
+    partition whose dead tuples it counted, and its ALTER TABLE must run."""
+    import re
+
+    partition_history(db)
+    queue = make_queue(db)
+    with db.connect() as conn:
+        conn.execute(text("ALTER TABLE sqla_queue_jobs_live SET (autovacuum_enabled = false)"))
+        conn.execute(text("INSERT INTO sqla_queue_jobs (queue_name, task, payload) "
+                          "SELECT 'default', 'echo', '{}' FROM generate_series(1, 20000)"))
+        conn.commit()
+        conn.execute(text("DELETE FROM sqla_queue_jobs"))
+        conn.commit()
+        conn.execute(text("SELECT pg_stat_force_next_flush()"))
+        conn.execute(text("SELECT 1"))  # counts reach shared stats when the session is idle
+    with db.connect() as conn:
+        check = Doctor(queue).check_dead_tuples(conn)
+    assert check.verdict is Verdict.FAIL, check
+    advice = re.search(r"ALTER TABLE (\S+) SET \([^)]*\)", check.hint)
+    assert advice is not None and advice.group(1) == "sqla_queue_jobs_live", check.hint
+    with db.begin() as conn:
+        conn.execute(text(advice.group(0)))
+
+
 def test_downgrading_past_the_column_is_refused_once_partitioned(db):
     from sqla_queue import migrations
 
