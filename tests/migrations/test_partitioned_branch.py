@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from migration_helpers import HostApp, Shell, stamped
@@ -111,6 +112,39 @@ def test_a_table_converted_by_the_command_is_only_recorded_and_downgrading_the_m
         migrations.downgrade(conn, "sqlaq_0013")  # Alembic undoes the dependent branch first
         assert (migrations.current(conn), migrations.partitioned_revision(conn)) == ("sqlaq_0013", None)
     assert relkind(engine) == "r"
+
+
+def test_a_worker_that_has_not_noticed_the_way_back_cannot_archive_into_the_plain_table(engine):
+    """Between the swap back and the history's drop, a worker's archiver that still takes the
+    table for partitioned (it looks once a minute) finds the history's days and tries to move
+    finished jobs: the plain table refuses the insert (its identity is GENERATED ALWAYS again,
+    and the CHECK stays behind that), the delete goes with it, and every job stays put."""
+    import importlib.util
+
+    from sqla_queue.errors import DatabaseError
+    from sqla_queue.services.archiving import Archiver
+
+    spec = importlib.util.spec_from_file_location("part_0001", next(Path(migrations.PARTITIONED_LOCATION).glob("*.py")))
+    revision = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(revision)
+    queue = sq.Queue(engine, load_entrypoints=False)
+    queue.task(name="echo")(lambda payload, ctx: None)
+    with engine.connect() as conn:
+        migrations.upgrade(conn, migrations.PARTITIONED_HEAD)
+    queue.enqueue_many([{"task": "echo", "payload": {}} for _ in range(5)])
+    assert queue.worker(concurrency=1).run(until_empty=True).completed == 5
+    stale = Archiver(queue.core)
+    with engine.connect() as conn:
+        assert stale.history.partitioned(conn, fresh=True)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(revision.SWAP_BACK))
+    with pytest.raises(DatabaseError, match=f"non-DEFAULT value|{revision.CHECK}"):
+        stale.run_once(fresh=False)
+    assert {(r.status, r.archived, r.place) for r in rows(engine)} == {("completed", False, "sqla_queue_jobs")}
+    assert len(rows(engine)) == 5
+    with engine.connect() as conn:
+        migrations.downgrade(conn, migrations.PARTITIONED_BASE)
+    assert relkind(engine) == "r" and len(rows(engine)) == 5
 
 
 def test_a_step_that_cannot_get_its_lock_gives_up_and_running_it_again_finishes(engine):

@@ -28,8 +28,9 @@ Downgrade: (1) the swap back, under ACCESS EXCLUSIVE for catalog changes only: t
 partition is detached and takes the table's name, identity and the grants given on the parent;
 the history is detached; (2) the archived jobs are moved back into the table in batches of
 `COPY_BATCH`, each committed on its own (until a job's batch arrives, readers do not find it);
-(3) the emptied history is dropped. The CHECK stays on the plain table, so a worker that has not
-yet noticed the change cannot archive into it; sqlaq_0014's downgrade drops it with the column.
+(3) the emptied history is dropped. A worker that has not yet noticed cannot archive into the
+plain table: the identity is GENERATED ALWAYS again and the CHECK stays (sqlaq_0014's
+downgrade drops it with the column), so its insert, and with it its delete, is refused.
 """
 
 import sqlalchemy as sa
