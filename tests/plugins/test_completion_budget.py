@@ -15,6 +15,7 @@ import sqla_queue as sq
 from sqla_queue import types
 from sqla_queue.plugins import calls
 from sqla_queue.plugins.builtins import logging as builtin_logging
+from sqla_queue.worker.slots import PREFETCH_PER_HANDLER
 
 FAST = {"poll_interval": 0.05, "lease": timedelta(seconds=6)}
 JOBS = 300
@@ -78,8 +79,9 @@ def test_a_fast_drain_at_info_logs_a_budget_of_completions_and_builds_few_events
     assert summary.completed == JOBS
     assert len(_completion_records(caplog)) == 20
     # Events are built for the batches that arrive while the budget lasts (a batch is at most
-    # the worker's slots, here 10 handlers and at most 40 prefetched), none after.
-    assert 20 <= built["JobCompleted"] <= 20 + 50
+    # the worker's slots, here 10 handlers and at most PREFETCH_PER_HANDLER each prefetched),
+    # none after.
+    assert 20 <= built["JobCompleted"] <= 20 + 10 * (1 + PREFETCH_PER_HANDLER)
 
 
 def test_at_debug_every_completion_is_logged(make_queue, clean_jobs, library_logger, caplog, monkeypatch):
