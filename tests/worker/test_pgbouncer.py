@@ -242,7 +242,7 @@ def test_an_in_process_worker_through_pgbouncer(bouncer, direct_url):
 
     @queue.task(queue=name)
     def long(payload, ctx):
-        threading.Event().wait(2.5)  # lease 1 s: renewed every third of a second meanwhile
+        threading.Event().wait(5)  # lease 2 s: renewed every 2/3 s meanwhile (1 s left too little slack under CI load)
         return "kept"
 
     try:
@@ -250,7 +250,7 @@ def test_an_in_process_worker_through_pgbouncer(bouncer, direct_url):
         queue.enqueue_many([{"task": "coroutine", "payload": {}}] * 10)
         queue.enqueue("broken", {})
         long_id = queue.enqueue("long", {})
-        worker = queue.worker(queues=[name], concurrency=4, lease=timedelta(seconds=1), poll_interval=0.05,
+        worker = queue.worker(queues=[name], concurrency=4, lease=timedelta(seconds=2), poll_interval=0.05,
                               prepared_statements=False, listen_engine=direct_url)
         summaries = []
         thread = threading.Thread(target=lambda: summaries.append(worker.run(until_empty=True)))
