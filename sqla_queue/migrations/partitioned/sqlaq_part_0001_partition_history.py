@@ -27,7 +27,9 @@ history tree is created; (4) the day partitions around today. A table already co
 Downgrade: (1) the swap back, under ACCESS EXCLUSIVE for catalog changes only: the live
 partition is detached and takes the table's name, identity and the grants given on the parent;
 the history is detached; (2) the archived jobs are moved back into the table in batches of
-`COPY_BATCH`, each committed on its own (until a job's batch arrives, readers do not find it);
+`COPY_BATCH` in id order, each committed on its own and starting past the last one's ids on the
+history's id index, so no batch walks the rows its predecessors deleted (until a job's batch
+arrives, readers do not find it);
 (3) the emptied history is dropped. A worker that has not yet noticed cannot archive into the
 plain table: the identity is GENERATED ALWAYS again and the CHECK stays (sqlaq_0014's
 downgrade drops it with the column), so its insert, and with it its delete, is refused.
@@ -133,13 +135,14 @@ COPY_BACK = _step(f"to_regclass('{HISTORY}') IS NOT NULL AND {_KIND} = 'r'", f""
   FROM pg_attribute WHERE attrelid = '{TABLE}'::regclass AND attnum > 0 AND NOT attisdropped
     AND attname <> 'archived';
   LOOP
-    EXECUTE format('WITH gone AS (DELETE FROM {HISTORY} WHERE id IN (SELECT id FROM {HISTORY} LIMIT %s) '
-                   'RETURNING %s) INSERT INTO {TABLE} (%s, archived) OVERRIDING SYSTEM VALUE '
-                   'SELECT %s, false FROM gone', {COPY_BATCH}, cols, cols, cols);
-    GET DIAGNOSTICS moved = ROW_COUNT;
+    EXECUTE format('WITH gone AS (DELETE FROM {HISTORY} WHERE id IN (SELECT id FROM {HISTORY} WHERE id > $1 '
+                   'ORDER BY id LIMIT %s) RETURNING %s), put AS (INSERT INTO {TABLE} (%s, archived) '
+                   'OVERRIDING SYSTEM VALUE SELECT %s, false FROM gone RETURNING id) '
+                   'SELECT count(*), max(id) FROM put', {COPY_BATCH}, cols, cols, cols)
+      INTO moved, last_id USING last_id;
     EXIT WHEN moved = 0;
     COMMIT;
-  END LOOP;""", declare="DECLARE cols text; moved bigint;\n")
+  END LOOP;""", declare="DECLARE cols text; moved bigint; last_id bigint := -9223372036854775808;\n")
 
 DROP_HISTORY = _step(f"to_regclass('{HISTORY}') IS NOT NULL AND {_KIND} = 'r' "
                      f"AND NOT EXISTS (SELECT FROM {HISTORY})",
