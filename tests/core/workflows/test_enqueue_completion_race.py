@@ -57,7 +57,8 @@ def _finish_during_enqueue(queue: sq.Queue, make_engine, sql_scalar,
         thread = threading.Thread(target=run)
         thread.start()
         wait_until(lambda: not thread.is_alive() or sql_scalar(
-            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'") > 0,
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE NOT l.granted"
+            " AND l.locktype = 'transactionid' AND a.datname = current_database()") > 0,
             "the completion to wait for the enqueue's row lock")
         assert thread.is_alive(), errors
         conn.commit()
