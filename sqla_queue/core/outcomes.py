@@ -412,12 +412,14 @@ class Outcomes:
         return renewed
 
     def release(self, jobs: Iterable[ClaimedJob], reason: str = RELEASED) -> list[int]:
-        """Give held jobs back, `reason` their ``last_error`` (a constant of `sql.lease`)."""
+        """Give held jobs back, `reason` their ``last_error`` (a constant of `sql.lease`); a job
+        with a cancel request ends cancelled instead, announced as any cancellation."""
         jobs = list(jobs)
         if not jobs:
             return []
         with self.executor.single_statement() as conn:
             rows = conn.execute(self.statements.release, {**_held_params(jobs), "reason": reason}).all()
+        self._emit_cancelled(row for row in rows if row.status == JobStatus.CANCELLED.value)
         return sorted(row.id for row in rows)
 
     def recover_expired(self, lease: timedelta | float, limit: int) -> list[int]:

@@ -38,7 +38,8 @@ def release_jobs(table: Table) -> Executable:
     `RETURNED_UNTAKEN` from a prefetch buffer): pending now, and the interrupted attempt is not
     counted (a deploy should not burn a job's attempts). A job someone asked to cancel ends
     cancelled instead: it would never be wanted again, and the jobs waiting for it are settled
-    in the same statement (`dependencies.settled`)."""
+    in the same statement (`dependencies.settled`). Returns each row's queue, task and attempts
+    too, for the cancelled ones' events."""
     held = held_pairs("released")
     cancelling = table.c.cancel_requested_at.is_not(None)
 
@@ -56,7 +57,8 @@ def release_jobs(table: Table) -> Executable:
             claim_token=None,
             last_error=bindparam("reason", type_=Text),
         )
-        .returning(table.c.id, table.c.status, table.c.dependents)
+        .returning(table.c.id, table.c.status, table.c.dependents, table.c.queue_name, table.c.task, table.c.attempts)
         .cte("released_now")
     )
-    return select(released.c.id, released.c.status).select_from(settled(table, released))
+    return (select(released.c.id, released.c.status, released.c.queue_name, released.c.task, released.c.attempts)
+            .select_from(settled(table, released)))

@@ -143,15 +143,19 @@ def test_lease_recovery_ends_a_cancel_requested_job_cancelled(recorded_queue, re
     assert not recorded_queue.complete(job.id, job.claim_token)  # the vanished worker's late outcome
 
 
-def test_a_cancel_requested_job_given_back_at_shutdown_ends_cancelled(recorded_queue):
-    job_id = recorded_queue.enqueue("send_email", {})
-    (job,) = recorded_queue.claim(worker_id="w")
+def test_a_cancel_requested_job_given_back_at_shutdown_ends_cancelled(recorded_queue, recorder):
+    """And it is announced as cancelled (an observer counting cancellations hears it), while a
+    job given back without a request is not."""
+    job_id, other_id = recorded_queue.enqueue_many([{"task": "send_email", "payload": {}}] * 2)
+    jobs = recorded_queue.claim(worker_id="w", limit=2)
     recorded_queue.cancel(job_id)
 
-    assert recorded_queue.release([job]) == [job_id]
+    assert recorded_queue.release(jobs) == [job_id, other_id]
 
     view = recorded_queue.get_job(job_id)
     assert (view.status, view.attempts) == (sq.JobStatus.CANCELLED, 1)
+    assert recorded_queue.get_job(other_id).status is sq.JobStatus.PENDING
+    assert [(e.job_id, e.task, e.attempt) for e in recorder.of("cancelled")] == [(job_id, "send_email", 1)]
 
 
 def test_a_renewal_reports_which_held_jobs_someone_asked_to_cancel(recorded_queue):
