@@ -148,7 +148,7 @@ class WorkerRuns(JobRuns):
         if held.cancel_requested:
             error: BaseException | None = cancelled_before_start()
         else:  # checked here, in the handler's thread, so the claim loop never pays for a bad result
-            held.result, error = self.call_here(held.job, held.context, self.handler_loop.wait_for)
+            held.result, error = self.call_here(held.job, held.handler_context(), self.handler_loop.wait_for)
         ending = self.settle(held, error)
         if ending == RECORD:
             self.record_held(held, error)
@@ -215,7 +215,7 @@ class WorkerRuns(JobRuns):
             self.slots.forget(held)
 
     async def _awaited(self, held: HeldJob) -> tuple[Any, BaseException | None]:
-        task, value = self.call(held.job, held.context)
+        task, value = self.call(held.job, held.handler_context())
         if held.timeout is None:
             return self.checked(task, await value)
         async with asyncio.timeout(held.timeout.total_seconds()):
