@@ -44,3 +44,31 @@ def test_constants_are_rendered_as_literals_that_read_back_unchanged(engine):
     with engine.connect() as conn:
         [row] = compiled.rows(conn, {"given": 5})
     assert row == ("it's 100% 'quoted' \\ text", 7999, None, 5)
+
+
+def test_a_statement_goes_with_positional_parameters_numbered_once_per_name(engine, monkeypatch):
+    """On a sync psycopg connection the text is sent with ``$n`` placeholders (psycopg would
+    convert a ``%(name)s`` text over 4 KiB again on every execution); a name used twice is one
+    parameter, and a literal's ``%`` survives."""
+    import psycopg
+
+    statement = select(
+        literal("100% sure", String).label("text"),
+        (bindparam("n", type_=Integer) + bindparam("m", type_=Integer)).label("sum"),
+        (bindparam("n", type_=Integer) * 2).label("twice"),
+    )
+    compiled = DriverStatement(statement, engine.dialect, {"n": 0, "m": 0})
+    sent = []
+    original = psycopg.RawCursor.execute
+
+    def recording(self, query, params=None, **kwargs):
+        sent.append((query, params))
+        return original(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.RawCursor, "execute", recording)
+    with engine.connect() as conn:
+        [row] = compiled.rows(conn, {"n": 3, "m": 4})
+
+    assert row == ("100% sure", 7, 6)
+    [(query, params)] = sent
+    assert re.findall(rb"\$\d+", query) == [b"$1", b"$2", b"$1"] and params == [3, 4]
