@@ -17,7 +17,11 @@ The statement's parts, as CTEs:
   (``tokens`` refilled at ``:per_second`` up to ``:burst`` since ``refilled_at``) plus the next
   ``:ahead`` seconds of them; a job paid with a token not yet due gets that moment as its
   ``locked_at`` and its ``start_after`` (`_claimed_in_start_order`).
-* with group limits (`grouped`): the group keys of the queue's pending jobs, read as a loose
+* with group limits and not fair: first the queue's head (``queue_head``: its first ``4 ×
+  :limit`` due jobs in claim order), each key's jobs in it kept while within the key's room;
+  when that fills ``budget`` (the usual case on a queue of many keys) the rotation below is
+  never run (its branch sits behind a one-time filter).
+* with group limits (`grouped`) otherwise: the group keys of the queue's pending jobs, read as a loose
   index scan (one probe of ``pending_group_idx`` per key) starting after the key the last claim
   served (``:cursor``) and wrapping around, at most ``4 × :limit`` keys; per key a LATERAL read
   of its due jobs in claim order, at most what ``:group_concurrency`` (its running jobs
@@ -155,7 +159,7 @@ def _number(name: str):
 
 
 def claim_limit():
-    return bindparam("limit", type_=Integer, literal_execute=True)
+    return bindparam("limit", type_=Integer)
 
 
 def _running(table: Table, group_key=None, keys=None) -> object:
@@ -233,10 +237,49 @@ def _chosen_plain(table: Table, budget, order: ClaimOrder):
 
 
 def _chosen_grouped(table: Table, budget, fair: bool, order: ClaimOrder):
-    """``budget`` jobs from the next keys in rotation and the jobs without a key (module docs)."""
+    """``budget`` jobs: from the queue's head when it holds that many within the caps (not for a
+    fair queue), else from the next keys in rotation and the jobs without a key (module docs)."""
+    head = _queue_head(table, order)
+    rotation = _chosen_in_rotation(table, head, budget, fair, order)
+    if fair:
+        return rotation.cte("chosen")
+    rotation = rotation.subquery("in_rotation")
+    from_head = _chosen_from_head(table, head, budget, order)
+    head_full = select(func.count()).select_from(from_head).scalar_subquery() >= budget
+    # Two branches of which one runs: the rotation's subplan is behind a one-time filter, so a
+    # claim that the head fills never walks the keys.
+    return union_all(
+        select(from_head.c.id, from_head.c.seq).where(head_full),
+        select(rotation.c.id, rotation.c.seq).where(~head_full),
+    ).cte("chosen")
+
+
+def _queue_head(table: Table, order: ClaimOrder):
+    """The queue's first ``4 × :limit`` due jobs in claim order, with their keys."""
+    return (select(*_order_columns(table, order), table.c.group_key)
+            .where(*due_conditions(table)).order_by(*order.order_by(table)).limit(claim_limit() * KEYS_PER_JOB)
+            .cte("queue_head"))
+
+
+def _chosen_from_head(table: Table, head, budget, order: ClaimOrder):
+    """The first ``budget`` jobs of `head` in claim order that their keys' caps allow (each key's
+    jobs in the head numbered in claim order, kept while within the key's room)."""
+    names = [column.key for column in _order_columns(table, order)]
+    ranked = select(*(head.c[name] for name in names), head.c.group_key,
+                    func.row_number().over(partition_by=head.c.group_key,
+                                           order_by=order.order_by(head)).label("key_rank")).subquery("head_ranked")
+    room = _key_room(table, ranked.c.group_key, ranked)
+    allowed = (select(*(ranked.c[name] for name in names))
+               .where(or_(ranked.c.group_key.is_(None), ranked.c.key_rank <= room)).subquery("head_allowed"))
+    return (select(allowed.c.id, literal(0).label("seq")).order_by(*order.order_by(allowed)).limit(budget)
+            .cte("from_head"))
+
+
+def _chosen_in_rotation(table: Table, head, budget, fair: bool, order: ClaimOrder):
+    """``budget`` jobs from the next keys in rotation and the jobs without a key in `head`."""
     keys = _keys_in_rotation(table)
     per_key = _per_key(table, keys, order)
-    ungrouped = _ungrouped(table, order)
+    ungrouped = _ungrouped(table, head, order)
     names = [column.key for column in _order_columns(table, order)]
     candidates = union_all(
         select(*(per_key.c[name] for name in names), per_key.c.turn, keys.c.seq)
@@ -245,7 +288,7 @@ def _chosen_grouped(table: Table, budget, fair: bool, order: ClaimOrder):
     ).subquery("candidates")
     in_order = order.order_by(candidates)  # type: ignore[arg-type]  (any FromClause with the columns)
     ranked = [candidates.c.turn, candidates.c.seq, *in_order] if fair else in_order
-    return select(candidates.c.id, candidates.c.seq).order_by(*ranked).limit(budget).cte("chosen")
+    return select(candidates.c.id, candidates.c.seq).order_by(*ranked).limit(budget)
 
 
 def _next_key(table: Table, after):
@@ -284,19 +327,7 @@ def _keys_in_rotation(table: Table):
 def _per_key(table: Table, keys, order: ClaimOrder):
     """Per key of `keys` (LATERAL): its due jobs in claim order, as many as its
     ``:group_concurrency`` (running jobs counted now) and its bucket allow, numbered (``turn``)."""
-    group_rates = group_rates_table(table)
-    limit = claim_limit()
-    running = _running(table, keys.c.group_key, keys)
-    left = _left(bindparam("max_running_per_key", type_=Integer), running, limit)
-    bucket = (select(func.floor(_tokens(group_rates.c.tokens, group_rates.c.refilled_at,
-                                        _number("group_per_second"),
-                                        _number("group_burst"))))
-              .where(group_rates.c.queue_name == bindparam("queue", type_=Text),
-                     group_rates.c.group_key == keys.c.group_key)
-              .correlate(keys).scalar_subquery())
-    tokens = case((_number("group_per_second").is_(None), limit),
-                  else_=cast(func.coalesce(bucket, func.floor(_number("group_burst"))), Integer))
-    cap = func.greatest(0, func.least(limit, left, tokens))
+    cap = _key_room(table, keys.c.group_key, keys)
     jobs = (select(*_order_columns(table, order))
             .where(*due_conditions(table), table.c.group_key == keys.c.group_key)
             .order_by(*order.order_by(table)).limit(cap)
@@ -305,19 +336,35 @@ def _per_key(table: Table, keys, order: ClaimOrder):
     return numbered.lateral("per_key")
 
 
+def _key_room(table: Table, group_key, keys):
+    """How many more jobs of `group_key` (a column of `keys`) may start now: what its
+    ``:group_concurrency`` leaves (its running jobs counted now) and its bucket's whole tokens,
+    at most ``:limit``."""
+    group_rates = group_rates_table(table)
+    limit = claim_limit()
+    running = _running(table, group_key, keys)
+    left = _left(bindparam("max_running_per_key", type_=Integer), running, limit)
+    bucket = (select(func.floor(_tokens(group_rates.c.tokens, group_rates.c.refilled_at,
+                                        _number("group_per_second"),
+                                        _number("group_burst"))))
+              .where(group_rates.c.queue_name == bindparam("queue", type_=Text),
+                     group_rates.c.group_key == group_key)
+              .correlate(keys).scalar_subquery())
+    tokens = case((_number("group_per_second").is_(None), limit),
+                  else_=cast(func.coalesce(bucket, func.floor(_number("group_burst"))), Integer))
+    return func.greatest(0, func.least(limit, left, tokens))
+
+
 def _keys_per_job():
     capped = or_(bindparam("max_running_per_key", type_=Integer).is_not(None),
                  _number("group_per_second").is_not(None))
     return case((capped, KEYS_PER_JOB), else_=1)
 
 
-def _ungrouped(table: Table, order: ClaimOrder):
-    """Jobs without a key among the queue's first ``4 × :limit`` due jobs in claim order,
+def _ungrouped(table: Table, head, order: ClaimOrder):
+    """Jobs without a key in `head` (the queue's first ``4 × :limit`` due jobs in claim order),
     numbered (``turn``) as one more key. Bounded: a queue with group limits whose head is all
     grouped jobs does not walk its whole backlog to find one without a key."""
-    head = (select(*_order_columns(table, order), table.c.group_key)
-            .where(*due_conditions(table)).order_by(*order.order_by(table)).limit(claim_limit() * KEYS_PER_JOB)
-            .subquery("queue_head"))
     return (select(*(head.c[column.key] for column in _order_columns(table, order)),
                    func.row_number().over(order_by=order.order_by(head)).label("turn"))
             .where(head.c.group_key.is_(None)).subquery("ungrouped"))
