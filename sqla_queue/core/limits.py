@@ -1,9 +1,10 @@
 """Flow control: a queue's limits, stored per queue in the database (`Queue.set_limits`), and the
 claim that enforces them (docs/how-to/limits.md, docs/explanation/limits.md).
 
-A limited claim is one short transaction: lock the queue's limits row (`sql.limits.lock_limits`),
-then claim with `sql.claim.limited` under a snapshot that sees every earlier claim; with psycopg
-both statements and the commit go in one round trip (`Limits.claim`). Which of a
+A limited claim is one short transaction: lock the queue's limits row
+(`sql.limits.lock_limits_to_claim`, whose commit does not wait for its WAL flush), then claim
+with `sql.claim.limited` under a snapshot that sees every earlier claim; with psycopg both
+statements and the commit go in one round trip (`Limits.claim`). Which of a
 worker's queues are limited is read at most every `REFRESH_EVERY` seconds (`LimitedQueues`), so
 an unlimited queue's claim costs nothing more than before limits existed.
 """
@@ -15,7 +16,7 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -49,14 +50,12 @@ refills continuously and other workers' completions free slots, neither of which
 
 @dataclass(frozen=True)
 class LimitedClaim:
-    """What a limited claim got: the jobs, whether a limit held due jobs back, when to claim
-    again if it did (seconds), and the round statement's rows of the finished jobs it
-    completed in the same transaction (`Limits.claim`'s `completing`)."""
+    """What a limited claim got: the jobs, whether a limit held due jobs back, and when to claim
+    again if it did (seconds)."""
 
     jobs: list[ClaimedJob]
     throttled: bool
     retry_after: float = THROTTLED_RETRY
-    completed: list[Any] = field(default_factory=list)
 
 
 class LimitedQueues:
@@ -184,24 +183,18 @@ class Limits:
 
     # -- claiming ------------------------------------------------------------------------
 
-    @property
-    def folds_completions(self) -> bool:
-        """Whether `claim` can complete a worker's finished jobs in its own round trip."""
-        return self.executor.capabilities.driver_fast_path
-
     def claim(self, queue: str, worker_id: str, limit: int, lease: timedelta | float = DEFAULT_LEASE,
-              tasks: Sequence[str] | None = None, completing: dict[str, Any] | None = None,
-              ahead: float = 0.0) -> LimitedClaim:
+              tasks: Sequence[str] | None = None, ahead: float = 0.0) -> LimitedClaim:
         """Claim up to `limit` jobs of `queue` within its limits (none, asking to be called again
         at once, when its limits were just removed); a throttled claim is counted for the health
         signals by the claim itself.
 
-        One round trip with psycopg (`folds_completions`): the lock, the claim built for the
-        limits this process last read and the commit, sent together (`Executor.one_round_trip`),
-        after the worker's round statement with `completing` (its parameters: complete the
-        finished jobs, claim none) if given, in the same transaction. If those limits are no
+        One round trip with psycopg: the lock, the claim built for the limits this process last
+        read and the commit, sent together (`Executor.one_round_trip`). If those limits are no
         longer the queue's, that claim took nothing, and the limits are read under the lock
-        and the claim made again (`_claim_under_lock`).
+        and the claim made again (`_claim_under_lock`). A worker completes its finished jobs
+        before, in a transaction of its own: a claim's commit does not wait for its WAL flush
+        (`sql.limits.lock_limits_to_claim`), an outcome's does.
 
         `ahead`: seconds of a rate's tokens the claim may take early (`RATE_AHEAD` for a worker,
         which starts each such job when its token is due, `ClaimedJob.start_after`; 0 for a
@@ -212,25 +205,29 @@ class Limits:
             "ahead": ahead,
         }
         known = self.limited.cached(queue)
-        completed: list[Any] = []
-        if known is not None or completing is not None:
-            steps = self.executor.one_round_trip(lambda fast: [
-                *([] if completing is None else [(fast.round, completing)]),
-                *([] if known is None else _claim_steps(fast, known, {**params, **_claim_params(known)})),
-            ])
+        if known is not None:
+            steps = self.executor.one_round_trip(
+                lambda fast: _claim_steps(fast, known, {**params, **_claim_params(known)}))
             if steps is not None:
-                completed = steps[0] if completing is not None else []
-                rows = steps[-1] if known is not None else []
-                if known is not None and not rows[0].stale:
-                    return _claimed(rows, known, completed)
+                rows = steps[-1]
+                if not rows[0].stale:
+                    return _claimed(rows, known)
                 self.limited.forget()
-        got = self._claim_under_lock(queue, params)
-        return LimitedClaim(got.jobs, got.throttled, got.retry_after, completed)
+        return self._claim_under_lock(queue, params)
+
+    def compile_claim(self, queue: str) -> bool:
+        """Compile now the statements a claim of `queue` will run with its current limits (a
+        process compiles each once, on first use: ~25 ms for a grouped claim). False, compiling
+        nothing, for an unlimited queue or without the driver fast path."""
+        known = self.limited.cached(queue) if queue in self.limited.known() else None
+        if known is None:
+            return False
+        return self.executor.compiled(lambda fast: _claim_steps(fast, known, {"queue": queue})) is not None
 
     def _claim_under_lock(self, queue: str, params: dict[str, Any]) -> LimitedClaim:
         """The claim in three round trips: lock the limits row and read it, claim, commit."""
         with self.executor.transaction() as conn:
-            row = conn.execute(self.statements.lock_limits, params).first()
+            row = conn.execute(self.statements.claim_lock, params).first()
             if row is None:  # its limits were just removed: the next claim is the unlimited one
                 self.limited.forget()
                 return LimitedClaim([], False, 0.0)
@@ -241,9 +238,9 @@ class Limits:
         return _claimed(rows, found)
 
 
-def _claimed(rows: list[Any], limits: QueueLimits, completed: list[Any] | None = None) -> LimitedClaim:
+def _claimed(rows: list[Any], limits: QueueLimits) -> LimitedClaim:
     jobs = sorted((_claimed_job(r) for r in rows if r.id is not None), key=lambda j: j.id)
-    return LimitedClaim(jobs, bool(rows and rows[0].throttled), _retry_after(limits), completed or [])
+    return LimitedClaim(jobs, bool(rows and rows[0].throttled), _retry_after(limits))
 
 
 def _claimed_job(row: Any) -> ClaimedJob:
@@ -276,7 +273,7 @@ def _claim_steps(fast: Any, limits: QueueLimits, params: dict[str, Any]) -> list
     without the lock (`sql.claim.fair`); any cap or rate takes the lock, then the limited claim."""
     if _fair_only(limits):
         return [(fast.fair_claim, params)]
-    return [(fast.lock_limits, {"queue": params["queue"]}), (fast.limited_claim(_grouped(limits), limits.fair), params)]
+    return [(fast.claim_lock, {"queue": params["queue"]}), (fast.limited_claim(_grouped(limits), limits.fair), params)]
 
 
 def _fair_only(limits: QueueLimits) -> bool:

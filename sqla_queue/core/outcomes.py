@@ -102,23 +102,6 @@ class Outcomes:
         self._emit_limited(got, queue, worker_id, limit)
         return got
 
-    def complete_and_claim_limited(
-        self, finished: Sequence[ClaimedJob], queue: str, worker_id: str, limit: int,
-        results: Mapping[int, str | None], lease: timedelta | float = DEFAULT_LEASE,
-        tasks: Sequence[str] | None = None, ahead: float = 0.0,
-    ) -> tuple[dict[int, bool], LimitedClaim]:
-        """`complete_and_claim` for a worker whose queues are all limited: complete `finished`
-        and claim from limited `queue` in one transaction and one round trip
-        (`Limits.folds_completions` must hold)."""
-        completing = {"queues": [], "tasks": None, "worker_id": _validate.name(worker_id, "worker_id"), "limit": 0,
-                      "token": "", "lease": _lease(lease), **_held_params(finished, results)}
-        started = _BatchClock()
-        got = self._limits().claim(queue, worker_id, limit, lease, tasks, completing=completing, ahead=ahead)
-        completed_rows = [row for row in got.completed if not row.claimed]
-        self._emit_limited(got, queue, worker_id, limit)
-        self._emit_batch("claim", worker_id, [queue], got.jobs, completed_rows, started)
-        return self._settled(finished, completed_rows, results), got
-
     def _limits(self) -> Limits:
         if self.limits is None:
             raise RuntimeError("Outcomes.limits is set by Core; this Outcomes was built without one")

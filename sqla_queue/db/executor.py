@@ -357,6 +357,12 @@ class Executor:
         with self.round_connection() as conn:
             return one_round_trip(conn, steps(fast))
 
+    def compiled(self, statements: Callable[[DriverStatements], Sequence[tuple[Any, dict[str, Any]]]]) -> list[Any] | None:
+        """The compiled statements `statements` names (compiling them if first used), run
+        nothing; None without the driver fast path."""
+        fast = self._driver_statements
+        return None if fast is None else [statement for statement, _ in statements(fast)]
+
     @contextmanager
     def autocommit_enqueue(self) -> Iterator[tuple[PoolProxiedConnection, DriverStatements] | None]:
         """A pooled connection in autocommit and the compiled enqueue statements, inside the

@@ -141,6 +141,7 @@ class Statements:
     clear_group_rates = _Built(lambda s: limits_sql.clear_group_rates(s.group_rates))
     all_limits = _Built(lambda s: limits_sql.all_limits(s.limits))
     lock_limits = _Built(lambda s: limits_sql.lock_limits(s.limits))
+    claim_lock = _Built(lambda s: limits_sql.lock_limits_to_claim(s.limits))
     fair_claim = _Built(lambda s: claim_fair_jobs(s.table, order=s.order))
     turn_bases = _Built(lambda s: limits_sql.turn_bases(s.table))
     tag_pending_turns = _Built(lambda s: limits_sql.tag_pending_turns(s.table))
@@ -265,8 +266,8 @@ class DriverStatements:
         return self._compiled(self.statements.wake_queues, {"queues": []}, ("queues",))
 
     @cached_property
-    def lock_limits(self) -> DriverStatement:
-        return self._compiled(self.statements.lock_limits, {"queue": ""})
+    def claim_lock(self) -> DriverStatement:
+        return self._compiled(self.statements.claim_lock, {"queue": ""})
 
     @cached_property
     def fair_claim(self) -> DriverStatement:

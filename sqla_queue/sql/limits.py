@@ -19,6 +19,7 @@ from sqlalchemy import (
     func,
     literal,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, insert
@@ -77,6 +78,22 @@ def lock_limits(limits: Table) -> Executable:
     would not (its snapshot is taken before the statement waits for the lock).
     """
     return select(limits).where(limits.c.queue_name == bindparam("queue", type_=Text)).with_for_update()
+
+
+def lock_limits_to_claim(limits: Table) -> Executable:
+    """`lock_limits` for a claim: the same row lock, and the claim's commit does not wait for
+    its WAL flush (``synchronous_commit`` off for this transaction alone).
+
+    The lock is held until the commit, so a flush waited for there is a flush every other claim
+    of the queue waits for too: claims of one limited queue would take turns at the disk's
+    pace. The commit is visible to the next claim at once either way, so no limit can be
+    overshot; what a crash of PostgreSQL (not of a worker) can lose is the last fraction of a
+    second of claims, whose jobs are then pending again and run again, as a lease recovery
+    would run them. Completions, retries and every other outcome commit durably, in
+    transactions of their own (docs/explanation/limits.md).
+    """
+    return (select(limits, func.set_config("synchronous_commit", "off", true()).label("synchronous_commit"))
+            .where(limits.c.queue_name == bindparam("queue", type_=Text)).with_for_update(of=limits))
 
 
 def turn_bases(table: Table) -> Executable:

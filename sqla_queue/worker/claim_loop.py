@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from ..core import Core
-from ..core.limits import RATE_AHEAD, LimitedClaim
+from ..core.limits import RATE_AHEAD
 from ..errors import DatabaseError, PermissionDeniedError
 from ..services import Looper
 from ..services.scheduler import Scheduler
@@ -241,31 +241,28 @@ class ClaimLoop:
         positions = {} if not limit else {
             name: position for name in queues if (position := self._claim_from(name)) is not None}
         limited_order = [name for name in order if name in limited]
-        # Every queue limited: the finished jobs are completed in the first limited claim's round trip.
-        fold = bool(finished and limit and limited_order and not queues and self.core.limits.folds_completions)
+        # The finished jobs are completed first, in a transaction of their own (durable), also
+        # when every queue is limited: a limited claim's commit does not wait for its flush.
         jobs = self._complete_and_claim(finished, queues, limit if queues else 0, positions) \
-            if queues or (finished and not fold) else []
+            if queues or finished else []
         if limit and queues:
             self._note_positions(queues, jobs, limit)
-        got = len(jobs) + self._claim_limited(limited_order, limit - len(jobs), finished if fold else [])
+        got = len(jobs) + self._claim_limited(limited_order, limit - len(jobs))
         if limit:
             self.turn += 1
             self.core.limits.limited.refresh_if_stale()  # after the claim: a wake-up's claim never waits for it
         self.slots.count("claimed", len(jobs))
         return limit, got, not positions
 
-    def _claim_limited(self, queues: list[str], room: int, finished: list[HeldJob]) -> int:
-        """Claim up to `room` jobs from the limited `queues`, in turn, the first claim completing
-        `finished` in its transaction; a claim a limit held back sets `throttled_until`, when to
-        look again (`LimitedClaim.retry_after`)."""
+    def _claim_limited(self, queues: list[str], room: int) -> int:
+        """Claim up to `room` jobs from the limited `queues`, in turn; a claim a limit held back
+        sets `throttled_until`, when to look again (`LimitedClaim.retry_after`)."""
         got = 0
         for name in queues:
             if room - got <= 0:
                 break
-            claim = self._complete_and_claim_limited(finished, name, room - got) if finished else \
-                self.core.outcomes.claim_limited(name, self.worker_id, room - got, self.config.lease, self.tasks,
-                                                 ahead=RATE_AHEAD)
-            finished = []
+            claim = self.core.outcomes.claim_limited(name, self.worker_id, room - got, self.config.lease, self.tasks,
+                                                     ahead=RATE_AHEAD)
             self.hold(claim.jobs)
             self.slots.count("claimed", len(claim.jobs))
             got += len(claim.jobs)
@@ -273,19 +270,6 @@ class ClaimLoop:
                 wait = time.monotonic() + claim.retry_after
                 self.throttled_until = min(wait, self.throttled_until or wait)
         return got
-
-    def _complete_and_claim_limited(self, finished: list[HeldJob], queue: str, room: int) -> LimitedClaim:
-        outcomes = self.core.outcomes
-        try:
-            texts = outcomes.result_texts([h.job for h in finished], _results_of(finished))
-            results, claim = outcomes.complete_and_claim_limited(
-                [h.job for h in finished], queue, self.worker_id, room, texts, self.config.lease, self.tasks,
-                ahead=RATE_AHEAD)
-        except DatabaseError:
-            self.slots.give_back_finished(finished)
-            raise
-        self.slots.settle_completed(finished, results)
-        return claim
 
     def _complete_and_claim(self, finished: list[HeldJob], queues: list[str], limit: int,
                             positions: dict[str, Any]) -> list:

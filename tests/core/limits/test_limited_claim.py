@@ -220,6 +220,37 @@ def test_claim_within_limits_through_the_api(logged):
     assert [job.id for job in queue.claim("tenants", worker_id="w", limit=10)] == [2]
 
 
+def test_a_grouped_claim_takes_the_queue_head_in_claim_order_when_its_keys_have_room(logged):
+    """Twenty keys, one job each, the last key's job the most urgent: with room in every key the
+    claim follows the claim order across the whole queue (a rotation would have looked at the
+    keys after its cursor first)."""
+    queue, _engine = logged
+    queue.set_limits("tenants", group_concurrency=1)
+    queue.enqueue_many([{"task": "work", "payload": {"key": f"k{n}"}, "group_key": f"k{n}",
+                         "priority": 10 if n == 20 else 0} for n in range(1, 21)])
+
+    [job] = queue.claim("tenants", worker_id="w", limit=1)
+    [second] = queue.claim("tenants", worker_id="w", limit=1)
+
+    assert (job.payload["key"], second.payload["key"]) == ("k20", "k1")
+
+
+def test_a_grouped_claim_reaches_past_a_head_held_by_a_busy_key(logged):
+    """The head of the queue (more than four times the batch) is all one key's, and that key is
+    at its cap: the claim finds the other keys by rotation instead of taking nothing."""
+    queue, _engine = logged
+    queue.set_limits("tenants", group_concurrency=1)
+    queue.enqueue_many([{"task": "work", "payload": {"key": "busy"}, "group_key": "busy", "priority": 5}
+                        for _ in range(20)])
+    queue.enqueue_many([{"task": "work", "payload": {"key": key}, "group_key": key} for key in ("quiet-1", "quiet-2")])
+    [running] = queue.claim("tenants", worker_id="w", limit=1)
+    assert running.payload["key"] == "busy"
+
+    got = queue.claim("tenants", worker_id="w", limit=2)
+
+    assert sorted(job.payload["key"] for job in got) == ["quiet-1", "quiet-2"]
+
+
 def starts(engine) -> list[tuple[str | None, object]]:
     """``(group_key, start)`` of every claim, in the order they started (the trigger's log)."""
     with engine.connect() as conn:
@@ -337,6 +368,41 @@ def test_a_limited_claim_is_one_round_trip(logged, tmp_path, monkeypatch, limits
     finally:
         engine.dispose()
         trace.close()
+
+
+COMMIT_LOG = """
+CREATE TABLE commit_log (job_id bigint, status text, synchronous_commit text);
+CREATE FUNCTION log_commits() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO commit_log VALUES (NEW.id, NEW.status, current_setting('synchronous_commit'));
+  RETURN NEW;
+END $$;
+CREATE TRIGGER log_commits AFTER UPDATE OF status ON sqla_queue_jobs FOR EACH ROW EXECUTE FUNCTION log_commits();
+"""
+
+
+@pytest.mark.parametrize("path", ["one round trip", "under the lock"])
+def test_a_limited_claim_commits_without_its_flush_and_a_worker_completes_in_a_durable_transaction(
+        logged, monkeypatch, path):
+    """A limited claim's commit does not wait for its WAL flush (it would hold the queue's
+    limits lock through it); the worker's completions, which a limited queue's worker sends
+    before its next claim, commit with PostgreSQL's (durable) setting. Each status change logs
+    the ``synchronous_commit`` of the transaction that made it."""
+    queue, engine = logged
+    with engine.begin() as conn:
+        conn.exec_driver_sql(COMMIT_LOG)
+    if path == "under the lock":  # a driver without the fast path, or a change of limits
+        monkeypatch.setattr(queue.core.executor, "one_round_trip", lambda steps: None)
+    queue.set_limits("tenants", group_concurrency=1)
+    queue.enqueue_many([{"task": "work", "payload": {}, "group_key": f"k{n % 3}"} for n in range(6)])
+
+    summary = queue.worker(queues=["tenants"], concurrency=2, poll_interval=0.05).run(until_empty=True)
+
+    assert summary.completed == 6
+    with engine.connect() as conn:
+        seen = {(status, setting) for status, setting in conn.execute(text(
+            "SELECT status, synchronous_commit FROM commit_log")).all()}
+    assert seen == {("running", "off"), ("completed", "on")}
 
 
 def test_a_claim_built_for_old_limits_claims_within_the_new_ones(logged):
