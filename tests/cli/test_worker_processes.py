@@ -64,6 +64,14 @@ APP = textwrap.dedent(
         wait_for(lambda: (STARTS.parent / "release").exists())
 
 
+    @queue.task
+    def collector(payload, ctx):
+        # how many objects this process's garbage collector was told to leave alone
+        import gc
+        started(ctx)
+        (STARTS.parent / f"frozen-{os.getpid()}").write_text(str(gc.get_freeze_count()))
+
+
     @queue.task(max_attempts=1)
     def crash(payload, ctx):
         started(ctx)
@@ -158,7 +166,7 @@ class Command:
 
 @pytest.fixture
 def command(tmp_path, database_url, queue) -> Iterator[Command]:
-    for name in ("meet", "hold"):
+    for name in ("meet", "hold", "collector"):
         queue.task(name=name)(lambda payload, ctx: None)
     queue.task(name="crash", max_attempts=1)(lambda payload, ctx: None)
     cmd = Command(tmp_path, database_url)
@@ -202,6 +210,19 @@ def test_one_process_runs_the_worker_in_the_command_itself(command, queue, engin
     assert "supervisor" not in result.stderr
     [row] = rows(engine)
     assert len(command.running_pids()) == 1 and row.locked_by.split(":")[1] == str(command.running_pids().pop())
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_each_worker_process_runs_with_its_start_up_objects_frozen(command, queue, processes):
+    """The command freezes what start-up made (`gc.freeze`) before the worker runs (before the
+    fork, with a supervisor): a worker process's collector then has tens of thousands of
+    objects it no longer walks."""
+    for _ in range(4):
+        queue.enqueue("collector", {})
+    result = command.run("--processes", processes, "--concurrency", "1", "--until-empty")
+    assert result.returncode == 0, result.stderr
+    frozen = [int(path.read_text()) for path in command.root.glob("frozen-*")]
+    assert frozen and min(frozen) > 10_000, frozen
 
 
 def test_the_default_is_one_process_per_usable_core(command, queue, engine):
