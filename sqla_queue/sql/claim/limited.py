@@ -3,7 +3,7 @@ token-bucket rates and fair turns between keys, enforced by the statement that c
 
 A queue without limits never runs this: its claim stays `claim_jobs` / the worker's round, the
 same SQL and plan as before limits existed. A limited claim is a transaction of two statements
-(`core.limits`), sent in one round trip with psycopg: `sql.limits.lock_limits` locks the queue's
+(`core.limits`), sent in one round trip with psycopg: `sql.limits.lock_limits_to_claim` locks the queue's
 limits row, then the statement built here claims (after checking that the row still holds the
 limits it was built for). Claims of one limited queue therefore take turns, and each one's snapshot (taken
 when its statement starts, after the lock) sees everything the previous claims committed: a
