@@ -100,11 +100,12 @@ class DriverStatement:
         """A cursor of `dbapi` (a psycopg connection, or SQLAlchemy's adaptation of an asyncio
         one) that has sent this statement with `params`.
 
-        On a sync psycopg connection the statement goes with positional parameters
-        (``RawCursor``): psycopg converts a ``%(name)s`` statement longer than 4 KiB (the claims
-        are 8 to 21 KiB) again on every execution, which cost a limited claim a fifth of its
-        worker's CPU; the positional text is made once per SQL text here."""
-        if self._binary or not isinstance(dbapi, _sync_connection_class()):
+        On a sync psycopg connection with psycopg's default cursors the statement goes with
+        positional parameters (``RawCursor``, the same server-side binding): psycopg converts a
+        ``%(name)s`` statement longer than 4 KiB (the round is 8 KiB, a limited claim 21 KiB)
+        again on every execution; the positional text is made once per SQL text here. A
+        connection whose owner chose other cursors (client-side binding, say) keeps them."""
+        if self._binary or not _takes_positional(dbapi):
             cursor = dbapi.cursor()
             try:
                 cursor.execute(self.sql(params), self.values(params))
@@ -114,7 +115,7 @@ class DriverStatement:
             return cursor
         text, names = self._positional_text(params)
         values = self.values(params)
-        cursor = _raw_cursor_class()(dbapi)
+        cursor = _psycopg().RawCursor(dbapi)
         try:
             cursor.execute(text, [values[name] for name in names])
         except BaseException:
@@ -186,17 +187,15 @@ def _positional(text: str) -> tuple[bytes, tuple[str, ...]]:
 
 
 @cache
-def _sync_connection_class() -> type:
+def _psycopg() -> Any:
     import psycopg
 
-    return psycopg.Connection
+    return psycopg
 
 
-@cache
-def _raw_cursor_class() -> type:
-    import psycopg
-
-    return psycopg.RawCursor
+def _takes_positional(dbapi: Any) -> bool:
+    psycopg = _psycopg()
+    return isinstance(dbapi, psycopg.Connection) and dbapi.cursor_factory is psycopg.Cursor
 
 
 def _dbapi_of(target: Connection | PoolProxiedConnection) -> Any:

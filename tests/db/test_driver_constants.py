@@ -72,3 +72,23 @@ def test_a_statement_goes_with_positional_parameters_numbered_once_per_name(engi
     assert row == ("100% sure", 7, 6)
     [(query, params)] = sent
     assert re.findall(rb"\$\d+", query) == [b"$1", b"$2", b"$1"] and params == [3, 4]
+
+
+def test_a_connection_with_cursors_of_its_owners_choice_keeps_them(database_url, monkeypatch):
+    """An application engine made with psycopg's client-side binding cursors (a choice made for
+    some poolers) is not switched to server-side binding by the fast path."""
+    import psycopg
+    from sqlalchemy import create_engine
+
+    engine = create_engine(database_url, connect_args={"cursor_factory": psycopg.ClientCursor})
+    statement = select(literal("100% sure", String).label("text"), bindparam("n", type_=Integer).label("n"))
+    compiled = DriverStatement(statement, engine.dialect, {"n": 0})
+    raw = []
+    monkeypatch.setattr(psycopg.RawCursor, "execute", lambda self, *a, **k: raw.append(a))
+    try:
+        with engine.connect() as conn:
+            [row] = compiled.rows(conn, {"n": 3})
+    finally:
+        engine.dispose()
+
+    assert row == ("100% sure", 3) and raw == []
