@@ -306,6 +306,10 @@ def test_wait_async_also_falls_back_to_the_poll_when_its_listen_connection_break
             assert conn.execute(text(
                 "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
                 "WHERE query = :listen AND datname = current_database()"), {"listen": listen}).scalar_one() == 1
+        # Finished only once the waiter has noticed: finished sooner, its next read of the row
+        # (every 0.1 s here) can find the job done before it listens again, and it never learns
+        # that the connection broke.
+        wait_until(lambda: "LISTEN connection lost" in caplog.text, "the waiter noticed the broken LISTEN")
         run_sql("UPDATE sqla_queue_jobs SET status = 'failed', last_error = 'by hand' WHERE id = :id", id=job_id)
 
     async def scenario() -> sq.JobView:
