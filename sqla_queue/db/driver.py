@@ -105,19 +105,14 @@ class DriverStatement:
         ``%(name)s`` statement longer than 4 KiB (the round is 8 KiB, a limited claim 21 KiB)
         again on every execution; the positional text is made once per SQL text here. A
         connection whose owner chose other cursors (client-side binding, say) keeps them."""
-        if self._binary or not _takes_positional(dbapi):
-            cursor = dbapi.cursor()
-            try:
-                cursor.execute(self.sql(params), self.values(params))
-            except BaseException:
-                cursor.close()
-                raise
-            return cursor
-        text, names = self._positional_text(params)
         values = self.values(params)
-        cursor = _psycopg().RawCursor(dbapi)
+        if self._binary or not _takes_positional(dbapi):
+            cursor, query, sent = dbapi.cursor(), self.sql(params), values
+        else:
+            query, names = self._positional_text(params)
+            cursor, sent = _psycopg().RawCursor(dbapi), [values[name] for name in names]
         try:
-            cursor.execute(text, [values[name] for name in names])
+            cursor.execute(query, sent)
         except BaseException:
             cursor.close()
             raise
