@@ -140,6 +140,9 @@ class Enqueuer:
         self.statements = executor.statements
         self.channel = channel_name(executor.table)
         self.notifier = Notifier(self._send_wake_ups)
+        self.fair_queues: set[str] = set()
+        """Queues a single enqueue found fair: theirs go straight to the INSERT with turns (a
+        hint only; `sql.insert_job` is right for any queue)."""
 
     def enqueue(self, task: Task | Handler | str, payload: Any, options: dict[str, Any],
                 session: Session | None, connection: Connection | None) -> int:
@@ -343,7 +346,10 @@ class Enqueuer:
         else:
             def insert(todo: Sequence[int]) -> list[int | None]:
                 one, params = _insert_params(jobs, todo, channel, notify)
-                return _ids_by_input((fast.insert_one if one else fast.insert).rows(target, params), params)
+                if one:
+                    return self._insert_one(params, lambda unless_fair: (
+                        fast.insert_one_unless_fair if unless_fair else fast.insert_one).rows(target, params))
+                return _ids_by_input(fast.insert.rows(target, params), params)
 
             def active_holders(keys: list[str]) -> dict[str, int]:
                 return dict(fast.find_keys.rows(target, {"keys": keys}))
@@ -408,9 +414,27 @@ class Enqueuer:
     def _insert(self, conn: Connection, jobs: _Jobs, todo: Sequence[int], notify: bool) -> list[int | None]:
         """Ids of the jobs at `todo` (ascending indexes), None where an active job holds the key."""
         one, params = _insert_params(jobs, todo, self.channel, notify)
-        with database_errors():
-            rows = conn.execute(self.statements.insert_one if one else self.statements.insert, params).all()
-        return _ids_by_input(rows, params)
+
+        def rows(statement: Any) -> list[Any]:
+            with database_errors():
+                return conn.execute(statement, params).all()
+
+        if one:
+            return self._insert_one(params, lambda unless_fair: rows(
+                self.statements.insert_one_unless_fair if unless_fair else self.statements.insert_one))
+        return _ids_by_input(rows(self.statements.insert), params)
+
+    def _insert_one(self, params: dict[str, Any], rows: Callable[[bool], list[Any]]) -> list[int | None]:
+        """One job, with `rows(unless_fair)` running `sql.insert_job_unless_fair` (True) or
+        `sql.insert_job`: the light INSERT first, unless its queue was found fair before, and
+        the INSERT with turns when the light one finds the queue fair (it wrote nothing then)."""
+        queue = params["queue_name"]
+        if queue not in self.fair_queues:
+            found = rows(True)
+            if not found[0].fair:
+                return _ids_by_input([row for row in found if row.id is not None], params)
+            self.fair_queues.add(queue)
+        return _ids_by_input(rows(False), params)
 
     def _active_holders(self, conn: Connection, keys: list[str]) -> dict[str, int]:
         with database_errors():

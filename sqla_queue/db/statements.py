@@ -83,6 +83,7 @@ class Statements:
     # enqueue
     insert = _Built(lambda s: sql.insert_jobs(s.table))
     insert_one = _Built(lambda s: sql.insert_job(s.table))
+    insert_one_unless_fair = _Built(lambda s: sql.insert_job_unless_fair(s.table))
     find_keys = _Built(lambda s: sql.find_active_keys(s.table))
     wake_queues = _Built(lambda s: sql.wake_queues(s.table))
     # workflows
@@ -250,6 +251,11 @@ class DriverStatements:
     @cached_property
     def insert_one(self) -> DriverStatement:
         return self._compiled(self.statements.insert_one,
+                              {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
+
+    @cached_property
+    def insert_one_unless_fair(self) -> DriverStatement:
+        return self._compiled(self.statements.insert_one_unless_fair,
                               {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
 
     @cached_property

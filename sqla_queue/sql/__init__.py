@@ -9,7 +9,7 @@ indexes' predicates. `sql.session` holds the few statements about the database s
 """
 
 from .claim import claim_jobs, claim_served_jobs, complete_and_claim_jobs
-from .enqueue import find_active_keys, insert_job, insert_jobs
+from .enqueue import find_active_keys, insert_job, insert_job_unless_fair, insert_jobs
 from .jobs import claim_state, select_job, watch_job
 from .lease import release_jobs, renew_leases
 from .notify import channel_name, finished_channel, listen, wake_queues
@@ -42,6 +42,7 @@ __all__ = [
     "finished_channel",
     "wake_queues",
     "insert_job",
+    "insert_job_unless_fair",
     "insert_jobs",
     "listen",
     "queue_health",

@@ -20,6 +20,7 @@ from sqlalchemy import (
     literal,
     null,
     select,
+    true,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.sql import Executable
@@ -139,6 +140,37 @@ def insert_job(table: Table) -> Executable:
     )
 
 
+def insert_job_unless_fair(table: Table) -> Executable:
+    """`insert_job` into a queue that is not fair; into a fair one, nothing. Its one row says
+    which: ``fair``, and ``id, idempotency_key`` of the job inserted (NULL when the queue is fair
+    or an active job holds the key).
+
+    Most single enqueues are a process's first statements (a web request's, a script's), and
+    there `fair_turn`'s three reads of the job table cost more to build, compile and plan than
+    the rest of the INSERT. Here the queue's fairness is read as `insert_job` reads it, in the
+    statement, so a queue made fair a moment ago is seen; the caller then sends `insert_job`.
+    """
+    limits = limits_table(table)
+    values = {name: bindparam(name, type_=type_) for name, type_ in _INPUT_COLUMNS}
+    fair = select(
+        select(limits.c.queue_name)
+        .where(limits.c.queue_name == values["queue_name"], limits.c.fair).exists().label("fair")
+    ).cte("fairness")
+    row = select(
+        values["queue_name"], values["task"], cast(values["payload"], JSONB),
+        func.coalesce(values["run_at"], func.now() + values["delay"]),
+        values["max_attempts"], values["idempotency_key"], values["priority"], values["scheduled_at"],
+        cast(values["meta"], JSONB), values["group_key"],
+    ).where(~select(fair.c.fair).scalar_subquery())
+    return _skipping_held_keys_and_notifying(
+        table,
+        insert(table).from_select(
+            ["queue_name", "task", "payload", "run_at", "max_attempts", "idempotency_key", "priority",
+             "scheduled_at", "meta", "group_key"], row),
+        fairness=fair,
+    )
+
+
 def fair_turn(table: Table, queue, key, rank):
     """The turn (``fair_tag``) of the `rank`-th job (1, 2, ...) of `key` in one enqueue into
     `queue`, when that queue is fair; NULL otherwise (docs/explanation/limits.md, "Fair turns").
@@ -163,10 +195,11 @@ def fair_turn(table: Table, queue, key, rank):
     return case((queue.in_(fair_queues), cast(first + rank - 1, BigInteger)), else_=cast(null(), BigInteger))
 
 
-def _skipping_held_keys_and_notifying(table: Table, inserting) -> Executable:
+def _skipping_held_keys_and_notifying(table: Table, inserting, *, fairness=None) -> Executable:
     """The enqueue INSERT's shared tail: skip a job whose key an active job holds, return
     ``id, idempotency_key`` and, when ``:notify``, queue one ``pg_notify`` per inserted row
-    (see `insert_jobs`)."""
+    (see `insert_jobs`); with `fairness` (`insert_job_unless_fair`'s one-row CTE), one row
+    whatever was inserted, with its ``fair`` column."""
     # No conflict target: a partitioned job table (`sqla_queue.ops.storage`) cannot carry the
     # active-key index on its parent, only on its live partition, and a target must name an
     # index of the table inserted into. Without one, any unique index of the partition the row
@@ -176,12 +209,15 @@ def _skipping_held_keys_and_notifying(table: Table, inserting) -> Executable:
         .returning(table.c.id, table.c.idempotency_key, table.c.queue_name)
         .cte("inserted")
     )
-    return select(
+    returned = select(
         inserted.c.id,
         inserted.c.idempotency_key,
         case((bindparam("notify", type_=Boolean),
               func.pg_notify(bindparam("channel"), inserted.c.queue_name))).label("notified"),
     )
+    if fairness is None:
+        return returned
+    return returned.add_columns(fairness.c.fair).select_from(fairness.outerjoin(inserted, true()))
 
 
 def find_active_keys(table: Table) -> Executable:

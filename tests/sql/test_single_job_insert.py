@@ -40,3 +40,18 @@ def test_every_input_column_is_a_parameter_of_both_inserts():
     for name in INPUT_COLUMNS:
         assert f"%({name})s" in one
         assert f"%({name}s)s" in many
+
+
+def test_the_insert_for_a_queue_that_is_not_fair_writes_the_same_row_without_reading_turns():
+    light, one = rendered(sql.insert_job_unless_fair(TABLE)), rendered(sql.insert_job(TABLE))
+    assert ("INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at, max_attempts, idempotency_key, "
+            "priority, scheduled_at, meta, group_key) SELECT") in light
+    for fragment in ("ON CONFLICT DO NOTHING",
+                     "RETURNING sqla_queue_jobs.id, sqla_queue_jobs.idempotency_key, sqla_queue_jobs.queue_name",
+                     "coalesce(%(run_at)s::TIMESTAMP WITH TIME ZONE, now() + %(delay)s)",
+                     "CAST(%(payload)s::VARCHAR AS JSONB)"):
+        assert fragment in light and fragment in one
+    assert "AS turns" in one and "AS turns" not in light
+    assert "fairness.fair" in light
+    for name in INPUT_COLUMNS:
+        assert f"%({name})s" in light

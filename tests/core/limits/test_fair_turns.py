@@ -8,6 +8,8 @@ import threading
 import pytest
 from sqlalchemy import text
 
+import sqla_queue as sq
+
 pytestmark = pytest.mark.usefixtures("clean_jobs")
 
 
@@ -98,3 +100,47 @@ def test_a_fair_queue_with_a_cap_keeps_the_serialized_claim(queue):
     a = queue.enqueue_many(keyed("a", 3))
     b = queue.enqueue_many(keyed("b", 3))
     assert {job.id for job in queue.claim("default", worker_id="w", limit=10)} == {a[0], b[0]}
+
+
+RECORD_INSERT_STATEMENTS = """
+CREATE TABLE insert_statements (n serial, query text);
+CREATE FUNCTION record_insert_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO insert_statements (query) VALUES (current_query());
+  RETURN NULL;
+END $$;
+CREATE TRIGGER record_insert_statement BEFORE INSERT ON sqla_queue_jobs
+  FOR EACH STATEMENT EXECUTE FUNCTION record_insert_statement();
+"""
+
+
+@pytest.mark.parametrize("built_from", ["url", "engine"])
+def test_a_single_enqueue_reads_turns_only_for_a_queue_it_found_fair(own_database, built_from):
+    """A statement-level trigger logs every INSERT statement, whether it wrote a row or not. A
+    single enqueue sends the INSERT without turns; into a fair queue that one writes nothing and
+    the INSERT with turns follows, and once a queue was found fair its jobs go straight there."""
+    url, engine = own_database
+    with engine.begin() as conn:
+        conn.exec_driver_sql(RECORD_INSERT_STATEMENTS)
+    queue = sq.Queue(url if built_from == "url" else engine, load_entrypoints=False)
+    queue.task(lambda payload, ctx: None, name="send_email")
+
+    def statements_of(call) -> list[bool]:
+        """Whether each INSERT statement `call` sent reads turns (the job table as ``turns``)."""
+        with engine.connect() as conn:
+            before = conn.execute(text("SELECT coalesce(max(n), 0) FROM insert_statements")).scalar_one()
+        job_id = call()
+        with engine.connect() as conn:
+            queries = conn.execute(text("SELECT query FROM insert_statements WHERE n > :n ORDER BY n"),
+                                   {"n": before}).scalars().all()
+        statements_of.ids.append(job_id)
+        return ["AS turns" in query for query in queries]
+
+    statements_of.ids = []
+    enqueue = lambda: queue.enqueue("send_email", {}, group_key="a")  # noqa: E731
+    assert statements_of(enqueue) == [False]
+    queue.set_limits("default", fair=True)
+    assert statements_of(enqueue) == [False, True]  # found fair: nothing written, then with turns
+    assert statements_of(enqueue) == [True]
+    assert turns(engine, statements_of.ids) == [0, 1, 2]  # making the queue fair gave the first its turn
+    queue.engine.dispose()
