@@ -103,7 +103,18 @@ def evaluate(results: dict) -> list[dict]:
                      note="run stopped at the time cap" if default.get("capped") else None,
                      why=WHY_SUSTAINED))
     rows.append(fed_sustained_row(results))
-    return rows + asyncio_rows(results) + [wakeups_row(results)] + peer_rows(results)
+    return rows + cpu_rows(drains, results) + asyncio_rows(results) + [wakeups_row(results)] + peer_rows(results)
+
+
+def cpu_rows(drains: dict, results: dict) -> list[dict]:
+    """CPU per job of section 3's 1 x 10 drain: the worker processes' and PostgreSQL's."""
+    d = (results.get("drain") or {}).get("1x10") if "1x10" in drains else None
+    rows = []
+    for side, field, limit in (("Client (worker)", "client_cpu_us_per_job", 45), ("Server", "server_cpu_us_per_job", 55)):
+        value = d and d[field]["median"]
+        rows.append(_row(f"{side} CPU per job, drain 1 process x concurrency 10 <= {limit} µs", value,
+                         ratio(value, limit), lambda r: r <= 1, "{:.0f} µs"))
+    return rows
 
 
 def fed_sustained_row(results: dict) -> dict:

@@ -206,7 +206,7 @@ def fake_asyncio() -> dict:
 
 def test_targets_are_judged_from_the_results():
     rows = {row["target"]: row for row in targets.evaluate(fake_results())}
-    assert len(rows) == 24  # the peers' nine rows are there, not measured, when --peers was not given
+    assert len(rows) == 26  # the peers' nine rows are there, not measured, when --peers was not given
     assert all(set(row) == {"target", "measured", "ratio", "met", "note", "why"} for row in rows.values())
     met = {name.split(" >=")[0].split(" <=")[0].split(" within")[0]: row["met"] for name, row in rows.items()}
     assert met["Drain, 1 process x concurrency 10"] is True  # 10,000 >= 6,000
@@ -218,6 +218,10 @@ def test_targets_are_judged_from_the_results():
     assert rows["Sustained drain: last window >= 80 % of the first (default table)"]["met"] is False
     fed = [row for name, row in rows.items() if name.startswith("Sustained drain of ")]
     assert len(fed) == 1 and fed[0]["met"] is None  # the fed variant was not in these results
+    client = rows["Client (worker) CPU per job, drain 1 process x concurrency 10 <= 45 µs"]
+    server = rows["Server CPU per job, drain 1 process x concurrency 10 <= 55 µs"]
+    assert (client["measured"], client["met"]) == ("120 µs", False)  # the 1 x 10 drain's median
+    assert (server["measured"], server["met"]) == ("80 µs", False)
 
 
 def test_drain_ratio_uses_the_raw_limit_at_the_batch_used():
