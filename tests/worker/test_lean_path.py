@@ -88,13 +88,15 @@ def test_handler_threads_never_wait_on_a_condition(noop_queue, monkeypatch):
 
 def test_a_held_jobs_context_is_built_when_a_handler_takes_it_and_sees_cancel_requests(queue, monkeypatch):
     built: list[object] = []
-    original = types.JobContext.__init__
+    original = types.built
 
-    def counting(self, *args, **kwargs):
-        built.append(self)
-        original(self, *args, **kwargs)
+    def counting(cls, fields):
+        instance = original(cls, fields)
+        if cls is types.JobContext:
+            built.append(instance)
+        return instance
 
-    monkeypatch.setattr(types.JobContext, "__init__", counting)
+    monkeypatch.setattr(types, "built", counting)
     job_id = queue.enqueue("send_email", {"to": "a"}, idempotency_key="key-1")
     [job] = queue.claim(worker_id="w", limit=1)
 
