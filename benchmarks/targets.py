@@ -109,12 +109,26 @@ def evaluate(results: dict) -> list[dict]:
 def cpu_rows(drains: dict, results: dict) -> list[dict]:
     """CPU per job of section 3's 1 x 10 drain: the worker processes' and PostgreSQL's."""
     d = (results.get("drain") or {}).get("1x10") if "1x10" in drains else None
+    cores = ((results.get("meta") or {}).get("facts") or {}).get("cores")
     rows = []
     for side, field, limit in (("Client (worker)", "client_cpu_us_per_job", 45), ("Server", "server_cpu_us_per_job", 55)):
         value = d and d[field]["median"]
         rows.append(_row(f"{side} CPU per job, drain 1 process x concurrency 10 <= {limit} µs", value,
-                         ratio(value, limit), lambda r: r <= 1, "{:.0f} µs"))
+                         ratio(value, limit), lambda r: r <= 1, "{:.0f} µs",
+                         why=_why_cpu(drains.get("1x10"), d, cores)))
     return rows
+
+
+def _why_cpu(drain: dict | None, figures: dict | None, cores: int | None) -> str | None:
+    """The drain's CPU beside the raw reference's at its batch size: how much of this machine's
+    CPU the same statements take per job when a C client (pgbench) sends them."""
+    if not (drain and figures and drain["limit"] and cores):
+        return None
+    client, server = figures["client_cpu_us_per_job"]["median"], figures["server_cpu_us_per_job"]["median"]
+    return (f"The 1 x 10 drain claimed {drain['batch']} jobs per statement; its worker spent {client:.0f} µs and "
+            f"PostgreSQL {server:.0f} µs of CPU per job. At that batch size the raw reference "
+            f"({drain['limit_label']}) ran at {drain['limit']:,.0f} jobs/s, at most "
+            f"{cores * 1e6 / drain['limit']:.0f} µs of this machine's {cores} cores per job, server and client together.")
 
 
 def fed_sustained_row(results: dict) -> dict:
