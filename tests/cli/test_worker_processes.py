@@ -3,6 +3,7 @@ on real PostgreSQL. Every wait polls for the event it needs (generous limits, no
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import pytest
 from sqlalchemy import text
 
 from waiting import wait_until
+
+from sqla_queue.cli.worker import YOUNG_GENERATION_THRESHOLD, _settle_collector
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasattr(os, "fork"),
                                 reason="finds a supervisor's children in /proc (Linux)")
@@ -70,6 +73,7 @@ APP = textwrap.dedent(
         import gc
         started(ctx)
         (STARTS.parent / f"frozen-{os.getpid()}").write_text(str(gc.get_freeze_count()))
+        (STARTS.parent / f"threshold-{os.getpid()}").write_text(str(gc.get_threshold()[0]))
 
 
     @queue.task(max_attempts=1)
@@ -223,6 +227,26 @@ def test_each_worker_process_runs_with_its_start_up_objects_frozen(command, queu
     assert result.returncode == 0, result.stderr
     frozen = [int(path.read_text()) for path in command.root.glob("frozen-*")]
     assert frozen and min(frozen) > 10_000, frozen
+    thresholds = {int(path.read_text()) for path in command.root.glob("threshold-*")}
+    assert thresholds == {YOUNG_GENERATION_THRESHOLD}  # the youngest generation, collected less often
+
+
+@pytest.mark.parametrize(("threshold", "enabled", "expected"), [
+    ((700, 10, 10), True, (YOUNG_GENERATION_THRESHOLD, 10, 10)),  # Python's default: raised
+    ((50_000, 5, 5), True, (50_000, 5, 5)),  # an app's own higher threshold: kept
+    ((700, 10, 10), False, (700, 10, 10)),  # an app that turned the collector off: left off
+])
+def test_the_command_raises_only_a_lower_young_generation_threshold(threshold, enabled, expected):
+    before, was_enabled = gc.get_threshold(), gc.isenabled()
+    try:
+        gc.set_threshold(*threshold)
+        (gc.enable if enabled else gc.disable)()
+        _settle_collector()
+        assert (gc.get_threshold(), gc.isenabled()) == (expected, enabled)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+        (gc.enable if was_enabled else gc.disable)()
 
 
 def test_the_default_is_one_process_per_usable_core(command, queue, engine):
