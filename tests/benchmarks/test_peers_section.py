@@ -351,3 +351,13 @@ def test_the_cli_runs_use_compiled_bytecode_as_an_installed_package_does(tmp_pat
     CliRuns(db=None, work=tmp_path, log=print)
 
     assert compiled.exists() and compiled.stat().st_mtime >= module.stat().st_mtime
+
+
+def test_a_slower_single_enqueue_says_what_its_call_does_beside_both_systems_spreads():
+    peers = fake_peers()
+    peers["enqueue"]["sqla_queue"]["single"]["call_ms"] = _stat(21.0, 22.5, 20.5)
+    peers["enqueue"]["pgqueuer"]["single"]["call_ms"] = _stat(19.0, 19.5, 18.0)
+    [row] = [r for r in targets.peer_rows({"peers": peers}) if r["target"].startswith("Single enqueue")]
+    assert row["met"] is False and row["measured"] == "1.11x"
+    assert row["why"].startswith("The call took 21.0 ms (20.5–22.5) in sqla_queue and 19.0 ms (18.0–19.5) in "
+                                 "pgqueuer over the repetitions.")
