@@ -11,6 +11,7 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    and_,
     any_,
     bindparam,
     case,
@@ -209,11 +210,13 @@ def _skipping_held_keys_and_notifying(table: Table, inserting, *, fairness=None)
         .returning(table.c.id, table.c.idempotency_key, table.c.queue_name)
         .cte("inserted")
     )
+    notify = bindparam("notify", type_=Boolean)
+    if fairness is not None:  # its row for nothing inserted must not notify: pg_notify sends a NULL payload
+        notify = and_(notify, inserted.c.id.is_not(None))
     returned = select(
         inserted.c.id,
         inserted.c.idempotency_key,
-        case((bindparam("notify", type_=Boolean),
-              func.pg_notify(bindparam("channel"), inserted.c.queue_name))).label("notified"),
+        case((notify, func.pg_notify(bindparam("channel"), inserted.c.queue_name))).label("notified"),
     )
     if fairness is None:
         return returned

@@ -147,3 +147,22 @@ def test_a_process_that_enqueues_and_ends_at_once_or_forks_still_wakes_the_liste
                           capture_output=True, text=True, timeout=60, env=dict(os.environ))
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert queue_name in received(listener, until=queue_name)
+
+
+def test_a_single_enqueue_in_the_callers_transaction_notifies_only_for_a_job_it_inserted(
+        engine, clean_jobs, listener):
+    """The single-job INSERT reads whether the queue is fair and returns one row even when it
+    inserted nothing (a held key, or a fair queue, where the INSERT with turns follows): that
+    row sends no notification (pg_notify with the NULL queue name of no row would still send one,
+    with an empty payload)."""
+    q = sq.Queue(engine, load_entrypoints=False)
+    q.task(name="noop", queue="mail")(lambda payload, ctx: None)
+    first = q.enqueue("noop", {}, idempotency_key="k")
+    assert received(listener, until="mail") == ["mail"]
+    with engine.begin() as conn:
+        assert q.enqueue("noop", {}, idempotency_key="k", connection=conn) == first  # held: nothing inserted
+    assert received(listener, timeout=0.5) == []
+    q.set_limits("mail", fair=True)
+    with engine.begin() as conn:
+        q.enqueue("noop", {}, connection=conn)  # the light INSERT writes nothing, the one with turns inserts
+    assert received(listener, timeout=0.5) == ["mail"]
