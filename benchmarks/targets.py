@@ -439,12 +439,22 @@ def _why_wakeups(ratios: dict) -> str | None:
 
 
 def _why_vs_pgqueuer(results: dict, key: str) -> str | None:
-    d = (results.get("drain") or {}).get(key) or {}
-    cpu = _median(d, "client_cpu_us_per_job")
-    cpu_text = f" (section 3: {cpu:,.0f} µs of worker CPU per job at {key.replace('x', ' x ')})" if cpu is not None else ""
-    return ("At ten jobs at a time both systems pay one round trip and one commit per ten jobs, most of a no-op "
-            "job's cost, so a 2x lead cannot come from the SQL; it would have to come from per-job client work "
-            f"in the worker{cpu_text}, which is Python thread handoffs here and asyncio tasks in pgqueuer.")
+    """Steady rates against rates from process start: what the start-up takes out of the lead."""
+    peers = results.get("peers") or {}
+    drains = peers.get("drain") or {}
+    ours, theirs = (drains.get("sqla_queue") or {}).get(key) or {}, (drains.get("pgqueuer") or {}).get(key) or {}
+    figures = [_median(d, name) for d in (ours, theirs) for name in ("steady_per_s", "startup_s", "jobs_per_s")]
+    floor = _median(peers, "import_floor_s")
+    if None in figures or floor is None:
+        return None
+    steady, startup, rate, their_steady, their_startup, their_rate = figures
+    whole = (peers.get("jobs") or 0) / rate
+    return (f"Once started, sqla_queue's {key.replace('x', ' x ')} drained at {steady:,.0f} jobs/s, "
+            f"{steady / their_steady:.1f}x pgqueuer's {their_steady:,.0f} (steady rates of the same repetitions). "
+            f"From process start the lead is {rate / their_rate:.2f}x: sqla_queue's start-up took {startup:.2f} s "
+            f"against pgqueuer's {their_startup:.2f} s (importing SQLAlchemy, psycopg and its dialect alone took "
+            f"{floor:.2f} s in this run), {startup / whole:.0%} of its {whole:.2f} s for the "
+            f"{peers.get('jobs', 0):,} jobs.")
 
 
 WHY_DEFAULTS = (

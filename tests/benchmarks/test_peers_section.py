@@ -361,3 +361,14 @@ def test_a_slower_single_enqueue_says_what_its_call_does_beside_both_systems_spr
     assert row["met"] is False and row["measured"] == "1.11x"
     assert row["why"].startswith("The call took 21.0 ms (20.5–22.5) in sqla_queue and 19.0 ms (18.0–19.5) in "
                                  "pgqueuer over the repetitions.")
+
+
+def test_a_drain_short_of_twice_pgqueuers_sets_its_steady_lead_beside_the_start_ups():
+    peers = fake_peers()
+    [row] = [r for r in targets.peer_rows({"peers": peers}) if r["target"].startswith("CLI drain, 2 processes")]
+    ours, theirs = peers["drain"]["sqla_queue"]["2x10"], peers["drain"]["pgqueuer"]["2x10"]
+    assert row["met"] is False
+    assert row["why"].startswith(
+        f"Once started, sqla_queue's 2 x 10 drained at {ours['steady_per_s']['median']:,.0f} jobs/s, "
+        f"{ours['steady_per_s']['median'] / theirs['steady_per_s']['median']:.1f}x pgqueuer's")
+    assert f"start-up took {ours['startup_s']['median']:.2f} s" in row["why"]
