@@ -26,6 +26,7 @@ from .engine import (
     WORKER_SESSION_DEFAULTS,
     Capabilities,
     application_name,
+    dialect_options,
     has_pending_input,
     names_its_own,
     note_checkin,
@@ -82,6 +83,7 @@ def worker_engine(
         pool_pre_ping=False,
         hide_parameters=True,
         isolation_level="AUTOCOMMIT",
+        **dialect_options(engine.url),
     )
     event.listen(ours, "connect", _worker_session_defaults if prepared_statements else note_default_isolation)
     event.listen(ours, "checkin", note_checkin)
