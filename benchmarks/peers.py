@@ -19,6 +19,10 @@ The clock runs from just before the first process is started to the last complet
   latest ``pool:release`` (or ``job:complete``, if later). These are the system clock of this
   machine, which the workers and, with the embedded server, the database share.
 
+Beside them, the *raw limit* (`RAW`): the same drains by a bare Python loop on sqla_queue's table
+(benchmarks/peer_scripts/raw_python_drain.py), what any Python worker here is bounded by; the
+targets say of each missed one whether it lies beyond that bound or within it.
+
 *Start-up* is process start to the first completion. The *steady rate* leaves out start-up and
 the tail: completions between the 10th and the 90th percentile of the completion times, over
 the time between them. Enqueue runs in a fresh process of each system (its own script, its own
@@ -93,6 +97,19 @@ GRAPHILE_DRAINS = {
     "2x10": {"processes": 2, "jobs": 10},
     "best": {"processes": 2, "jobs": 24, "local_queue": 500, "complete_batch_delay": 0, "max_pool_size": 25},
 }
+RAW = "raw"
+"""The raw limit of a Python worker on sqla_queue's table (peer_scripts/raw_python_drain.py): the
+import floor, one psycopg connection and the reference claim + completion, no handler, claiming
+500 at a time (graphile-worker's best fetches up to 500 ahead; sqla_queue's worker claims up to
+its concurrency plus the prefetch, whatever its --concurrency). With 1 process it bounds the
+rows of one worker process, with 2 those of two: a worker's concurrency is its handler threads,
+and the raw loop runs no handler."""
+RAW_DRAINS = {
+    "1x500": {"processes": 1, "batch": 500},
+    "2x500": {"processes": 2, "batch": 500},
+}
+RAW_FOR = {"1x10": "1x500", "2x10": "2x500", "best": "2x500"}
+"""The raw row that bounds each side-by-side drain: the one with as many processes."""
 
 
 # -- pure pieces (tests/benchmarks/test_peers_section.py) -----------------------------------------
@@ -182,6 +199,11 @@ def describe_sqla_queue_defaults() -> str:
 def describe_pgqueuer(config: dict) -> str:
     batch = f" --batch-size {config['batch_size']}" if "batch_size" in config else ""
     return f"{config['processes']} x `pgq run pgqueuer_app:create_pgqueuer --mode drain{batch}`"
+
+
+def describe_raw(config: dict) -> str:
+    return (f"{config['processes']} x `python raw_python_drain.py {config['batch']}` (the import floor, then psycopg "
+            f"and the reference claim + completion of section 1, {config['batch']} jobs at a time, no handler)")
 
 
 def describe_graphile(config: dict) -> str:
@@ -289,6 +311,11 @@ class Peers(CliRuns):
         return {**completion_figures([float(r[0]) for r in rows], jobs), "exit_s": clock["exit_s"],
                 **cpu_per_job(clock, len(rows))}
 
+    def drain_raw(self, jobs: int, config: dict) -> dict:
+        """The raw limit (`RAW`) from process start, on sqla_queue's table and clock."""
+        argv = [self.python, str(SCRIPTS / "raw_python_drain.py"), str(config["batch"])]
+        return self._drain_from_table("sqla_queue", jobs, [(argv, self.work, self.env())] * config["processes"])
+
     def drain_graphile(self, jobs: int, config: dict) -> dict:
         self.fill("graphile-worker", jobs)
         bench = self.graphile.root / "bench"
@@ -380,7 +407,8 @@ def run(db: Database, size: Size, log) -> dict:
     cli_configs = [(p, c) for p in size.drain_processes for c in size.drain_concurrency]
     cli_configs += [SQLA_QUEUE_BEST] if SQLA_QUEUE_BEST not in cli_configs else []
     drains: dict = {"sqla_queue": {**{f"{p}x{c}": [] for p, c in cli_configs}, DEFAULTS: []},
-                    "pgqueuer": {k: [] for k in PGQUEUER_DRAINS}, "graphile-worker": {k: [] for k in GRAPHILE_DRAINS}}
+                    "pgqueuer": {k: [] for k in PGQUEUER_DRAINS}, "graphile-worker": {k: [] for k in GRAPHILE_DRAINS},
+                    RAW: {k: [] for k in RAW_DRAINS}}
     enqueues: dict = {s: {"bulk": [], "single": []} for s in SYSTEMS}
     latencies: dict = {s: {"p50_ms": [], "p99_ms": [], "call_p50_ms": [], "samples_ms": []} for s in SYSTEMS}
     rng = random.Random(7)
@@ -407,7 +435,8 @@ def run(db: Database, size: Size, log) -> dict:
                      ("sqla_queue", "2x10"), ("pgqueuer", "2x10"), ("graphile-worker", "2x10"),
                      ("sqla_queue", DEFAULTS), ("pgqueuer", DEFAULTS),
                      *[("sqla_queue", k) for k in drains["sqla_queue"] if k not in ("1x10", "2x10", DEFAULTS)],
-                     ("pgqueuer", "best"), ("graphile-worker", "best")]
+                     ("pgqueuer", "best"), ("graphile-worker", "best"),
+                     *[(RAW, k) for k in RAW_DRAINS]]
             for system, key in order:
                 if key not in drains[system]:
                     continue
@@ -418,6 +447,8 @@ def run(db: Database, size: Size, log) -> dict:
                     out = peers.drain_sqla_queue(jobs, p, c)
                 elif system == "pgqueuer":
                     out = peers.drain_pgqueuer(jobs, PGQUEUER_DRAINS[key])
+                elif system == RAW:
+                    out = peers.drain_raw(jobs, RAW_DRAINS[key])
                 else:
                     out = peers.drain_graphile(jobs, GRAPHILE_DRAINS[key])
                 if out["incomplete"]:
@@ -443,6 +474,7 @@ def run(db: Database, size: Size, log) -> dict:
                            DEFAULTS: describe_sqla_queue_defaults()},
             "pgqueuer": {k: describe_pgqueuer(v) for k, v in PGQUEUER_DRAINS.items()},
             "graphile-worker": {k: describe_graphile(v) for k, v in GRAPHILE_DRAINS.items()},
+            RAW: {k: describe_raw(v) for k, v in RAW_DRAINS.items()},
         },
         "drain": {s: {k: _summarise(v) for k, v in per.items()} for s, per in drains.items()},
         "enqueue": {s: {"bulk": {"jobs_per_s": summary(jobs / r["seconds"] for r in e["bulk"]),

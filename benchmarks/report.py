@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import cpu_scaling, targets
+from .peers import RAW_FOR
 from .targets import _get
 
 
@@ -353,7 +354,8 @@ def _roundtrip_section(results: dict) -> list[str]:
     return lines
 
 
-_SYSTEM_LABELS = {"sqla_queue": "sqla_queue (CLI)", "pgqueuer": "pgqueuer", "graphile-worker": "graphile-worker"}
+_SYSTEM_LABELS = {"sqla_queue": "sqla_queue (CLI)", "pgqueuer": "pgqueuer", "graphile-worker": "graphile-worker",
+                  "raw": "raw limit (Python, no handler)"}
 
 
 def _wakeups_section(results: dict) -> list[str]:
@@ -430,11 +432,12 @@ def _versions(name: str, versions: dict) -> str:
 def _peers_section(results: dict) -> list[str]:
     peers = results["peers"]
     drains, enq, jobs = peers["drain"], peers["enqueue"], peers["jobs"]
-    systems = [s for s in ("sqla_queue", "pgqueuer", "graphile-worker") if s in drains]
+    systems = [s for s in ("sqla_queue", "pgqueuer", "graphile-worker", "raw") if s in drains]
     best_key, _ = targets.best_cli_drain(peers)
     keys = {"sqla_queue": {"1x10": "1x10", "2x10": "2x10", "defaults": "defaults", "best": best_key},
             "pgqueuer": {"1x10": "1x10", "2x10": "2x10", "defaults": "defaults", "best": "best"},
-            "graphile-worker": {"1x10": "1x10", "2x10": "2x10", "defaults": None, "best": "best"}}
+            "graphile-worker": {"1x10": "1x10", "2x10": "2x10", "defaults": None, "best": "best"},
+            "raw": {**RAW_FOR, "defaults": None}}
     versions = peers.get("versions") or {}
     lines = ["## 9. Peers: sqla_queue beside pgqueuer and graphile-worker", "",
              f"{jobs:,} no-op jobs on the same server in the same run, every worker a fresh process started from its own "
@@ -451,6 +454,17 @@ def _peers_section(results: dict) -> list[str]:
              "processes' user + system time (start-up included) and PostgreSQL's (every server process), over the "
              "drain, per completed job.",
              "",
+             *(["The last column is no queue: it is the raw limit of any Python worker on sqla_queue's table here, "
+                "measured the same way. Each process starts the interpreter, imports SQLAlchemy, psycopg and the "
+                "psycopg dialect (the import floor), opens one psycopg connection in autocommit and runs section 1's "
+                "reference claim and guarded completion, prepared, 500 jobs at a time, until a claim finds nothing "
+                "(`benchmarks/peer_scripts/raw_python_drain.py`): one such process in the rows of one worker process, "
+                "two in the rows of two (a worker's concurrency is its handler threads; the raw loop runs none, "
+                "and sqla_queue's worker claims its concurrency plus its prefetch at a time). No handler runs and no "
+                "job crosses a thread, so sqla_queue's worker, which does both, can only approach it. Where a target "
+                "asks for more than this "
+                "column shows, no Python worker on this table can meet it on this machine; where it asks for less, "
+                "the gap is sqla_queue's own.", ""] if "raw" in systems else []),
              f"Versions: sqla_queue {results['meta'].get('code_version', 'not recorded')}; "
              + "; ".join(_versions(name, vs) for name, vs in versions.items()) + ".", "",
              f"| {jobs:,} no-op jobs, jobs/s | " + " | ".join(_peer_label(peers, s) for s in systems) + " |",
@@ -473,18 +487,19 @@ def _peers_section(results: dict) -> list[str]:
     lines.append("| best config, CPU per job: the worker processes / PostgreSQL | "
                  + " | ".join(f"{cell(s, 'best', 'client_cpu_us_per_job', ',.0f', ' µs')} / "
                               f"{cell(s, 'best', 'server_cpu_us_per_job', ',.0f', ' µs')}" for s in systems) + " |")
-    lines.append("| start-up at 1 x 10 (process start → first completion) | "
+    lines.append("| start-up at 1 x 10 (process start → first completion; the raw limit: 1 process) | "
                  + " | ".join(cell(s, "1x10", "startup_s", ".2f", " s") for s in systems) + " |")
     lines.append(f"| bulk enqueue, {jobs:,} in calls of {peers['bulk_batch']:,}, fresh process | "
-                 + " | ".join(fmt_stat(enq[s]["bulk"]["jobs_per_s"]) for s in systems) + " |")
+                 + " | ".join(fmt_stat(enq[s]["bulk"]["jobs_per_s"]) if s in enq else "–" for s in systems) + " |")
     lines.append("| single enqueue from a fresh process: the call / the whole process | "
                  + " | ".join(f"{fmt_stat(enq[s]['single']['call_ms'], '.1f', ' ms')} / "
-                              f"{fmt_stat(enq[s]['single']['process_ms'], '.0f', ' ms')}" for s in systems) + " |")
+                              f"{fmt_stat(enq[s]['single']['process_ms'], '.0f', ' ms')}" if s in enq else "–"
+                              for s in systems) + " |")
     lat = peers.get("latency")
     if lat:
         lines.append("| idle wake-up, enqueue call's return → handler start, p50 / p99 | "
                      + " | ".join(f"{fmt_stat(lat[s]['p50_ms'], '.2f', ' ms')} / {fmt_stat(lat[s]['p99_ms'], '.2f', ' ms')}"
-                                  for s in systems) + " |")
+                                  if s in lat else "–" for s in systems) + " |")
         lines += ["", f"Idle wake-up: one worker process of each system started from its command line (concurrency 10, "
                   f"LISTEN/NOTIFY on as shipped; sqla_queue polling every {lat['sqla_queue_poll_interval_s']:g} s as in "
                   "section 4, the peers at their default poll intervals) and one long-lived enqueuer process of the same "

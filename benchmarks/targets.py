@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .peers import IMPORT_FLOOR
+from .peers import IMPORT_FLOOR, RAW_FOR
 from .stats import ratio
 
 
@@ -306,8 +306,10 @@ def startup_vs_pgqueuer_row(peers: dict) -> dict:
     floor = _median(peers, "import_floor_s")
     value = ratio(ours, pgq)
     note = (f"{ours * 1000:,.0f} vs pgqueuer {pgq * 1000:,.0f} ms" if ours is not None and pgq is not None else None)
+    raw = _median(((drains.get("raw") or {}).get(RAW_FOR["1x10"])) or {}, "startup_s")
     return _row("CLI worker start-up (process start to first completion, 1 x 10) <= pgqueuer's, same run",
-                value, value, lambda r: r <= 1, "{:.2f}x", note=note, why=_why_startup_vs_pgqueuer(ours, pgq, floor))
+                value, value, lambda r: r <= 1, "{:.2f}x", note=note,
+                why=_why_startup_vs_pgqueuer(ours, pgq, floor, raw))
 
 
 def single_enqueue_row(peers: dict) -> dict:
@@ -454,7 +456,29 @@ def _why_vs_pgqueuer(results: dict, key: str) -> str | None:
             f"From process start the lead is {rate / their_rate:.2f}x: sqla_queue's start-up took {startup:.2f} s "
             f"against pgqueuer's {their_startup:.2f} s (importing SQLAlchemy, psycopg and its dialect alone took "
             f"{floor:.2f} s in this run), {startup / whole:.0%} of its {whole:.2f} s for the "
-            f"{peers.get('jobs', 0):,} jobs.")
+            f"{peers.get('jobs', 0):,} jobs.{_raw_limit_text(peers, key, 'jobs_per_s', PEER_FACTOR * their_rate, rate)}")
+
+
+def _raw_limit_text(peers: dict, key: str, field: str, needed: float, ours: float | None) -> str:
+    """What the same run's raw limit (`benchmarks.peers.RAW`, the row `key`) says of a target that
+    asks `needed` of `field`: beyond any Python worker on this table here, or within its reach
+    and missed by sqla_queue's own share. Empty where the run has no raw limit."""
+    raw_key = RAW_FOR.get(key, key)
+    raw_row = ((peers.get("drain") or {}).get("raw") or {}).get(raw_key) or {}
+    raw = _median(raw_row, field)
+    if raw is None:
+        return ""
+    what = "from process start" if field == "jobs_per_s" else "steady"
+    processes = raw_key.split("x")[0]
+    start = (f" The raw limit of a Python worker on this table (the import floor, psycopg and the reference "
+             f"statements 500 jobs at a time, no handler; {processes} process{'es' if processes != '1' else ''}) "
+             f"drained {raw:,.0f} jobs/s {what} in this run")
+    if raw < needed:
+        return f"{start}, short of the {needed:,.0f} the target asks: no Python worker on this table can meet it here."
+    share = f"; sqla_queue's reached {ours / raw:.0%} of it" if ours else ""
+    return f"{start}, {raw / needed:.2f}x the {needed:,.0f} the target asks: within a Python worker's reach{share}."
+
+
 
 
 WHY_DEFAULTS = (
@@ -522,12 +546,23 @@ def _why_vs_graphile(peers: dict, ours: dict, theirs: dict, field: str, factor: 
             f"start-up included) and "
             f"{server:,.0f} µs in PostgreSQL{gw_text}: PostgreSQL's part alone is {server / budget:.0%} of that "
             "budget. sqla_queue keeps each finished job as history, so its completion writes a new row version and "
-            "its index entries; graphile-worker deletes a finished job.")
+            "its index entries; graphile-worker deletes a finished job."
+            + _raw_limit_text(peers, "best", field, factor * rate, _median(ours, field)))
 
 
-def _why_startup_vs_pgqueuer(ours: float | None, pgq: float | None, floor: float | None) -> str | None:
+def _why_startup_vs_pgqueuer(ours: float | None, pgq: float | None, floor: float | None,
+                             raw: float | None = None) -> str | None:
     if ours is None or pgq is None or floor is None:
         return None
+    if raw is not None:  # the raw limit's first completion: the floor, a connection, one claim and completion
+        reach = ("so no Python worker on this table can start sooner here" if raw > pgq else
+                 f"{(pgq - raw) * 1000:,.0f} ms sooner than pgqueuer's: within a Python worker's reach")
+        return (f"The raw limit with one process (a fresh interpreter importing SQLAlchemy, psycopg and the dialect, "
+                f"one connection, the reference claim and completion of 500 jobs, no handler) first completed a job "
+                f"{raw * 1000:,.0f} ms after its start, {reach}. sqla_queue's own part on top of that was "
+                f"{(ours - raw) * 1000:,.0f} ms: its imports and the application's module, the worker's set-up "
+                "(two engines, registration, LISTEN), building its claim statement, and a first batch run through "
+                "its handler threads before the round that completes it.")
     if floor >= pgq:
         return (f"Importing SQLAlchemy, psycopg and the psycopg dialect alone (`python -c '{IMPORT_FLOOR}'`) took "
                 f"{floor * 1000:,.0f} ms in this run, longer than pgqueuer's whole start-up ({pgq * 1000:,.0f} ms; it "

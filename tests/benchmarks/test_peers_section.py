@@ -372,3 +372,81 @@ def test_a_drain_short_of_twice_pgqueuers_sets_its_steady_lead_beside_the_start_
         f"Once started, sqla_queue's 2 x 10 drained at {ours['steady_per_s']['median']:,.0f} jobs/s, "
         f"{ours['steady_per_s']['median'] / theirs['steady_per_s']['median']:.1f}x pgqueuer's")
     assert f"start-up took {ours['startup_s']['median']:.2f} s" in row["why"]
+
+
+def _with_raw(peers: dict, *, one=(9_000.0, 11_000.0), two=(30_000.0, 40_000.0), startup=0.3) -> dict:
+    """`fake_peers` with the raw limit's rows, 1 and 2 processes: (from process start, steady)."""
+    def drain(rate, steady):
+        return {"jobs_per_s": _stat(rate), "steady_per_s": _stat(steady), "startup_s": _stat(startup),
+                "jobs": 20_000, "incomplete": False,
+                "client_cpu_us_per_job": _stat(20.0), "server_cpu_us_per_job": _stat(20.0)}
+
+    peers["drain"]["raw"] = {"1x500": drain(*one), "2x500": drain(*two)}
+    peers["configs"]["raw"] = {key: peers_module.describe_raw(config) for key, config in peers_module.RAW_DRAINS.items()}
+    return peers
+
+
+peers_module = peers
+
+
+def test_the_raw_limit_says_whether_a_missed_target_is_within_a_python_workers_reach():
+    reachable = _with_raw(fake_peers())
+    rows = targets.peer_rows({"peers": reachable, "meta": {"facts": {"cores": 2}}})
+    steady = rows[4]  # 1.3 x graphile-worker's 14,000 = 18,200 asked; two raw processes drained 40,000
+    assert steady["met"] is False
+    assert ("statements 500 jobs at a time, no handler; 2 processes) drained 40,000 jobs/s steady in this run, "
+            "2.20x the 18,200 the target asks: within a Python worker's reach; sqla_queue's reached 25% of it."
+            ) in steady["why"]
+    two = rows[1]  # 2 x 10: 2 x pgqueuer's 4,000 asked of sqla_queue's 6,000; bounded by the 2-process raw row
+    assert "2 processes) drained 30,000 jobs/s from process start" in two["why"]
+    assert "within a Python worker's reach; sqla_queue's reached 20% of it." in two["why"]
+    # a raw limit below what the target asks: no Python worker can meet it here
+    beyond = _with_raw(fake_peers(), two=(30_000.0, 10_000.0))
+    steady = targets.peer_rows({"peers": beyond, "meta": {"facts": {"cores": 2}}})[4]
+    assert steady["why"].endswith("drained 10,000 jobs/s steady in this run, short of the 18,200 the target asks: "
+                                  "no Python worker on this table can meet it here.")
+    # no raw rows (an earlier run's results): the reasons as before
+    assert "raw limit" not in (targets.peer_rows({"peers": fake_peers(), "meta": {"facts": {"cores": 2}}})[4]["why"])
+
+
+def test_a_start_up_slower_than_pgqueuers_is_set_beside_the_raw_limits_first_completion():
+    peers = _with_raw(fake_peers(), startup=0.3)
+    peers["drain"]["pgqueuer"]["1x10"]["startup_s"] = _stat(0.4)  # ours 500 ms
+    row = targets.startup_vs_pgqueuer_row(peers)
+    assert row["met"] is False
+    assert "first completed a job 300 ms after its start, 100 ms sooner than pgqueuer's" in row["why"]
+    assert "sqla_queue's own part on top of that was 200 ms" in row["why"]
+    peers["drain"]["raw"]["1x500"]["startup_s"] = _stat(0.45)
+    assert "no Python worker on this table can start sooner here" in targets.startup_vs_pgqueuer_row(peers)["why"]
+
+
+def test_the_report_shows_the_raw_limit_as_a_column_of_its_own():
+    results = {**fake_results(), "peers": _with_raw(fake_peers())}
+    results["meta"]["sections"] = [*DEFAULT_SECTIONS, "peers"]
+    text = report.render_markdown(results)
+    assert ("| 20,000 no-op jobs, jobs/s | sqla_queue (CLI) | pgqueuer 1.6.0 | graphile-worker 0.17.3 | "
+            "raw limit (Python, no handler) |") in text
+    assert "| drain 1 process x 10, from process start | 5,000 | 2,000 | 2,000 | 9,000 |" in text
+    assert "| best config, from process start | 9,000 | 7,000 | 8,000 | 30,000 |" in text
+    assert "| bulk enqueue, 20,000 in calls of 1,000, fresh process | 40,000 | 30,000 | 50,000 | – |" in text
+    assert "- raw limit (Python, no handler) 2x500: 2 x `python raw_python_drain.py 500`" in text
+    assert "The last column is no queue" in text
+
+
+def test_the_raw_limit_script_drains_the_table_from_a_fresh_process(own_database):
+    """The script as the peers section starts it: every job it claims ends completed."""
+    import os
+
+    import psycopg
+
+    from benchmarks import raw_sql
+
+    url, engine = own_database
+    dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(raw_sql.FILL_PENDING, {"queue": raw_sql.QUEUE, "task": raw_sql.TASK, "n": 25})
+    done = subprocess.run([sys.executable, str(peer_install.SCRIPTS / "raw_python_drain.py"), "10"],
+                          env={**os.environ, "PGDSN": dsn}, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "25"
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(raw_sql.COUNT_COMPLETED).fetchone()[0] == 25
