@@ -100,7 +100,7 @@ GRAPHILE_DRAINS = {
 RAW = "raw"
 """The raw limit of a Python worker on sqla_queue's table (peer_scripts/raw_python_drain.py): the
 import floor, one psycopg connection and the reference claim + completion, no handler, claiming
-500 at a time (graphile-worker's best fetches up to 500 ahead; sqla_queue's worker claims up to
+500 at a time after a first claim of 10 (graphile-worker's best fetches up to 500 ahead; sqla_queue's worker claims up to
 its concurrency plus the prefetch, whatever its --concurrency). With 1 process it bounds the
 rows of one worker process, with 2 those of two: a worker's concurrency is its handler threads,
 and the raw loop runs no handler."""
@@ -203,7 +203,8 @@ def describe_pgqueuer(config: dict) -> str:
 
 def describe_raw(config: dict) -> str:
     return (f"{config['processes']} x `python raw_python_drain.py {config['batch']}` (the import floor, then psycopg "
-            f"and the reference claim + completion of section 1, {config['batch']} jobs at a time, no handler)")
+            f"and the reference claim + completion of section 1, {config['batch']} jobs at a time after a first claim "
+            "of 10, no handler)")
 
 
 def describe_graphile(config: dict) -> str:
@@ -495,12 +496,15 @@ IMPORT_FLOOR = "import sqlalchemy, psycopg, sqlalchemy.dialects.postgresql.psyco
 
 
 def import_floor() -> float:
-    """Seconds a bare interpreter of sqla_queue's environment takes to start and import what
-    any worker of a SQLAlchemy application imports before sqla_queue does anything: the floor
-    under the CLI worker's start-up on this machine."""
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", IMPORT_FLOOR], check=True)
-    return time.monotonic() - t0
+    """Seconds from spawning a bare interpreter of sqla_queue's environment to the end of its
+    imports of what any worker of a SQLAlchemy application imports before sqla_queue does
+    anything: the floor under the CLI worker's start-up on this machine. The interpreter's exit,
+    which no worker's start-up waits for, is left out: the child reports the time its imports
+    ended (this machine's clock, the parent's too)."""
+    t0 = time.time()
+    done = subprocess.run([sys.executable, "-c", f"{IMPORT_FLOOR}; import time; print(time.time())"],
+                          check=True, capture_output=True, text=True)
+    return float(done.stdout.split()[-1]) - t0
 
 
 def _summarise(outs: list[dict]) -> dict:

@@ -414,10 +414,23 @@ def test_a_start_up_slower_than_pgqueuers_is_set_beside_the_raw_limits_first_com
     peers["drain"]["pgqueuer"]["1x10"]["startup_s"] = _stat(0.4)  # ours 500 ms
     row = targets.startup_vs_pgqueuer_row(peers)
     assert row["met"] is False
-    assert "first completed a job 300 ms after its start, 100 ms sooner than pgqueuer's" in row["why"]
+    assert "first completed a job 300 ms after its start, 100 ms sooner than pgqueuer's 400 ms" in row["why"]
     assert "sqla_queue's own part on top of that was 200 ms" in row["why"]
+    # the same against the 300 ms target: a raw start-up of 300 ms is within it, one of 450 ms is not
+    assert "0 ms sooner than the target 300 ms: within" in targets.startup_row(peers)["why"]
     peers["drain"]["raw"]["1x500"]["startup_s"] = _stat(0.45)
-    assert "no Python worker on this table can start sooner here" in targets.startup_vs_pgqueuer_row(peers)["why"]
+    assert ("later than pgqueuer's 400 ms: no Python worker on this table can start that soon here"
+            in targets.startup_vs_pgqueuer_row(peers)["why"])
+    assert "later than the target 300 ms: no Python worker" in targets.startup_row(peers)["why"]
+
+
+def test_the_import_floor_is_timed_to_the_end_of_the_imports():
+    """Not to the interpreter's exit, which no worker's start-up waits for."""
+    import time
+
+    t0 = time.time()
+    floor = peers.import_floor()
+    assert 0 < floor < time.time() - t0
 
 
 def test_the_report_shows_the_raw_limit_as_a_column_of_its_own():
