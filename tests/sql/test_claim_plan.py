@@ -266,6 +266,40 @@ def test_the_workers_prepared_round_keeps_the_index_in_its_generic_plan(prioriti
     assert "Sort" not in plan and "Seq Scan" not in plan.replace("Seq Scan on sqla_queue_jobs_dependencies", ""), plan
 
 
+@pytest.fixture(scope="module")
+def middling_engine(create_database):
+    """Its own database: 3,000 pending jobs (ids spread over the table's pages), analyzed: a job
+    table small enough that hashing all of it looks cheap to the planner."""
+    engine = create_engine(create_database())
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at)"
+            " SELECT 'default', 'send_email', '{}'::jsonb, now() - make_interval(secs => g)"
+            " FROM generate_series(1, 3000) AS g"
+        ))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE sqla_queue_jobs"))
+    yield engine
+    engine.dispose()
+
+
+@pytest.mark.parametrize("statement", ["claim", "round"])
+def test_the_claim_updates_its_rows_by_primary_key_on_a_middling_table(middling_engine, statement):
+    """Joined to the locking CTE, the claim's UPDATE hashed the whole table (a sequential scan
+    per claim) whenever the table looked small next to the batch; from the CTE's ids as an array
+    it looks each one up in the primary key (`sql.claim.by_id_from`), in the generic plan too."""
+    built = sql.claim_jobs(JOBS) if statement == "claim" else sql.complete_and_claim_jobs(JOBS)
+    params = {**(CLAIM_PARAMS if statement == "claim" else ROUND_PARAMS), "limit": 90}
+    text_sent, params_sent = _sent(middling_engine, built, params)
+    prepared, names = _positional(text_sent)
+
+    plan = _generic_plan(middling_engine, prepared, [params_sent[name] for name in names])
+
+    assert "Index Cond: (id = ANY (" in plan and "pk_sqla_queue_jobs" in plan, plan
+    # The gated dependencies CTEs (never run without dependents) may hash their own small table.
+    assert "Seq Scan on sqla_queue_jobs " not in plan and "Seq Scan on sqla_queue_jobs\n" not in plan, plan
+
+
 def _sent(engine, statement, params) -> tuple[str, dict]:
     """`statement`'s SQL text and parameters as SQLAlchemy hands them to psycopg (run, then
     rolled back)."""

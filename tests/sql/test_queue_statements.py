@@ -60,7 +60,7 @@ def bound_strings(statement) -> set[str]:
 # -- claim ------------------------------------------------------------------------------------
 
 
-def test_claim_selects_in_a_locking_cte_feeding_update_from_returning():
+def test_claim_selects_in_a_locking_cte_whose_ids_the_update_looks_up():
     text = rendered(sql.claim_jobs(TABLE))
     body = cte_body(text, "due_jobs")
 
@@ -68,8 +68,9 @@ def test_claim_selects_in_a_locking_cte_feeding_update_from_returning():
     assert "FOR UPDATE SKIP LOCKED" in body
     assert re.search(r"ORDER BY sqla_queue_jobs\.priority DESC, sqla_queue_jobs\.run_at, sqla_queue_jobs\.id "
                      r"LIMIT \S+ FOR UPDATE", body)
-    assert re.search(r"\) UPDATE sqla_queue_jobs SET .* FROM due_jobs WHERE sqla_queue_jobs\.id = due_jobs\.id "
-                     r"AND sqla_queue_jobs\.archived IS false RETURNING", text)
+    # by primary key from the CTE's ids as an array, not joined to it (`sql.claim.by_id_from`)
+    assert re.search(r"\) UPDATE sqla_queue_jobs SET .* WHERE sqla_queue_jobs\.id = ANY \(array\(\(SELECT "
+                     r"due_jobs\.id FROM due_jobs\)\)\) AND sqla_queue_jobs\.archived IS false RETURNING", text)
     assert "FOR UPDATE" not in text.replace(body, "")  # the lock lives in the CTE only
 
 

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.sql import Executable, Select
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlalchemy.sql.visitors import iterate, replacement_traverse
 
 from ...tables import queues_table
@@ -68,9 +68,10 @@ def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder =
     ``clock_timestamp()`` makes the database's clock, not the worker's, decide what is due.
 
     The LIMIT is inlined at execution (one prepared statement per batch size): with a
-    parameter there, PostgreSQL's generic plan guesses a tenth of the queue is wanted and
-    updates the claimed rows through a hash join over a sequential scan of the whole table, so
-    it keeps re-planning the statement on every execution to avoid that plan.
+    parameter there, PostgreSQL's generic plan guesses a tenth of the queue is wanted (when the
+    UPDATE was still joined to the CTE, it then hashed the whole table and re-planned the
+    statement on every execution to avoid that plan). The UPDATE finds the claimed rows by
+    primary key from an array of their ids (`by_id_from`).
 
     `from_position` adds the order's position conditions (for `PriorityOrder`, ``priority =
     :from_priority AND (run_at, id) >= (:from_run_at, :from_id)``), index conditions that start
@@ -100,7 +101,7 @@ def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder =
         .with_for_update(skip_locked=True)
         .cte("due_jobs")
     )
-    return claimed_update(table, table.c.id == due.c.id)
+    return claimed_update(table, by_id_from(table, due))
 
 
 def claim_served_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
@@ -165,8 +166,15 @@ def claim_served_jobs(table: Table, *, from_position: bool = False, order: Claim
         .limit(_limit())
         .cte("due_jobs")
     )
-    return claimed_update(table, table.c.id == due.c.id)
+    return claimed_update(table, by_id_from(table, due))
 
+
+def by_id_from(table: Table, picked) -> ColumnElement[bool]:
+    """The rows `picked` (a CTE of ``id``) holds, looked up by primary key from an array: joined
+    to the CTE instead, the planner (which cannot see how few rows it holds) hashes a small or
+    middling job table whole, and at any size walks one index probe per row where the array
+    takes one ordered pass over the primary key."""
+    return table.c.id == any_(func.array(select(picked.c.id).scalar_subquery()))
 
 def _due_in_order(table: Table, order: ClaimOrder, conditions: list) -> Select:
     """Due jobs meeting `conditions`, in claim order, locked as read: at most ``:limit``."""
