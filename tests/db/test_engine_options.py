@@ -33,7 +33,7 @@ def test_the_asyncio_engine_from_a_url_skips_the_lookup_too(database_url):
 def test_the_workers_own_engine_skips_the_lookup_whatever_the_applications_engine_does(own_database):
     """A worker process sets up two dialects (the application's engine and its own): the
     worker's statements use no HSTORE, and a handler's values still read as above."""
-    url, app_engine = own_database
+    _, app_engine = own_database
     with app_engine.begin() as conn:
         conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS hstore")
     engine = worker_engine(app_engine, pool_size=1, call_timeout=10)

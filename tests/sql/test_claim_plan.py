@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 from plan_helpers import indexes_used, plan_nodes, plan_of, seq_scanned
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, text
 
 import sqla_queue as sq
 from sqla_queue import sql
@@ -22,25 +22,31 @@ INDEX = "sqla_queue_jobs_pending_claim_idx"
 CLAIM_PARAMS = {"queue": "default", "worker_id": "plan-test", "limit": 10, "token": "t", "lease": sq.DEFAULT_LEASE}
 
 
+def _analyzed_database(create_database, *inserts: str, vacuum: bool = False) -> Engine:
+    """An engine on a database of its own, its job table filled by `inserts` and analyzed."""
+    engine = create_engine(create_database())
+    with engine.begin() as conn:
+        for insert in inserts:
+            conn.execute(text(insert))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(("VACUUM " if vacuum else "") + "ANALYZE sqla_queue_jobs"))
+    return engine
+
+
 @pytest.fixture(scope="module")
 def big_engine(create_database):
     """Its own database: 100,000 completed jobs and a few hundred pending ones, analyzed."""
-    engine = create_engine(create_database())
-    with engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at,"
-            " locked_at, completed_at)"
-            " SELECT CASE WHEN g % 3 = 0 THEN 'images' ELSE 'default' END, 'send_email',"
-            " jsonb_build_object('n', g), 'completed', 1, now() - make_interval(secs => g),"
-            " now(), now() FROM generate_series(1, 100000) AS g"
-        ))
-        conn.execute(text(
-            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at)"
-            " SELECT CASE WHEN g % 2 = 0 THEN 'images' ELSE 'default' END, 'send_email',"
-            " '{}'::jsonb, now() + make_interval(secs => g - 200) FROM generate_series(1, 400) AS g"
-        ))
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("ANALYZE sqla_queue_jobs"))
+    engine = _analyzed_database(
+        create_database,
+        "INSERT INTO sqla_queue_jobs (queue_name, task, payload, status, attempts, run_at,"
+        " locked_at, completed_at)"
+        " SELECT CASE WHEN g % 3 = 0 THEN 'images' ELSE 'default' END, 'send_email',"
+        " jsonb_build_object('n', g), 'completed', 1, now() - make_interval(secs => g),"
+        " now(), now() FROM generate_series(1, 100000) AS g",
+        "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at)"
+        " SELECT CASE WHEN g % 2 = 0 THEN 'images' ELSE 'default' END, 'send_email',"
+        " '{}'::jsonb, now() + make_interval(secs => g - 200) FROM generate_series(1, 400) AS g",
+    )
     yield engine
     engine.dispose()
 
@@ -268,17 +274,15 @@ def test_the_workers_prepared_round_keeps_the_index_in_its_generic_plan(prioriti
 
 @pytest.fixture(scope="module")
 def middling_engine(create_database):
-    """Its own database: 3,000 pending jobs (ids spread over the table's pages), analyzed: a job
-    table small enough that hashing all of it looks cheap to the planner."""
-    engine = create_engine(create_database())
-    with engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at)"
-            " SELECT 'default', 'send_email', '{}'::jsonb, now() - make_interval(secs => g)"
-            " FROM generate_series(1, 3000) AS g"
-        ))
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE sqla_queue_jobs"))
+    """Its own database: 3,000 pending jobs, vacuumed and analyzed: a job table small enough
+    that hashing all of it looks cheap to the planner."""
+    engine = _analyzed_database(
+        create_database,
+        "INSERT INTO sqla_queue_jobs (queue_name, task, payload, run_at)"
+        " SELECT 'default', 'send_email', '{}'::jsonb, now() - make_interval(secs => g)"
+        " FROM generate_series(1, 3000) AS g",
+        vacuum=True,
+    )
     yield engine
     engine.dispose()
 
