@@ -26,7 +26,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import INTERVAL
-from sqlalchemy.sql import Executable, Select
+from sqlalchemy.sql import CompoundSelect, Executable, Select
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlalchemy.sql.visitors import iterate, replacement_traverse
 
@@ -101,7 +101,7 @@ def claim_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder =
         .with_for_update(skip_locked=True)
         .cte("due_jobs")
     )
-    return claimed_update(table, by_id_from(table, due))
+    return claimed_update(table, by_id_from(table, select(due.c.id)))
 
 
 def claim_served_jobs(table: Table, *, from_position: bool = False, order: ClaimOrder = DEFAULT_ORDER) -> Executable:
@@ -166,15 +166,15 @@ def claim_served_jobs(table: Table, *, from_position: bool = False, order: Claim
         .limit(_limit())
         .cte("due_jobs")
     )
-    return claimed_update(table, by_id_from(table, due))
+    return claimed_update(table, by_id_from(table, select(due.c.id)))
 
 
-def by_id_from(table: Table, picked) -> ColumnElement[bool]:
-    """The rows `picked` (a CTE of ``id``) holds, looked up by primary key from an array: joined
-    to the CTE instead, the planner (which cannot see how few rows it holds) hashes a small or
-    middling job table whole, and at any size walks one index probe per row where the array
-    takes one ordered pass over the primary key."""
-    return table.c.id == any_(func.array(select(picked.c.id).scalar_subquery()))
+def by_id_from(table: Table, ids: Select | CompoundSelect) -> ColumnElement[bool]:
+    """The rows whose ids `ids` selects, looked up by primary key from an array: joined to the
+    CTE that picked them instead, the planner (which cannot see how few rows it holds) may hash
+    a small or middling job table whole, a sequential scan per claim."""
+    return table.c.id == any_(func.array(ids.scalar_subquery()))
+
 
 def _due_in_order(table: Table, order: ClaimOrder, conditions: list) -> Select:
     """Due jobs meeting `conditions`, in claim order, locked as read: at most ``:limit``."""

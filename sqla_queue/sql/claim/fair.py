@@ -16,11 +16,11 @@ rotation is its own, under its lock.
 
 from __future__ import annotations
 
-from sqlalchemy import Float, Table, any_, case, false, func, literal, select, true, union_all
+from sqlalchemy import Float, Table, case, false, func, literal, select, true, union_all
 from sqlalchemy.sql import Executable
 
 from ...tables import limits_table
-from . import claimed_update
+from . import by_id_from, claimed_update
 from .limited import claim_limit, due_conditions, limits_unchanged
 from .order import DEFAULT_ORDER, ClaimOrder
 
@@ -47,9 +47,7 @@ def claim_fair_jobs(table: Table, *, order: ClaimOrder = DEFAULT_ORDER) -> Execu
                     .order_by(*order.order_by(table)).limit(claim_limit())
                     .with_for_update(skip_locked=True).cte("without_turn"))
     due = union_all(select(in_turn.c.id), select(without_turn.c.id).limit(left))
-    # By primary key from an array: joined to a CTE, the planner (which cannot see how few rows
-    # it holds) may hash the whole job table.
-    claimed = (claimed_update(table, table.c.id == any_(func.array(due.scalar_subquery())))
+    claimed = (claimed_update(table, by_id_from(table, due))
                .returning(table.c.group_key, literal(0.0, Float).label("start_after")).cte("claimed"))
     summary = select(false().label("throttled"), (~limits_unchanged(limits)).label("stale")).cte("summary")
     return (select(*claimed.c, summary.c.throttled, summary.c.stale)
