@@ -76,6 +76,8 @@ def test_prefetched_jobs_are_claimed_running_and_renewed_before_a_handler_takes_
     try:
         # One claim takes concurrency + prefetch jobs; one handler runs, three wait in the buffer.
         wait_until(lambda: statuses(engine).count("running") == 4, "four jobs held")
+        # The claim commits before its jobs reach the handler thread: wait for the one to start.
+        wait_until(lambda: gated.started, "the handler to start")
         assert len(gated.started) == 1 and statuses(engine).count("pending") == 1
         with engine.connect() as conn:
             first = dict(conn.execute(text("SELECT id, lease_expires_at FROM sqla_queue_jobs "
