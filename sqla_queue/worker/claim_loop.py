@@ -13,7 +13,8 @@ finished, or when the oldest completion has waited `FLUSH_DELAY`; completions wi
 due (the buffer full, the queue empty) go in a statement of their own (`flush`). While a
 backlog drains, each queue's claim resumes from where the last one got to in the queue's claim
 order (`ClaimOrder.position`), skipping the dead index entries its predecessors left, and
-starts over from the head every `RESTART_CLAIM_ORDER_EVERY` seconds. With the default order it
+starts over from the head every `RESTART_CLAIM_ORDER_EVERY` seconds (its first `HEAD_ROUNDS`
+claims always start there). With the default order it
 keeps its position when the queue runs dry, too: jobs keep arriving ahead of it, and a claim
 that started at the head each time would read every entry claimed since the last VACUUM, all of
 them while something holds the vacuum horizon (docs/explanation/storage.md).
@@ -45,6 +46,10 @@ WARM_UP = 0.1
 """Seconds after its first claim a worker may put off its first periodic passes, at most."""
 FLUSH_DELAY = 0.005
 """Seconds a finished job's completion may wait for others to share its statement, at most."""
+HEAD_ROUNDS = 2
+"""A worker's first claims that start from the head of the claim order whatever the last one
+got to: the second round carries the first completions, and building and compiling the claim
+from a position for it (some 15 ms, once per process) would hold them back."""
 RESTART_CLAIM_ORDER_EVERY = 1.0
 """Seconds between claims from the start of the claim order, per queue: the longest a job that
 became due behind a position (enqueued with a past ``run_at``, or skipped while another claim
@@ -238,7 +243,7 @@ class ClaimLoop:
         order = self._queue_order() if limit else list(self.queues)
         limited = self.core.limits.limited.known() if limit else frozenset()
         queues = [name for name in order if name not in limited]
-        positions = {} if not limit else {
+        positions = {} if not limit or self.turn < HEAD_ROUNDS else {
             name: position for name in queues if (position := self._claim_from(name)) is not None}
         limited_order = [name for name in order if name in limited]
         # The finished jobs are completed first, in a transaction of their own (durable), also

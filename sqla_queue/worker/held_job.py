@@ -49,6 +49,9 @@ class HeldJob:
         now = time.monotonic()
         timeout = None if task is None else task.timeout
         self.job = job
+        # By claim, not by job: how the worker's slots know it (the same job claimed again
+        # after its lease ran out is another claim).
+        self.key: tuple[int, str] = (job.id, job.claim_token)
         self.timeout: timedelta | None = timeout
         self.is_async = task is not None and task.is_async
         self.lease_confirmed = now  # monotonic time at which the lease was last known renewed

@@ -101,7 +101,7 @@ class JobRuns:
         synchronous wrapper's) is run to its end by `await_awaitable`."""
         try:
             task, value = self.call(job, context)
-            if inspect.isawaitable(value):
+            if value is not None and inspect.isawaitable(value):
                 value = await_awaitable(value)
             return self.checked(task, value)
         except BaseException as exc:  # a handler's failure is data, whatever it raised

@@ -60,10 +60,6 @@ class PrefetchSize:
         return min(PREFETCH_PER_HANDLER * self.concurrency, int(self.concurrency * TARGET_WAIT / duration))
 
 
-def _key(held: HeldJob) -> tuple[int, str]:
-    return held.job.id, held.job.claim_token
-
-
 class Nudger:
     """What the listener sets on a notification (it takes an Event's ``set``): a claim hint."""
 
@@ -103,7 +99,7 @@ class Slots:
         now = time.monotonic()
         with self._lock:
             for h in held:
-                self._held[_key(h)] = h
+                self._held[h.key] = h
                 self._buffer.append((now, h))
             starting, dropped = self._take_buffered(now)
         self._started(starting, dropped)
@@ -127,10 +123,10 @@ class Slots:
         while self._buffer and len(self._in_handler) < self.concurrency:
             _, h = self._buffer.popleft()
             if not h.running:
-                dropped = self._held.pop(_key(h), None) is not None or dropped
+                dropped = self._held.pop(h.key, None) is not None or dropped
                 continue
             h.start_deadline()
-            self._in_handler[_key(h)] = now
+            self._in_handler[h.key] = now
             starting.append(h)
         return starting, dropped
 
@@ -142,7 +138,7 @@ class Slots:
 
     def _handler_ended(self, held: HeldJob, now: float) -> None:
         """Under the lock: `held`'s handler returned (or its run was given up)."""
-        took = self._in_handler.pop(_key(held), None)
+        took = self._in_handler.pop(held.key, None)
         if took is not None:
             self.prefetch.observe(now - took)
 
@@ -159,7 +155,7 @@ class Slots:
             freed = False
             for h in held:
                 self._handler_ended(h, now)
-                freed = self._held.pop(_key(h), None) is not None or freed
+                freed = self._held.pop(h.key, None) is not None or freed
             starting, dropped = self._take_buffered(now)
         return starting, dropped or freed
 
@@ -183,7 +179,7 @@ class Slots:
         with self._lock:
             while self._buffer and self._buffer[0][0] <= cutoff:
                 _, h = self._buffer.popleft()
-                self._held.pop(_key(h), None)
+                self._held.pop(h.key, None)
                 if h.give_up():
                     stale.append(h)
         return stale

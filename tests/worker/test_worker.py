@@ -325,10 +325,37 @@ def test_a_job_that_becomes_due_behind_the_claim_position_runs_while_the_backlog
     assert seen.index("late") < len(seen) - 500, "the late job waited for the backlog to run out"
 
 
+def test_the_first_completions_go_in_a_claim_from_the_head_of_the_claim_order(queue, monkeypatch):
+    """A worker's first rounds claim from the head: the one that carries its first completions
+    does not wait to build and compile the claim from a position; later rounds resume."""
+    @queue.task(name="quick")
+    def quick(payload, ctx):
+        return None
+
+    queue.enqueue_many([{"task": "quick", "payload": {}} for _ in range(60)])
+    worker = queue.worker(concurrency=4, batch_size=4, **FAST)
+    executor = worker.claim_loop.core.executor
+    rounds: list[tuple[bool, int]] = []  # (from a position, completions carried)
+    real_round = executor.run_round
+
+    def run_round(conn, params, *, from_position=False):
+        rounds.append((from_position, len(params["job_ids"])))
+        return real_round(conn, params, from_position=from_position)
+
+    monkeypatch.setattr(executor, "run_round", run_round)
+    summary = worker.run(until_empty=True)
+
+    assert summary.completed == 60
+    first_completing = next(n for n, (_, completed) in enumerate(rounds) if completed)
+    assert not any(from_position for from_position, _ in rounds[:first_completing + 1])
+    assert any(from_position for from_position, _ in rounds), "no round resumed from a position"
+
+
 def test_until_empty_stops_only_after_a_claim_from_the_start_finds_nothing(queue, engine):
     """A claim that starts from a position can come back empty while jobs wait behind it."""
     job_id = queue.enqueue("send_email", {})
     worker = queue.worker(concurrency=1, **FAST)
+    worker.claim_loop.turn = claim_loop.HEAD_ROUNDS  # past the claims that always start at the head
     worker.claim_loop.positions["default"] = (0, datetime.now(timezone.utc) + timedelta(days=1), 2**62)
     worker.claim_loop.restart_at["default"] = time.monotonic() + 3600
 
