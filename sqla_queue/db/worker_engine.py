@@ -20,6 +20,7 @@ from ..errors import ConfigurationError
 from ..sql import session as session_sql
 from ..sql.session import parameterized_text
 from .deadline import driver_deadline
+from .driver import decode_json_directly, send_arrays_in_binary
 from .engine import (
     PROBE,
     READS_COMMITTED,
@@ -120,6 +121,8 @@ def _connections_like(engine: Engine, *, call_timeout: float, prepared_statement
         try:
             dbapi_connection.commit()  # ends a transaction a connect listener left open; else no-op
             keep_alive(dbapi_connection, call_timeout)
+            decode_json_directly(dbapi_connection)
+            send_arrays_in_binary(dbapi_connection)
             if not prepared_statements:
                 dbapi_connection.prepare_threshold = None  # PgBouncer (transaction mode) before 1.21
             else:

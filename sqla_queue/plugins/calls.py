@@ -385,7 +385,10 @@ def handle_job(pm: pluggy.PluginManager, job: ClaimedJob, ctx: JobContext, call:
     implementations, each called with the arguments it asks for."""
     if isinstance(pm, QueuePluginManager) and job.task not in pm.key_parity_checked:
         check_key_parity(pm, job)
-    order = _call_order(pm.hook.sqla_queue_handle_job)
+    caller = pm.hook.sqla_queue_handle_job
+    if not caller.get_hookimpls():  # the usual case, once per job: no list built
+        return call()
+    order = _call_order(caller)
     if not order:
         return call()
     return _run_link(order, 0, {"job": job, "ctx": ctx}, call)
