@@ -56,13 +56,11 @@ def batch_status(batch_id: int, counts: Iterable[tuple[str | None, int]], callba
 
 
 class WorkflowReads:
-    """What a handler reads of its place in a workflow, on demand: called, its dependencies'
-    results (``ctx.dependency_results``); `batch`, ``ctx.batch``. Made for every job a worker
-    holds, so it only keeps the readers."""
+    """What a handler reads of its place in a workflow, on demand, given its job's id:
+    `results`, its dependencies' results (``ctx.dependency_results``); `batch`, ``ctx.batch``.
+    One serves every job a core runs (each context asks with its own id): nothing per job."""
 
-    def __init__(self, results: Callable[[], Mapping[int, Any]], batch: Callable[[], BatchStatus | None]) -> None:
-        self._results = results
+    def __init__(self, results: Callable[[int], Mapping[int, Any]],
+                 batch: Callable[[int], BatchStatus | None]) -> None:
+        self.results = results
         self.batch = batch
-
-    def __call__(self) -> Mapping[int, Any]:
-        return self._results()

@@ -162,13 +162,13 @@ class JobContext:
     def dependency_results(self) -> Mapping[int, Any]:
         """The results of the jobs this one depends on (``depends_on=``), by id: one query each
         time it is read, so keep it in a variable. Empty for a job without dependencies."""
-        return MappingProxyType(dict(self._dependency_results() if self._dependency_results else {}))
+        return MappingProxyType(dict(self._dependency_results.results(self.job_id) if self._dependency_results else {}))
 
     @property
     def batch(self) -> BatchStatus | None:
         """In a batch's callback (`Queue.batch`): its id and its jobs' counts by status (one
         query each read); None for a job that depends on no job."""
-        return self._dependency_results.batch() if self._dependency_results else None
+        return self._dependency_results.batch(self.job_id) if self._dependency_results else None
 
     @property
     def cancel_requested(self) -> bool:

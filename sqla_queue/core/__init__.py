@@ -97,11 +97,12 @@ class Core:
         return HandlerTransaction(self.outcomes, job, self.tasks.get(job.task), sessions, cancel_requested,
                                   max_result_bytes=self.outcomes.max_result_bytes, on_settled=on_settled)
 
-    def dependency_results_of(self, job_id: int) -> WorkflowReads:
-        """What reads ``ctx.dependency_results`` and ``ctx.batch`` of `job_id` when its handler
-        asks (partials: most handlers never do, and this is made for every job a worker holds)."""
-        return WorkflowReads(functools.partial(self._workflow_read, dependency_results, job_id),
-                             functools.partial(self._workflow_read, batch_of, job_id))
+    @functools.cached_property
+    def workflow_reads(self) -> WorkflowReads:
+        """What reads ``ctx.dependency_results`` and ``ctx.batch`` when a handler asks (most
+        never do): one for every job this core runs, each context asking with its job's id."""
+        return WorkflowReads(functools.partial(self._workflow_read, dependency_results),
+                             functools.partial(self._workflow_read, batch_of))
 
     def _workflow_read(self, read: Callable[..., Any], job_id: int) -> Any:
         with self.executor.transaction() as conn:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..types import ClaimedJob, JobContext
 
 if TYPE_CHECKING:
+    from .._batches import WorkflowReads
     from .._tasks import Task
     from ..core.handler_transaction import HandlerTransaction
 
@@ -43,12 +44,13 @@ class HeldJob:
 
     def __init__(self, job: ClaimedJob, task: Task | None,
                  transaction_for: Callable[[HeldJob], HandlerTransaction] | None = None,
-                 dependency_results: Callable[[], Any] | None = None) -> None:
+                 dependency_results: WorkflowReads | None = None) -> None:
         """`task` None: one this process does not register (its run fails saying so);
         `dependency_results` reads ``ctx.dependency_results``."""
         now = time.monotonic()
         timeout = None if task is None else task.timeout
         self.job = job
+        self.task = task
         # By claim, not by job: how the worker's slots know it (the same job claimed again
         # after its lease ran out is another claim).
         self.key: tuple[int, str] = (job.id, job.claim_token)

@@ -87,20 +87,22 @@ class JobRuns:
         return self.core.tasks.get(job.task)
 
     @calls_handlers
-    def call(self, job: ClaimedJob, context: JobContext) -> tuple[Task, Any]:
-        """Start the handler through the run middleware: its value, or its awaitable."""
-        task = self.core.tasks.resolve(job.task)
+    def call(self, job: ClaimedJob, context: JobContext, task: Task | None = None) -> tuple[Task, Any]:
+        """Start the handler through the run middleware: its value, or its awaitable. `task`:
+        the job's, when the caller has it (a worker looked it up when it took the job)."""
+        if task is None:
+            task = self.core.tasks.resolve(job.task)
         return task, handle_job(self.core.plugin_manager, job, context,
                                 functools.partial(task.handler, job.payload, context))
 
     @calls_handlers
-    def call_here(self, job: ClaimedJob, context: JobContext,
-                  await_awaitable: Callable[[Awaitable[Any]], Any]) -> tuple[Any, BaseException | None]:
+    def call_here(self, job: ClaimedJob, context: JobContext, await_awaitable: Callable[[Awaitable[Any]], Any],
+                  task: Task | None = None) -> tuple[Any, BaseException | None]:
         """Call the handler in this thread: ``(result to store, None)`` or ``(None, what the
         attempt ends with)``. A returned awaitable (an ``async def`` handler's coroutine, or a
         synchronous wrapper's) is run to its end by `await_awaitable`."""
         try:
-            task, value = self.call(job, context)
+            task, value = self.call(job, context, task)
             if value is not None and inspect.isawaitable(value):
                 value = await_awaitable(value)
             return self.checked(task, value)
@@ -169,7 +171,7 @@ def run_claimed_job(core: Core, job: ClaimedJob, *,
     transaction = core.handler_transaction(job, cancel, HandlerSessions(core.engine, core.executor))
     task = runs.task_of(job)
     context = job.context(cancel, lambda: transaction, is_async=task is not None and task.is_async,
-                          dependency_results=core.dependency_results_of(job.id))
+                          dependency_results=core.workflow_reads)
     result, error = runs.call_here(job, context, await_coroutine or _run_to_end)
     outcome = settled_by_transaction(transaction, job, result, error)
     if outcome is None:

@@ -67,7 +67,7 @@ class WorkerRuns(JobRuns):
 
     def held(self, job: ClaimedJob) -> HeldJob:
         """A claimed job as this worker holds it (its task's timeout and kind)."""
-        return HeldJob(job, self.task_of(job), self._transaction_for, self.core.dependency_results_of(job.id))
+        return HeldJob(job, self.task_of(job), self._transaction_for, self.core.workflow_reads)
 
     def dispatch(self, held: list[HeldJob]) -> None:
         """Start the held jobs' handlers: async ones on the loop, the others on the threads."""
@@ -151,7 +151,8 @@ class WorkerRuns(JobRuns):
         if held.cancel_requested:
             error: BaseException | None = cancelled_before_start()
         else:  # checked here, in the handler's thread, so the claim loop never pays for a bad result
-            held.result, error = self.call_here(held.job, held.handler_context(), self.handler_loop.wait_for)
+            held.result, error = self.call_here(held.job, held.handler_context(), self.handler_loop.wait_for,
+                                                held.task)
         ending = self.settle(held, error)
         if ending == RECORD:
             self.record_held(held, error)
@@ -218,7 +219,7 @@ class WorkerRuns(JobRuns):
             self.slots.forget(held)
 
     async def _awaited(self, held: HeldJob) -> tuple[Any, BaseException | None]:
-        task, value = self.call(held.job, held.handler_context())
+        task, value = self.call(held.job, held.handler_context(), held.task)
         if held.timeout is None:
             return self.checked(task, await value)
         async with asyncio.timeout(held.timeout.total_seconds()):
