@@ -262,27 +262,28 @@ def decode_json_directly(dbapi: Any) -> None:
     payload and meta) from text with the standard decoder, called directly: psycopg's own
     loader hands the bytes to ``json.loads``, which first works out their encoding, and the
     two took a tenth of a no-op job's worker CPU. Only where the connection decodes JSON the
-    stock way: a ``json_deserializer`` the application gave its engine, or psycopg's
-    ``set_json_loads``, is left in place."""
+    stock way, and in UTF-8 (what ``json.loads`` assumes of bytes): a ``json_deserializer`` the
+    application gave its engine, psycopg's ``set_json_loads``, or another client encoding
+    (``SQL_ASCII``, say) keeps psycopg's own loader."""
     from psycopg.pq import Format
     from psycopg.types.json import JsonbLoader
 
     oid = dbapi.adapters.types["jsonb"].oid
     stock = dbapi.adapters.get_loader(oid, Format.TEXT)
-    if stock is not JsonbLoader or stock(oid, dbapi).loads is not json.loads:
+    if stock is not JsonbLoader or stock(oid, dbapi).loads is not json.loads or dbapi.info.encoding != "utf-8":
         return
-    dbapi.adapters.register_loader(oid, _jsonb_text_loader(dbapi.info.encoding))
+    dbapi.adapters.register_loader(oid, _jsonb_text_loader())
 
 
 @cache
-def _jsonb_text_loader(encoding: str) -> type:
+def _jsonb_text_loader() -> type:
     from psycopg.adapt import Loader
 
     decode = json.JSONDecoder().raw_decode  # PostgreSQL writes jsonb with no surrounding blanks
 
     class JsonbTextLoader(Loader):
         def load(self, data: Any) -> Any:
-            text = str(data, encoding)
+            text = str(data, "utf-8")
             try:
                 value, end = decode(text)
             except ValueError:

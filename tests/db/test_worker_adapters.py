@@ -73,6 +73,18 @@ def test_the_applications_json_deserializer_still_decodes_what_the_worker_claims
     assert seen == [{"n": 1, "decoded_by": "the app"}]
 
 
+def test_another_client_encoding_keeps_psycopgs_loader(database_url):
+    """Only a UTF-8 connection changes: elsewhere psycopg's loader (``json.loads`` of the bytes,
+    read as UTF-8 whatever the client encoding) goes on reading what it read before."""
+    dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, client_encoding="SQL_ASCII") as conn:
+        decode_json_directly(conn)
+        loader = conn.adapters.get_loader(conn.adapters.types["jsonb"].oid, psycopg.pq.Format.TEXT)
+        value = conn.execute("SELECT '{\"name\": \"\\u00e9 \\u2713\"}'::jsonb").fetchone()[0]  # ASCII text
+    assert loader is psycopg.types.json.JsonbLoader
+    assert value == {"name": "é ✓"}
+
+
 def test_psycopgs_own_json_loads_setting_is_left_in_place(database_url):
     dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(dsn) as conn:
