@@ -71,11 +71,8 @@ class WorkerRuns(JobRuns):
 
     def dispatch(self, held: list[HeldJob]) -> None:
         """Start the held jobs' handlers: async ones on the loop, the others on the threads."""
-        if len(held) == 1:  # a handler's end takes the next job: once per job, no lists
-            coroutines, threaded = (held, []) if held[0].is_async else ([], held)
-        else:
-            coroutines = [h for h in held if h.is_async]
-            threaded = [h for h in held if not h.is_async]
+        coroutines = [h for h in held if h.is_async]
+        threaded = [h for h in held if not h.is_async]
         if coroutines:
             self.handler_loop.call_soon(self._start_coroutines, coroutines)
         if threaded:
