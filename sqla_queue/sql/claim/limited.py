@@ -210,18 +210,25 @@ def _claimed_in_start_order(table: Table, limits: Table, due):
     """The claim's UPDATE of the `due` rows, each with the moment it may start: at once while
     the queue's bucket holds its token, else when the bucket refills to it (``start_after``
     seconds from now, also the delay added to ``locked_at`` and the lease). Jobs take the
-    tokens in id order."""
-    turns = select(due.c.id, func.row_number().over(order_by=due.c.id).label("turn")).cte("start_order")
+    tokens in id order.
+
+    The claim's moment and each row's delay are computed once, in ``start_order``, and every
+    column that holds them reads them from there: evaluated once per use, the bucket (which
+    grows with the clock) would give the worker a shorter wait than the ``locked_at`` stored."""
     per_second = _number("per_second")
     in_bucket = (select(_queue_tokens(limits)).where(limits.c.queue_name == bindparam("queue", type_=Text))
                  .scalar_subquery())
+    turn = func.row_number().over(order_by=due.c.id)
     start_after = case((per_second.is_(None), literal(0.0)),
-                       else_=func.greatest(0.0, (turns.c.turn - in_bucket) / per_second))
-    later = func.make_interval(0, 0, 0, 0, 0, 0, start_after)
+                       else_=func.greatest(0.0, (turn - in_bucket) / per_second))
+    claimed_at = select(func.clock_timestamp()).scalar_subquery()
+    turns = select(due.c.id, cast(start_after, Float).label("start_after"),
+                   claimed_at.label("claimed_at")).cte("start_order")
+    starts_at = turns.c.claimed_at + func.make_interval(0, 0, 0, 0, 0, 0, turns.c.start_after)
     return (claimed_update(table, table.c.id == turns.c.id,
-                           locked_at=func.clock_timestamp() + later,
-                           lease_expires_at=func.clock_timestamp() + bindparam("lease", type_=Interval) + later)
-            .returning(table.c.group_key, cast(start_after, Float).label("start_after")).cte("claimed"))
+                           locked_at=starts_at,
+                           lease_expires_at=starts_at + bindparam("lease", type_=Interval))
+            .returning(table.c.group_key, turns.c.start_after).cte("claimed"))
 
 
 def _left(cap, running, otherwise):

@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import text
 
 import sqla_queue as sq
+from sqla_queue.core.limits import RATE_AHEAD
 from sqla_queue.errors import InvalidInputError
 
 pytestmark = pytest.mark.usefixtures("clean_jobs")
@@ -67,6 +69,26 @@ def test_a_direct_claim_takes_no_tokens_ahead_of_time(queue):
     queue.set_limits("default", rate="20/s")
     [job] = queue.claim("default", worker_id="w", limit=10)
     assert job.start_after == 0.0
+
+
+def test_a_claim_ahead_of_a_rates_tokens_stores_the_wait_it_returns(queue, engine):
+    """A worker's claim takes a rate's tokens early and tells it how long each job waits
+    (`ClaimedJob.start_after`); the same wait is in the job's ``locked_at`` and its lease: one
+    moment of claim for all, plus each job's own wait. Computed once per use, the bucket (which
+    grows with the clock) gave the worker a shorter wait than the ``locked_at`` stored."""
+    queue.enqueue_many([{"task": "send_email", "payload": {}}] * 5)
+    queue.set_limits("default", rate="20/s")
+    jobs = queue.core.limits.claim("default", worker_id="w", limit=5, lease=30, ahead=RATE_AHEAD).jobs
+
+    waits = [job.start_after for job in jobs]
+    assert len(jobs) == 5 and waits == sorted(waits) and waits[-1] > 0.15
+    with engine.connect() as conn:
+        stored = [conn.execute(text(
+            "SELECT locked_at - make_interval(secs => :wait), lease_expires_at - locked_at"
+            " FROM sqla_queue_jobs WHERE id = :id"), {"wait": job.start_after, "id": job.id}).one()
+            for job in jobs]
+    assert len({claimed_at for claimed_at, _lease in stored}) == 1, stored
+    assert {lease for _claimed_at, lease in stored} == {timedelta(seconds=30)}
 
 
 def test_a_group_rate_limits_each_key_on_its_own(queue):
