@@ -351,6 +351,41 @@ def test_the_first_completions_go_in_a_claim_from_the_head_of_the_claim_order(qu
     assert any(from_position for from_position, _ in rounds), "no round resumed from a position"
 
 
+def test_a_worker_under_a_backlog_puts_off_its_first_periodic_passes_until_its_warm_up_ends(queue, monkeypatch):
+    """The first periodic passes (recovery, pruning, sampling) compile their statements, which
+    would stall a starting worker's rounds: while claims find jobs they wait `WARM_UP` after the
+    first claim, then run between rounds as before."""
+    monkeypatch.setattr(claim_loop, "WARM_UP", 0.4)
+
+    @queue.task(name="brief")
+    def brief(payload, ctx):
+        time.sleep(0.01)
+
+    queue.enqueue_many([{"task": "brief", "payload": {}} for _ in range(160)])
+    worker = queue.worker(concurrency=4, batch_size=4, **FAST)
+    events: list[tuple[str, float]] = []
+    executor, periodic = worker.claim_loop.core.executor, worker.claim_loop.periodic
+    real_round, real_passes = executor.run_round, periodic.run_due
+
+    def run_round(conn, params, *, from_position=False):
+        events.append(("round", time.monotonic()))
+        return real_round(conn, params, from_position=from_position)
+
+    def run_due():
+        events.append(("passes", time.monotonic()))
+        real_passes()
+
+    monkeypatch.setattr(executor, "run_round", run_round)
+    monkeypatch.setattr(periodic, "run_due", run_due)
+    assert worker.run(until_empty=True).completed == 160
+
+    first_round = next(at for kind, at in events if kind == "round")
+    first_passes = next(n for n, (kind, _) in enumerate(events) if kind == "passes")
+    assert events[first_passes][1] - first_round >= 0.4
+    assert sum(kind == "round" for kind, _ in events[:first_passes]) > 10
+    assert any(kind == "round" for kind, _ in events[first_passes:]), "the passes waited for the backlog to end"
+
+
 def test_until_empty_stops_only_after_a_claim_from_the_start_finds_nothing(queue, engine):
     """A claim that starts from a position can come back empty while jobs wait behind it."""
     job_id = queue.enqueue("send_email", {})
