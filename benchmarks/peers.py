@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import raw_sql, tables
+from . import raw_sql, ref_env, tables
 from .idle import APP_MODULE, APP_SOURCE
 from .latency import POLL_INTERVAL, REST
 from .cli_runs import CliRuns, cpu_per_job
@@ -418,10 +418,13 @@ def run(db: Database, size: Size, log) -> dict:
         work = Path(root)
         (work / f"{APP_MODULE}.py").write_text(APP_SOURCE)
         (work / f"{LATENCY_APP}.py").write_text(LATENCY_APP_SOURCE)
-        peers = Peers(db=db, pgqueuer=pgq, graphile=graphile, work=work, log=log)
+        # sqla_queue as pip installs it: a venv of its own (as `compare` builds each side), not an
+        # editable install, whose import hook every process start would pay and no user does.
+        bin_dir = ref_env.tree_environment(work / "sqla-queue-venv")
+        peers = Peers(db=db, pgqueuer=pgq, graphile=graphile, work=work, log=log, bin_dir=bin_dir)
         peers.install_schemas()
         for rep in range(size.repeat):
-            floors.append(import_floor())
+            floors.append(import_floor(peers.python))
             log(f"peers: import floor rep {rep + 1}: {floors[-1] * 1000:.0f} ms")
             for system in SYSTEMS:  # bulk enqueue, then a single job, each from a fresh process
                 bulk = peers.enqueue(system, jobs, min(BULK_BATCH, jobs))
@@ -495,14 +498,14 @@ def run(db: Database, size: Size, log) -> dict:
 IMPORT_FLOOR = "import sqlalchemy, psycopg, sqlalchemy.dialects.postgresql.psycopg"
 
 
-def import_floor() -> float:
+def import_floor(python: str = sys.executable) -> float:
     """Seconds from spawning a bare interpreter of sqla_queue's environment to the end of its
     imports of what any worker of a SQLAlchemy application imports before sqla_queue does
     anything: the floor under the CLI worker's start-up on this machine. The interpreter's exit,
     which no worker's start-up waits for, is left out: the child reports the time its imports
     ended (this machine's clock, the parent's too)."""
     t0 = time.time()
-    done = subprocess.run([sys.executable, "-c", f"{IMPORT_FLOOR}; import time; print(time.time())"],
+    done = subprocess.run([python, "-c", f"{IMPORT_FLOOR}; import time; print(time.time())"],
                           check=True, capture_output=True, text=True)
     return float(done.stdout.split()[-1]) - t0
 

@@ -450,7 +450,7 @@ def _peers_section(results: dict) -> list[str]:
              "process start to the first completion. Enqueue: each system's own bulk call from a fresh process, "
              f"timed inside it from just before its client is built (first connection included) to the last call's "
              "return; *process* is the whole process from outside (interpreter or Node start and imports included). "
-             "Each Python package runs from compiled bytecode, as pip installs it. *CPU per job* is the worker "
+             "Each Python package runs from compiled bytecode, as pip installs it; sqla_queue from a venv of its own whose import path is the checkout's package and the benchmark's dependencies (as `compare` builds each side), not from an editable install, whose import hook every process start would pay. *CPU per job* is the worker "
              "processes' user + system time (start-up included) and PostgreSQL's (every server process), over the "
              "drain, per completed job.",
              "",
