@@ -10,6 +10,10 @@ a URL use the Core job table (`sqla_queue.tables`) and never load the ORM.
 
 from __future__ import annotations
 
+from ._startup import pause_for_the_command_line
+
+pause_for_the_command_line()  # before SQLAlchemy's import: the `sqla-queue` command's start-up
+
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 

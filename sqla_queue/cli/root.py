@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import click
 
+from .. import _startup
 from .._sanitize import error_text
 from ..db.engine import DATABASE_URL_ENV, is_url_of, make_engine
 from ..errors import DatabaseError, PermissionDeniedError, SqlaQueueError
@@ -181,6 +182,7 @@ def main(ctx: click.Context, app: str | None, database_url: str | None) -> None:
 
 def run() -> None:
     """Entry point: errors become one-line messages, not tracebacks (exit codes above)."""
+    _startup.resume()  # the imports are done (`sqla_queue._startup`)
     try:
         main.main(standalone_mode=False)
     except (click.exceptions.Abort, click.ClickException, SqlaQueueError, click.exceptions.Exit) as exc:
