@@ -42,8 +42,10 @@ class CliRuns:
         peers' packages). An editable checkout run under ``PYTHONDONTWRITEBYTECODE`` (as this
         machine sets it) has none, and every fresh process would compile sqla_queue's sources
         again: some 75 ms of each worker's start-up that no installed user pays."""
+        # Run outside any checkout: from this repository's directory, ``python -c`` would find its
+        # ``sqla_queue/`` first, whichever environment's package the processes import.
         find = subprocess.run([self.python, "-c", "import os, sqla_queue; print(os.path.dirname(sqla_queue.__file__))"],
-                              capture_output=True, text=True, check=True)
+                              capture_output=True, text=True, check=True, cwd=os.path.abspath(os.sep))
         subprocess.run([self.python, "-m", "compileall", "-q", find.stdout.strip()], capture_output=True, check=True)
 
     # commands ---------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the repository root holds benchmarks/
 
 from benchmarks import compare, ref_env  # noqa: E402
+from benchmarks.cli_runs import CliRuns  # noqa: E402
 
 TINY = ["--jobs", "100", "--enqueue-jobs", "30", "--setting", "synchronous_commit=off"]
 
@@ -135,3 +137,17 @@ def test_ci_runs_the_gate_command_contributing_shows():
     args = compare.parse_args(shlex.split(command)[4:])
     assert args.ref == compare.read_baseline(compare.BASELINE.read_text())  # against benchmarks/BASELINE
     assert args.fail_below == 0.7 and args.pairs >= compare.MIN_PAIRS
+
+
+def test_each_sides_package_gets_its_own_bytecode_whatever_the_working_directory(tmp_path, monkeypatch):
+    """A side whose package had no bytecode would compile its sources at every process start (some
+    75 ms of each worker's start-up): the REF copy is compiled, not the checkout the comparison
+    runs from, whose ``sqla_queue/`` a ``python -c`` started there would import instead."""
+    package = tmp_path / "src" / "sqla_queue"
+    shutil.copytree(ROOT / "sqla_queue", package, ignore=shutil.ignore_patterns("__pycache__"))
+    bin_dir = ref_env.side_environment(tmp_path / "venv", package)
+    monkeypatch.chdir(ROOT)
+
+    CliRuns(db=None, work=tmp_path / "work", log=print, bin_dir=bin_dir)  # type: ignore[arg-type]
+
+    assert (package / "__pycache__").is_dir() and (package / "worker" / "__pycache__").is_dir()
