@@ -65,8 +65,8 @@ def test_the_command_imports_with_the_collector_paused_and_freezes_what_it_impor
 
 
 def test_an_application_that_imports_sqla_queue_keeps_its_collector(tmp_path):
-    done = subprocess.run([sys.executable, "-c", PLAIN_IMPORT], check=False, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", PLAIN_IMPORT], check=False, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
 
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == {"enabled": True, "frozen": 0}
