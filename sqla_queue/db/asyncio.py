@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 from ..sql.claim import DEFAULT_ORDER, ClaimOrder
 from .driver import DriverStatement
 from .engine import async_library_engine, make_async_engine
+from .statement_cache import StatementCache
 from .statements import DriverStatements, Statements
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class AsyncSide:
     @cached_property
     def driver_statements(self) -> DriverStatements | None:
         engine = self.engine
-        return DriverStatements(Statements.for_table(self._table, self._order), engine.dialect) if self._fast else None
+        return DriverStatements(Statements.for_table(self._table, self._order), engine.dialect,
+                                StatementCache.configured()) if self._fast else None
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -45,6 +45,7 @@ class DriverStatement:
 
     def __init__(self, statement: Select, dialect: Dialect, sample: dict[str, Any],
                  *, binary: Sequence[str] = ()) -> None:
+        self._statement = lambda: statement
         self._compiled = statement.compile(dialect=dialect)
         self._sample = sample
         self._binary = tuple(binary)
@@ -58,11 +59,60 @@ class DriverStatement:
         self._literals = _literals(self._compiled, constants, dialect)
         self._constants = {k: v for k, v in constants.items() if k not in self._literals}
         self._texts: dict[tuple, str] = {}
+        self._template: str | None = None
+        self._markers: dict[str, int] = {}
         self._positional: dict[tuple, tuple[bytes, tuple[str, ...]]] = {}
         self._row = namedtuple("Row", [column.key for column in statement.selected_columns])  # type: ignore[misc]
         self._dialect = dialect
         self._dbapi_error = dialect.loaded_dbapi.Error
         self.sql(sample)  # fail now, not on first use, if a binary parameter is not where expected
+
+    def saved(self) -> dict[str, Any] | None:
+        """What `restored` needs to run this statement without compiling it, as JSON; None if
+        a constant would not come back from JSON as the same value, or an inlined parameter is
+        not an integer (`statement_cache`). Inlined integers (a claim's LIMIT) are kept as
+        markers in one text, checked here to give SQLAlchemy's own text for two values."""
+        names = sorted(set(self._inlined))
+        if not all(_survives_json(value) for value in self._constants.values()) \
+                or not all(type(self._sample[name]) is int for name in names):
+            return None
+        markers = {name: _MARKER + at for at, name in enumerate(names)}
+        template = self.sql({**self._sample, **markers})
+        other = {name: self._sample[name] + 7 for name in names}
+        if any(_filled(template, markers, values) != self.sql({**self._sample, **values})
+               for values in (self._sample, other)):
+            return None
+        return {"template": template, "markers": markers, "inlined": list(self._inlined),
+                "literals": self._literals, "constants": self._constants, "columns": list(self._row._fields),
+                "binary": list(self._binary)}
+
+    @classmethod
+    def restored(cls, saved: dict[str, Any], statement: Callable[[], Select], dialect: Dialect,
+                 sample: dict[str, Any]) -> DriverStatement:
+        """The statement `saved` describes, run without compiling; `statement` builds it should
+        another inlined value need a text of its own."""
+        self = cls.__new__(cls)
+        self._statement = statement
+        self._sample = sample
+        self._binary = tuple(saved["binary"])
+        self._inlined = tuple(saved["inlined"])
+        self._literals = dict(saved["literals"])
+        self._constants = dict(saved["constants"])
+        self._template = saved["template"]
+        self._markers = {name: int(marker) for name, marker in saved["markers"].items()}
+        self._texts = {}
+        self._positional = {}
+        self._row = namedtuple("Row", saved["columns"])  # type: ignore[misc]
+        self._dialect = dialect
+        self._dbapi_error = dialect.loaded_dbapi.Error
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "_compiled":
+            raise AttributeError(name)
+        # A restored statement compiles only when an inlined value first needs its own text.
+        compiled = self._compiled = self._statement().compile(dialect=self._dialect)
+        return compiled
 
     @staticmethod
     def usable_on(dialect: Dialect) -> bool:
@@ -73,14 +123,19 @@ class DriverStatement:
         key = tuple(params[name] for name in self._inlined)
         text = self._texts.get(key)
         if text is None:
-            text = self._compiled.construct_expanded_state({**self._sample, **params}).statement
-            for name, literal in self._literals.items():
-                text = text.replace(f"%({name})s", literal)
-            for name in self._binary:
-                if text.count(f"%({name})s") != 1:
-                    raise ValueError(f"expected one %({name})s in the statement")
-                text = text.replace(f"%({name})s", f"%({name})b")
-            self._texts[key] = text
+            text = self._texts[key] = self._text_for(params)
+        return text
+
+    def _text_for(self, params: dict[str, Any]) -> str:
+        if self._template is not None and all(type(params[name]) is int for name in self._markers):
+            return _filled(self._template, self._markers, params)
+        text = self._compiled.construct_expanded_state({**self._sample, **params}).statement
+        for name, literal in self._literals.items():
+            text = text.replace(f"%({name})s", literal)
+        for name in self._binary:
+            if text.count(f"%({name})s") != 1:
+                raise ValueError(f"expected one %({name})s in the statement")
+            text = text.replace(f"%({name})s", f"%({name})b")
         return text
 
     def rows(self, target: Connection | PoolProxiedConnection, params: dict[str, Any]) -> list[Any]:
@@ -147,6 +202,24 @@ class DriverStatement:
             sql or self.sql(self._sample), None, error, self._dbapi_error, hide_parameters=True,
             connection_invalidated=invalidated, dialect=self._dialect,
         )
+
+
+_MARKER = 7_394_051_862
+"""Stands for an inlined integer in a saved text (`DriverStatement.saved`); no statement has it."""
+
+
+def _filled(template: str, markers: dict[str, int], values: dict[str, Any]) -> str:
+    for name, marker in markers.items():
+        template = template.replace(str(marker), str(values[name]))
+    return template
+
+
+def _survives_json(value: Any) -> bool:
+    """`value` comes back from JSON as an equal value of the same type (what psycopg sends
+    depends on the type: a tuple is not a list, an int subclass not an int)."""
+    if type(value) is list:
+        return all(_survives_json(item) for item in value)
+    return value is None or type(value) in (str, int, float, bool)
 
 
 def _literals(compiled: Any, constants: dict[str, Any], dialect: Dialect) -> dict[str, str]:

@@ -74,6 +74,7 @@ from .engine import (
     library_engine,
     make_engine,
 )
+from .statement_cache import StatementCache
 from .statements import ARRAY_PARAMS, DriverStatements, Statements
 from .worker_engine import WORKER_PING_IF_IDLE_FOR
 
@@ -212,7 +213,7 @@ class Executor:
 
     @cached_property
     def _driver_statements(self) -> DriverStatements | None:
-        return DriverStatements(self.statements, self.dialect) if self.capabilities.driver_fast_path else None
+        return DriverStatements(self.statements, self.dialect, StatementCache.configured()) if self.capabilities.driver_fast_path else None
 
     # -- transaction modes -----------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from ..sql.notify import listen_finished
 from ..states import FINISHED, JobStatus
 from ..tables import counters_table, group_rates_table, limits_table, queues_table, samples_table, workers_table
 from .driver import DriverStatement
+from .statement_cache import StatementCache
 
 __all__ = ["ARRAY_PARAMS", "DriverStatements", "Statements"]
 
@@ -228,63 +229,81 @@ def _count_matching(table: Table, statuses: tuple[JobStatus, ...], **filters: bo
 
 class DriverStatements:
     """The hot statements compiled for a psycopg dialect (`_driver.DriverStatement`), each on
-    first use: an enqueuing process compiles the INSERT, not the worker's round."""
+    first use: an enqueuing process compiles the INSERT, not the worker's round. What a compile
+    derives is kept on disk (`statement_cache`), so the next process skips building and
+    compiling the statement."""
 
-    def __init__(self, statements: Statements, dialect: Dialect) -> None:
+    def __init__(self, statements: Statements, dialect: Dialect, cache: StatementCache | None = None) -> None:
         self.statements = statements
         self.dialect = dialect
+        self.cache = cache
         self._limited: dict[tuple[bool, bool], DriverStatement] = {}
 
-    def _compiled(self, statement: Any, sample: dict[str, Any], binary: tuple[str, ...] = ()) -> DriverStatement:
-        return DriverStatement(statement, self.dialect, sample, binary=binary)
+    def _compiled(self, name: str, sample: dict[str, Any], binary: tuple[str, ...] = (),
+                  build: Callable[[], Any] | None = None) -> DriverStatement:
+        """Statement `name` (a `Statements` attribute unless `build` makes it), from the cache
+        when it has it."""
+        build = build or (lambda: getattr(self.statements, name))
+        key = self.cache.key(name, self.statements.table, self.dialect, self.statements.order, sample, binary) \
+            if self.cache is not None else None
+        saved = self.cache.load(key) if key is not None else None
+        if saved is not None:
+            try:
+                return DriverStatement.restored(saved, build, self.dialect, sample)
+            except (KeyError, TypeError, ValueError):  # not an entry this code wrote: compile it again
+                pass
+        compiled = DriverStatement(build(), self.dialect, sample, binary=binary)
+        if key is not None and (entry := compiled.saved()) is not None:
+            self.cache.store(key, entry)
+        return compiled
 
     @cached_property
     def round(self) -> DriverStatement:
-        return self._compiled(self.statements.complete_and_claim, _ROUND_SAMPLE)
+        return self._compiled("complete_and_claim", _ROUND_SAMPLE)
 
     @cached_property
     def round_from(self) -> DriverStatement:
-        return self._compiled(self.statements.complete_and_claim_from, {
+        return self._compiled("complete_and_claim_from", {
             **_ROUND_SAMPLE, "from_priority": [], "from_run_at": [], "from_id": [],
         })
 
     @cached_property
     def insert_one(self) -> DriverStatement:
-        return self._compiled(self.statements.insert_one,
-                              {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
+        return self._compiled("insert_one", {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
 
     @cached_property
     def insert_one_unless_fair(self) -> DriverStatement:
-        return self._compiled(self.statements.insert_one_unless_fair,
+        return self._compiled("insert_one_unless_fair",
                               {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
 
     @cached_property
     def insert(self) -> DriverStatement:
-        return self._compiled(self.statements.insert,
-                              {**dict.fromkeys(ARRAY_PARAMS, []), "channel": "", "notify": True}, ARRAY_PARAMS)
+        return self._compiled("insert", {**dict.fromkeys(ARRAY_PARAMS, []), "channel": "", "notify": True},
+                              ARRAY_PARAMS)
 
     @cached_property
     def find_keys(self) -> DriverStatement:
-        return self._compiled(self.statements.find_keys, {"keys": []})
+        return self._compiled("find_keys", {"keys": []})
 
     @cached_property
     def wake_queues(self) -> DriverStatement:
-        return self._compiled(self.statements.wake_queues, {"queues": []}, ("queues",))
+        return self._compiled("wake_queues", {"queues": []}, ("queues",))
 
     @cached_property
     def claim_lock(self) -> DriverStatement:
-        return self._compiled(self.statements.claim_lock, {"queue": ""})
+        return self._compiled("claim_lock", {"queue": ""})
 
     @cached_property
     def fair_claim(self) -> DriverStatement:
-        return self._compiled(self.statements.fair_claim, _LIMITED_SAMPLE)
+        return self._compiled("fair_claim", _LIMITED_SAMPLE)
 
     def limited_claim(self, grouped: bool, fair: bool) -> DriverStatement:
         """`Statements.limited_claim`, compiled once per shape."""
         key = (grouped or fair, fair)
         compiled = self._limited.get(key)
         if compiled is None:
-            compiled = self._limited[key] = self._compiled(self.statements.limited_claim(*key), _LIMITED_SAMPLE)
+            compiled = self._limited[key] = self._compiled(
+                f"limited_claim_{key[0]}_{key[1]}", _LIMITED_SAMPLE, build=lambda: self.statements.limited_claim(*key))
         return compiled
 
 
