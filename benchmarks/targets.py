@@ -335,7 +335,8 @@ def _why_single_vs_pgqueuer(enq: dict) -> str | None:
     spread = {system: f"{c['median']:.1f} ms ({c['min']:.1f}–{c['max']:.1f})" for system, c in calls.items()}
     return (f"The call took {spread['sqla_queue']} in sqla_queue and {spread['pgqueuer']} in pgqueuer over the "
             "repetitions. Within it sqla_queue builds the Queue (its engine and plugin manager), connects through "
-            "SQLAlchemy, whose dialect sends its set-up queries before the first statement, compiles the INSERT, "
+            "SQLAlchemy, whose dialect sends its set-up queries before the first statement, takes the compiled INSERT "
+            "from its statement cache (filled by the run's first sqla_queue process; docs/how-to/run-workers.md), "
             "and wakes the workers with a second statement once the INSERT has committed (section 10: concurrent "
             "enqueues then never wait on each other's commits); pgqueuer's call opens an asyncpg connection and "
             "sends one INSERT.")
@@ -593,7 +594,8 @@ def _raw_startup_text(ours: float | None, raw: dict | None, limit: float, name: 
             f"connection, the reference claim and completion of its first 10 jobs, no handler) first completed a job "
             f"{median * 1000:,.0f} ms after its start, {reach}. sqla_queue's own part on top of that was "
             f"{(ours - median) * 1000:,.0f} ms: its imports and the application's module, the worker's set-up (two "
-            "engines, registration, LISTEN), building its claim statement, and a first batch run through its "
+            "engines, registration, LISTEN), its claim statement (from the statement cache the run's first worker "
+            "filled), and a first batch run through its "
             "handler threads before the round that completes it.")
 
 

@@ -25,7 +25,7 @@ file is compiled and written again; a directory that cannot be written is not an
 
 Where: ``$SQLA_QUEUE_STATEMENT_CACHE`` (a directory; ``off`` turns the cache off), else
 ``$XDG_CACHE_HOME/sqla_queue/statements``, else ``~/.cache/sqla_queue/statements``; created
-with mode 0700 (docs/how-to/run-workers.md, "Start-up").
+with mode 0700 (docs/how-to/run-workers.md, "The statement cache").
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ def test_the_doc_shows_these_worker_commands():
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --concurrency 8",
         "sqla-queue --app myapp.jobs:queue worker --until-empty",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --processes 2",
+        "SQLA_QUEUE_STATEMENT_CACHE=off sqla-queue --app myapp.jobs:queue worker --queues emails",
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --log-format json",  # test_worker_logging.py
         "sqla-queue --app myapp.jobs:queue worker --queues default,emails --pgbouncer",  # worker/test_pgbouncer.py
     ]
@@ -72,10 +73,16 @@ def test_until_empty_command_drains_and_exits(app_dir, database_url, queue):
     assert "serving emails (every queue with a registered task)" in DOC.read_text().replace("\n", " ")
 
 
-def run_then_sigterm(command: str, app_dir, database_url, queue, jobs: int) -> tuple[int, str, str]:
+def run_then_sigterm(command: str, app_dir, database_url, queue, jobs: int,
+                     env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Start the doc's long-running `command`, enqueue `jobs` jobs, wait until they have all
-    completed, send SIGTERM; returns the exit code, stdout and stderr."""
-    process = subprocess.Popen(argv(command), cwd=app_dir, env=run_env(database_url),
+    completed, send SIGTERM; returns the exit code, stdout and stderr. A ``NAME=value`` before
+    the command goes into its environment, as the shell would put it."""
+    assignments = []
+    while "=" in command.split(" ", 1)[0]:
+        assignment, command = command.split(" ", 1)
+        assignments.append(assignment.split("=", 1))
+    process = subprocess.Popen(argv(command), cwd=app_dir, env={**(env or run_env(database_url)), **dict(assignments)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ids = [queue.enqueue("send_email", {"to": "a@b.c"}, queue="emails") for _ in range(jobs)]
@@ -105,6 +112,19 @@ def test_processes_command_runs_two_worker_processes_then_stops_them_on_sigterm(
     assert code == 0, err
     assert "starting 2 worker processes" in err
     assert out.strip() == "claimed 4, completed 4, retried 0, failed 0, lost 0, released 0"
+
+
+def test_statement_cache_off_command_works_and_writes_no_entry(app_dir, database_url, queue, tmp_path):
+    """Beside the same worker without the variable, which stores its compiled statements in
+    the user's cache directory (here an empty ``$XDG_CACHE_HOME``)."""
+    [command] = [c for c in commands() if c.startswith("SQLA_QUEUE_STATEMENT_CACHE=off ")]
+    for cache_home, given in ((tmp_path / "off", command), (tmp_path / "default", command.split(" ", 1)[1])):
+        env = {**run_env(database_url), "XDG_CACHE_HOME": str(cache_home)}
+        code, out, err = run_then_sigterm(given, app_dir, database_url, queue, jobs=1, env=env)
+        assert code == 0, err
+        assert out.strip().startswith("claimed 1, completed 1")
+    assert not (tmp_path / "off").exists()
+    assert list((tmp_path / "default" / "sqla_queue" / "statements").glob("*.json"))
 
 
 def test_readme_shows_the_worker_command_this_doc_runs():
