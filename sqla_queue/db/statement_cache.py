@@ -25,7 +25,8 @@ file is compiled and written again; a directory that cannot be written is not an
 
 Where: ``$SQLA_QUEUE_STATEMENT_CACHE`` (a directory; ``off`` turns the cache off), else
 ``$XDG_CACHE_HOME/sqla_queue/statements``, else ``~/.cache/sqla_queue/statements``; created
-with mode 0700 (docs/how-to/run-workers.md, "The statement cache").
+with mode 0700, and read only while it and the entry are this user's and no one else can write
+them (docs/how-to/run-workers.md, "The statement cache").
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class StatementCache:
         self.directory = directory
         self.named = named
         """Named by ``$SQLA_QUEUE_STATEMENT_CACHE``: a directory it cannot write is worth a warning."""
+        self._checked: bool | None = None
 
     @classmethod
     def configured(cls) -> StatementCache | None:
@@ -92,12 +94,29 @@ class StatementCache:
         return hashlib.sha256(described.encode()).hexdigest()
 
     def load(self, key: str) -> dict[str, Any] | None:
-        """The entry stored under `key`, or None (absent, unreadable, not ours)."""
+        """The entry stored under `key`, or None (absent, unreadable, not ours). Only from a
+        directory and a file this user owns and no one else can write: an entry is SQL the
+        process will run."""
+        path = self.directory / f"{key}.json"
         try:
-            entry = json.loads((self.directory / f"{key}.json").read_text(encoding="utf-8"))
+            with open(path, encoding="utf-8") as file:
+                if not (self._private() and _private(os.fstat(file.fileno()))):
+                    return None
+                entry = json.load(file)
         except (OSError, ValueError):
             return None
         return entry if isinstance(entry, dict) and entry.get("format") == FORMAT else None
+
+    def _private(self) -> bool:
+        """The directory is this user's and only theirs to write (checked once per cache)."""
+        if self._checked is None:
+            try:
+                self._checked = _private(os.stat(self.directory))
+            except OSError:
+                return False
+            if not self._checked:
+                _not_private(self)
+        return self._checked
 
     def store(self, key: str, entry: dict[str, Any]) -> None:
         """Write `entry` under `key`, whole or not at all (a reader never sees half a file)."""
@@ -134,6 +153,19 @@ def _not_written(cache: StatementCache, error: OSError) -> None:
                        CACHE_ENV, cache.directory, error.strerror or type(error).__name__)
     else:
         logger.debug("statement cache %s not written: %s", cache.directory, error)
+
+
+def _private(stat: os.stat_result) -> bool:
+    """Owned by this process's user and writable by no group or other user (where the system
+    has users: elsewhere the directory's own permissions are all there is)."""
+    if not hasattr(os, "getuid"):
+        return True
+    return stat.st_uid == os.getuid() and not stat.st_mode & 0o022
+
+
+def _not_private(cache: StatementCache) -> None:
+    logger.warning("statement cache %s is not private to this user (another user owns it or can write to it): "
+                   "its entries are not read, and each process compiles its statements", cache.directory)
 
 
 def _modified(path: Path) -> float:

@@ -185,3 +185,20 @@ def test_a_queue_built_from_a_url_uses_the_configured_cache(database_url, tmp_pa
         assert queue.core.executor._driver_statements.cache.directory == tmp_path
     finally:
         queue.engine.dispose()
+
+
+def test_a_directory_or_entry_others_can_write_is_not_read(warm_engine, tmp_path, caplog):
+    """An entry is SQL the process runs: one that another user could have written is ignored
+    (the statement is compiled, as without a cache), and the shared directory is named once."""
+    shared = tmp_path / "shared"
+    _driver(warm_engine, StatementCache(shared)).wake_queues  # noqa: B018  stores the entry
+    [entry] = shared.glob("*.json")
+
+    entry.chmod(0o666)
+    assert _compiled_here(_driver(warm_engine, StatementCache(shared)).wake_queues)
+    entry.chmod(0o600)
+    assert not _compiled_here(_driver(warm_engine, StatementCache(shared)).wake_queues)
+
+    shared.chmod(0o777)
+    assert _compiled_here(_driver(warm_engine, StatementCache(shared)).wake_queues)
+    assert f"statement cache {shared} is not private to this user" in caplog.text
