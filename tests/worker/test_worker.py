@@ -361,7 +361,9 @@ def test_a_worker_under_a_backlog_puts_off_its_first_periodic_passes_until_its_w
     def brief(payload, ctx):
         time.sleep(0.01)
 
-    queue.enqueue_many([{"task": "brief", "payload": {}} for _ in range(160)])
+    # At least 1.2 s of handler time (480 x 10 ms over 4 slots): the backlog outlasts the
+    # warm-up however fast the claims are, so no empty claim ends it early.
+    queue.enqueue_many([{"task": "brief", "payload": {}} for _ in range(480)])
     worker = queue.worker(concurrency=4, batch_size=4, **FAST)
     events: list[tuple[str, float]] = []
     executor, periodic = worker.claim_loop.core.executor, worker.claim_loop.periodic
@@ -377,7 +379,7 @@ def test_a_worker_under_a_backlog_puts_off_its_first_periodic_passes_until_its_w
 
     monkeypatch.setattr(executor, "run_round", run_round)
     monkeypatch.setattr(periodic, "run_due", run_due)
-    assert worker.run(until_empty=True).completed == 160
+    assert worker.run(until_empty=True).completed == 480
 
     first_round = next(at for kind, at in events if kind == "round")
     first_passes = next(n for n, (kind, _) in enumerate(events) if kind == "passes")
