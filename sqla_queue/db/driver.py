@@ -17,7 +17,7 @@ import json
 import re
 from collections import namedtuple
 from collections.abc import Callable, Sequence
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 from sqlalchemy import Connection
@@ -107,12 +107,11 @@ class DriverStatement:
         self._dbapi_error = dialect.loaded_dbapi.Error
         return self
 
-    def __getattr__(self, name: str) -> Any:
-        if name != "_compiled":
-            raise AttributeError(name)
-        # A restored statement compiles only when an inlined value first needs its own text.
-        compiled = self._compiled = self._statement().compile(dialect=self._dialect)
-        return compiled
+    @cached_property
+    def _compiled(self) -> Any:
+        """Set by the constructor; a restored statement compiles only when an inlined value
+        first needs a text of its own."""
+        return self._statement().compile(dialect=self._dialect)
 
     @staticmethod
     def usable_on(dialect: Dialect) -> bool:
