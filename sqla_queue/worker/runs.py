@@ -38,8 +38,8 @@ timeout, a fence, a lost claim)."""
 
 class WorkerRuns(JobRuns):
     """Runs a worker's held jobs (``ctx.transaction()`` opening its sessions on `sessions`, the
-    application's engines): synchronous handlers on `concurrency` threads (started with
-    the first such job), ``async def`` ones as tasks on the worker's `HandlerLoop`, whose
+    application's engines): synchronous handlers on up to `concurrency` threads (started as
+    jobs arrive: `HandlerThreads`), ``async def`` ones as tasks on the worker's `HandlerLoop`, whose
     failures the outcome thread records so the loop never waits on the database."""
 
     def __init__(self, core: Core, slots: Slots, sessions: HandlerSessions, *, concurrency: int,
@@ -54,12 +54,11 @@ class WorkerRuns(JobRuns):
         self.halt = halt
         self.handler_loop: Any = None  # set by the worker for each run
         self.sessions = sessions
-        # Jobs for the handler threads of this run: a C-level queue, so handing a job over and
-        # waking a thread costs no Python-level lock juggling. ``None`` tells one thread to end.
-        self._work: queue_module.SimpleQueue[HeldJob | None] = queue_module.SimpleQueue()
+        # This run's handler threads and their queue (`HandlerThreads`), made with its first
+        # synchronous job.
+        self._handlers: HandlerThreads | None = None
         # Per handler thread: its run's queue (``work``) and the job it runs next (``next``).
         self._mine = threading.local()
-        self._threads: list[threading.Thread] = []
         self._outcomes: queue_module.SimpleQueue[Callable[[], None] | None] = queue_module.SimpleQueue()
         self._coroutines: set[asyncio.Task] = set()
 
@@ -76,8 +75,8 @@ class WorkerRuns(JobRuns):
         if coroutines:
             self.handler_loop.call_soon(self._start_coroutines, coroutines)
         if threaded:
-            self._start_threads()
-            work, mine = self._work, self._mine
+            handlers = self._handlers or self._start_handlers()
+            work, mine = handlers.work, self._mine
             if getattr(mine, "work", None) is work and mine.next is None:
                 # A handler thread of this run freed its slot: it runs the first job itself,
                 # next, instead of waking another thread for it (a wake-up per job costs more
@@ -86,6 +85,8 @@ class WorkerRuns(JobRuns):
             put = work.put
             for h in threaded:
                 put(h)
+            if handlers.more_wanted():
+                handlers.grow()
 
     def _transaction_for(self, held: HeldJob) -> HandlerTransaction:
         return self.core.handler_transaction(held.job, held.cancel_flag, self.sessions,
@@ -103,21 +104,16 @@ class WorkerRuns(JobRuns):
 
     # -- handler threads --------------------------------------------------------------------
 
-    def _start_threads(self) -> None:
-        """The ``concurrency`` handler threads, started with the first synchronous job: a
-        worker whose jobs are all ``async def`` has none."""
-        if self._threads:
-            return
-        # A queue of their own: a thread abandoned by an earlier run (stuck in a handler) that
-        # comes back later finds its own run's end, never this run's jobs or stop signals.
-        self._work = work = queue_module.SimpleQueue()
-        self._threads = [threading.Thread(target=self._handler_thread, args=(work,),
-                                          name=f"sqla-queue-handler-{i}", daemon=True)
-                         for i in range(self.concurrency)]
-        for thread in self._threads:
-            thread.start()
+    def _start_handlers(self) -> HandlerThreads:
+        """This run's handler threads, made with its first synchronous job: a worker whose jobs
+        are all ``async def`` has none. A queue of their own: a thread abandoned by an earlier
+        run (stuck in a handler) that comes back later finds its own run's end, never this
+        run's jobs or stop signals."""
+        self._handlers = HandlerThreads(self.concurrency, self._handler_thread)
+        return self._handlers
 
-    def _handler_thread(self, work: queue_module.SimpleQueue[HeldJob | None]) -> None:
+    def _handler_thread(self, handlers: HandlerThreads) -> None:
+        work = handlers.work
         get = work.get
         mine = self._mine
         mine.work, mine.next = work, None
@@ -127,6 +123,8 @@ class WorkerRuns(JobRuns):
                 held = get()
                 if held is None:  # the run ended (`wake_threads`)
                     return
+                if handlers.more_wanted():  # jobs wait behind this one: another thread takes them
+                    handlers.grow()
             else:
                 mine.next = None
             wait = held.start_at - time.monotonic()
@@ -312,15 +310,62 @@ class WorkerRuns(JobRuns):
         """End the handler threads (each after the jobs handed over before: a stop signal
         apiece, behind them in the queue) and the outcome thread."""
         self._outcomes.put(None)
-        for _ in self._threads:
-            self._work.put(None)
+        if self._handlers is not None:
+            self._handlers.end()
 
     @property
     def threads(self) -> list[threading.Thread]:
-        return list(self._threads)
+        return [] if self._handlers is None else self._handlers.started()
 
     def forget_threads(self) -> None:
-        self._threads = []
+        self._handlers = None
+
+
+class HandlerThreads:
+    """One run's handler threads, started as its jobs arrive, at most `concurrency`.
+
+    Starting a thread waits for it to run (some 0.1 ms). All of them at once, before the first
+    job, kept a worker's first batch waiting for the whole pool (23 ms at concurrency 200). So
+    the first job starts one thread, and each thread that takes a job while more wait starts
+    the next: the pool grows as fast as before, its starts spread over the threads already
+    running jobs, and a worker whose jobs never overlap keeps only the threads it needed."""
+
+    def __init__(self, concurrency: int, target: Callable[[HandlerThreads], None]) -> None:
+        # A C-level queue: handing a job over and waking a thread costs no Python-level lock
+        # juggling. ``None`` tells one thread to end.
+        self.work: queue_module.SimpleQueue[HeldJob | None] = queue_module.SimpleQueue()
+        self._limit = concurrency
+        self._target = target
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._ended = False
+
+    def more_wanted(self) -> bool:
+        """Jobs are waiting and the pool may grow (no lock: `grow` checks again)."""
+        return len(self._threads) < self._limit and not self.work.empty()
+
+    def grow(self) -> None:
+        """Start one more thread, unless the pool is full or the run has ended."""
+        with self._lock:  # held while it starts: `started` never lists a thread not yet started
+            if self._ended or len(self._threads) >= self._limit:
+                return
+            thread = threading.Thread(target=self._target, args=(self,),
+                                      name=f"sqla-queue-handler-{len(self._threads)}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def end(self) -> None:
+        """No more threads; each one ends after the jobs handed over before (a stop signal
+        apiece, behind them in the queue)."""
+        with self._lock:
+            self._ended = True
+            count = len(self._threads)
+        for _ in range(count):
+            self.work.put(None)
+
+    def started(self) -> list[threading.Thread]:
+        with self._lock:
+            return list(self._threads)
 
 
 def cancelled_before_start() -> JobCancelledError:
