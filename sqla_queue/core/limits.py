@@ -173,8 +173,11 @@ class Limits:
     # -- reading -------------------------------------------------------------------------
 
     def all(self) -> dict[str, QueueLimits]:
-        """Every limited queue's limits, by queue name."""
-        with self.executor.connection() as conn:
+        """Every limited queue's limits, by queue name. A worker reads them from its claim loop
+        (`LimitedQueues.known`), on the connection its rounds keep rather than one more from
+        the pool (the first read came before the first claim); anywhere else this is one
+        autocommit statement on a pooled connection."""
+        with self.executor.round_connection() as conn:
             rows = conn.execute(self.statements.all_limits).all()
         return {row.queue_name: QueueLimits.from_row(row) for row in rows}
 

@@ -73,9 +73,13 @@ class WorkerRegistration:
         return "stopping" if self._stopping is not None and self._stopping.is_set() else "running"
 
     def register(self) -> bool:
-        """Insert the row (sweeping workers dead for a day in the same statement)."""
+        """Insert the row (sweeping workers dead for a day in the same statement), on the
+        connection the claim loop's rounds keep (`Executor.round_connection`): the listener,
+        which starts next, would otherwise take it from the pool and leave the first round to
+        open another before it could claim."""
         return self._write("register", self.statements.register_worker,
-                           {**self.description.params(), "state": self.state, "retention": self._retention})
+                           {**self.description.params(), "state": self.state, "retention": self._retention},
+                           on=self.executor.round_connection)
 
     def beat(self) -> bool:
         """Refresh the row: alive for one more lease from now, with the current state."""
@@ -86,9 +90,9 @@ class WorkerRegistration:
         """Delete the row: the worker exits cleanly."""
         return self._write("remove", self.statements.remove_worker, {"worker_id": self.description.worker_id})
 
-    def _write(self, what: str, statement: Any, params: dict[str, Any]) -> bool:
+    def _write(self, what: str, statement: Any, params: dict[str, Any], *, on: Any = None) -> bool:
         try:
-            with self.executor.single_statement() as conn:
+            with (on or self.executor.single_statement)() as conn:
                 conn.execute(statement, params)
         except DatabaseError as exc:
             log = logger.debug if self._failing else logger.warning

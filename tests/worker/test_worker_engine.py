@@ -418,3 +418,27 @@ def test_a_cli_worker_on_a_psycopg2_app_is_refused_with_the_fix(create_database,
                            cwd=shop_dir, env=env, capture_output=True, text=True, timeout=120)
     assert fixed.returncode == 0, fixed.stderr
     assert "completed 1" in fixed.stdout
+
+
+def test_registration_the_limits_read_and_the_first_claim_share_one_connection(queue):
+    """The worker's start puts one connection on its critical path: registering, reading the
+    queue limits and claiming run on the round connection the claim loop keeps, and the
+    listener (started meanwhile) connects on its own instead of taking that one from the pool."""
+    runner = threading.current_thread()
+    checkouts: list[int] = []
+    before_the_first_job: list[list[int]] = []
+
+    @queue.task(name="noop")
+    def noop(payload, ctx):
+        if not before_the_first_job:
+            before_the_first_job.append(list(checkouts))
+
+    queue.enqueue_many([{"task": "noop", "payload": {"n": n}} for n in range(20)])
+    worker = queue.worker(concurrency=1, poll_interval=0.05)
+    event.listen(worker.engine, "checkout", lambda dbapi, record, proxy: checkouts.append(dbapi.info.backend_pid)
+                 if threading.current_thread() is runner else None)
+
+    summary = worker.run(until_empty=True)
+
+    assert summary.completed == 20
+    assert len(before_the_first_job[0]) == 1, before_the_first_job
