@@ -36,25 +36,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 import pluggy
 
-from .types import (
-    BatchCommitted,
-    ClaimedJob,
-    EmptyClaim,
-    JobCancelled,
-    JobClaimed,
-    JobCompleted,
-    JobContext,
-    JobEnqueued,
-    JobFailed,
-    JobRecovered,
-    JobRetried,
-    JobSnoozed,
-    LostClaim,
-)
+from .types import BatchCommitted, ClaimedJob, JobContext
+
+if TYPE_CHECKING:  # annotations only: the payloads' module loads with the first event built (`types`)
+    from .events import (
+        EmptyClaim,
+        JobCancelled,
+        JobClaimed,
+        JobCompleted,
+        JobEnqueued,
+        JobFailed,
+        JobRecovered,
+        JobRetried,
+        JobSnoozed,
+        LostClaim,
+    )
 
 PROJECT_NAME = "sqla_queue"
 """The pluggy project name and the entry-point group plugins register under."""

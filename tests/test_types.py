@@ -46,3 +46,13 @@ def test_a_jobs_context_has_every_field_the_constructor_would_give_it():
     assert dict(ctx.meta) == {"tenant": "t"} and ctx.cancel_requested is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         ctx.attempt = 3  # type: ignore[misc]
+
+
+def test_the_event_payloads_are_sqla_queue_types_names_too():
+    from sqla_queue import events, types
+    from sqla_queue.types import JobCompleted
+
+    assert JobCompleted is events.JobCompleted
+    assert all(getattr(types, name) is getattr(events, name) for name in types._EVENTS)
+    with pytest.raises(AttributeError, match="NoSuchEvent"):
+        types.NoSuchEvent  # noqa: B018

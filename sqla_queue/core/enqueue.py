@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 from sqlalchemy.pool import PoolProxiedConnection
 
-from .. import _validate, workflow
+# The event payloads (`types.JobEnqueued`) load with the first event built.
+from .. import _validate, types, workflow
 from .._tasks import EnqueueOptions, Handler, Task, TaskRegistry
 from ..db.engine import database_errors
 from ..db.executor import ARRAY_PARAMS, DriverStatements, Executor
@@ -30,7 +31,6 @@ from ..errors import EnqueueConflictError, InvalidInputError, UnknownTaskError
 from ..plugins.calls import emit_each, idempotency_key_asker, job_meta_asker
 from ..sql import channel_name
 from ..sql.enqueue import INPUT_COLUMNS
-from ..types import JobEnqueued
 from .workflows import Dependencies, refuse_keys, write_graph
 
 if TYPE_CHECKING:  # annotations only: the ORM is the caller's to import (`db.kinds`)
@@ -319,8 +319,8 @@ class Enqueuer:
     def _announced(self, jobs: _Jobs, done: tuple[list[int], list[bool]]) -> list[int]:
         ids, deduplicated = done
         emit_each(self.plugin_manager, "sqla_queue_job_enqueued", (
-            JobEnqueued(job_id=job_id, queue=queue, task=task, deduplicated=dup,
-                        meta=json.loads(meta) if meta is not None else None)
+            types.JobEnqueued(job_id=job_id, queue=queue, task=task, deduplicated=dup,
+                              meta=json.loads(meta) if meta is not None else None)
             for queue, task, job_id, dup, meta in zip(jobs.queues, jobs.tasks, ids, deduplicated, jobs.metas)
         ))
         return ids

@@ -18,7 +18,8 @@ from typing import Any
 import pluggy
 from sqlalchemy import Connection
 
-from .. import _validate
+# The event payloads (`types.JobClaimed`, ...) load with the first event built.
+from .. import _validate, types
 from ..db.executor import Executor, Statements
 from ..errors import DatabaseError, InvalidInputError, JobStateError
 from ..plugins.calls import emit
@@ -30,7 +31,6 @@ from ..types import (
     FINISHED_STATUSES,
     BulkResult,
     HistoryPoint,
-    JobCancelled,
     JobPage,
     JobStatus,
     JobView,
@@ -222,7 +222,7 @@ class Operations:
 
     def _emit_cancelled(self, view: JobView) -> None:
         """Tell plugins that an operator's cancel ended pending job `view`."""
-        emit(self.plugin_manager, "sqla_queue_job_cancelled", event=JobCancelled(
+        emit(self.plugin_manager, "sqla_queue_job_cancelled", event=types.JobCancelled(
             job_id=view.id, queue=view.queue, task=view.task, attempt=view.attempts,
             requested_while_running=False,
         ))

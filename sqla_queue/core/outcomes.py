@@ -15,27 +15,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from .. import _validate
+# The event payloads (`types.JobClaimed`, ...) load with the first event built.
+from .. import _validate, types
 from .._sanitize import error_text, traceback_text
 from ..db.executor import Executor
 from ..plugins.calls import emit, emit_each, failure_decision, heard
 from ..sql.lease import RELEASED
-from ..types import (
-    DEFAULT_LEASE,
-    BatchCommitted,
-    ClaimedJob,
-    EmptyClaim,
-    JobCancelled,
-    JobClaimed,
-    JobCompleted,
-    JobFailed,
-    JobRecovered,
-    JobRetried,
-    JobSnoozed,
-    JobStatus,
-    LostClaim,
-    Outcome,
-)
+from ..types import DEFAULT_LEASE, BatchCommitted, ClaimedJob, JobStatus, Outcome
 from .counters import Counters
 from .limits import LimitedClaim, Limits
 from .workflows import settle_again
@@ -195,14 +181,14 @@ class Outcomes:
         if not jobs:
             if heard(self.plugin_manager, "sqla_queue_empty_claim"):
                 emit(self.plugin_manager, "sqla_queue_empty_claim",
-                     event=EmptyClaim(queue=queue, worker_id=worker_id, limit=limit, reason=empty_reason))
+                     event=types.EmptyClaim(queue=queue, worker_id=worker_id, limit=limit, reason=empty_reason))
             return
         if not heard(self.plugin_manager, "sqla_queue_job_claimed"):
             return
         run_at = {row.id: row.run_at for row in rows}
         emit_each(self.plugin_manager, "sqla_queue_job_claimed", (
-            JobClaimed(job_id=job.id, queue=job.queue, task=job.task, attempt=job.attempts,
-                       worker_id=worker_id, queue_wait=_queue_wait(job, run_at[job.id]))
+            types.JobClaimed(job_id=job.id, queue=job.queue, task=job.task, attempt=job.attempts,
+                             worker_id=worker_id, queue_wait=_queue_wait(job, run_at[job.id]))
             for job in jobs
         ))
 
@@ -243,16 +229,16 @@ class Outcomes:
     def _emit_finished(self, rows: Sequence[Any]) -> None:
         """Completed rows, and the ones a cancel request turned into cancelled."""
         emit_each(self.plugin_manager, "sqla_queue_job_completed", (
-            JobCompleted(job_id=row.id, queue=row.queue_name, task=row.task,
-                         attempt=row.attempts, duration=row.duration)
+            types.JobCompleted(job_id=row.id, queue=row.queue_name, task=row.task,
+                               attempt=row.attempts, duration=row.duration)
             for row in rows if row.status != JobStatus.CANCELLED.value
         ))
         self._emit_cancelled(row for row in rows if row.status == JobStatus.CANCELLED.value)
 
     def _emit_cancelled(self, rows: Iterable[Any]) -> None:
         emit_each(self.plugin_manager, "sqla_queue_job_cancelled", (
-            JobCancelled(job_id=row.id, queue=row.queue_name, task=row.task, attempt=row.attempts,
-                         requested_while_running=True)
+            types.JobCancelled(job_id=row.id, queue=row.queue_name, task=row.task, attempt=row.attempts,
+                               requested_while_running=True)
             for row in rows
         ))
 
@@ -294,14 +280,14 @@ class Outcomes:
         elif outcome.status is JobStatus.PENDING:
             if heard(self.plugin_manager, "sqla_queue_job_retried"):
                 emit(self.plugin_manager, "sqla_queue_job_retried",
-                     event=JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,
-                                      attempt=row.attempts, run_at=row.run_at, error=row.last_error or "",
-                                      exception=exception, traceback=trace))
+                     event=types.JobRetried(job_id=row.id, queue=row.queue_name, task=row.task,
+                                            attempt=row.attempts, run_at=row.run_at, error=row.last_error or "",
+                                            exception=exception, traceback=trace))
         elif heard(self.plugin_manager, "sqla_queue_job_failed"):
             emit(self.plugin_manager, "sqla_queue_job_failed",
-                 event=JobFailed(job_id=row.id, queue=row.queue_name, task=row.task,
-                                 attempt=row.attempts, error=row.last_error or "",
-                                 exception=exception, traceback=trace))
+                 event=types.JobFailed(job_id=row.id, queue=row.queue_name, task=row.task,
+                                       attempt=row.attempts, error=row.last_error or "",
+                                       exception=exception, traceback=trace))
         return outcome
 
     def snooze(self, job: ClaimedJob, delay: timedelta | float) -> Outcome | None:
@@ -319,8 +305,8 @@ class Outcomes:
             self._emit_cancelled([row])
         elif heard(self.plugin_manager, "sqla_queue_job_snoozed"):
             emit(self.plugin_manager, "sqla_queue_job_snoozed",
-                 event=JobSnoozed(job_id=row.id, queue=row.queue_name, task=row.task, attempt=row.attempts,
-                                  run_at=row.run_at, snoozes=row.snoozes))
+                 event=types.JobSnoozed(job_id=row.id, queue=row.queue_name, task=row.task, attempt=row.attempts,
+                                        run_at=row.run_at, snoozes=row.snoozes))
         return outcome
 
     def _guarded(self, statement: Any, job_id: int, claim_token: str, **values: Any) -> Any:
@@ -334,7 +320,7 @@ class Outcomes:
 
     def report_fenced(self, job: ClaimedJob, reason: str) -> None:
         emit(self.plugin_manager, "sqla_queue_lost_claim",
-             event=LostClaim(job_id=job.id, claim_token=job.claim_token, reason=reason, operation="fence"))
+             event=types.LostClaim(job_id=job.id, claim_token=job.claim_token, reason=reason, operation="fence"))
 
     def _lost(self, job_id: int, claim_token: str, operation: str, *, unless_finished: bool = False) -> str | None:
         """Report a lost claim with what the job's row says now; returns that reason."""
@@ -344,7 +330,7 @@ class Outcomes:
             return None  # finished under this very token: an outcome of this claim raced the caller
         reason = _lost_reason(state)
         emit(self.plugin_manager, "sqla_queue_lost_claim",
-             event=LostClaim(job_id=job_id, claim_token=claim_token, reason=reason, operation=operation))
+             event=types.LostClaim(job_id=job_id, claim_token=claim_token, reason=reason, operation=operation))
         return reason
 
     # -- the handler's transaction (`_handler_transaction`) ----------------------------------
@@ -425,7 +411,7 @@ class Outcomes:
                              (cancelled, JobStatus.CANCELLED)):
             for row in rows:
                 emit(self.plugin_manager, "sqla_queue_job_recovered",
-                     event=JobRecovered(job_id=row.id, queue=row.queue_name, task=row.task, status=status))
+                     event=types.JobRecovered(job_id=row.id, queue=row.queue_name, task=row.task, status=status))
         return sorted(row.id for row in (*requeued, *failed, *cancelled))
 
 

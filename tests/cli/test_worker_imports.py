@@ -85,3 +85,18 @@ def test_an_application_that_enqueues_imports_neither_the_orm_nor_the_cli(tmp_pa
 
     assert count_jobs() == 4
     assert loaded & (NEVER_ON_THE_WORKER_PATH | {"click", "sqla_queue.cli", "sqla_queue.worker"}) == set()
+
+
+STARTUP = """
+import json, sys
+import app
+import sqla_queue.cli.worker, sqla_queue.worker.worker
+""" + LOADED
+
+
+def test_the_event_payloads_load_with_the_first_event_not_at_start_up(tmp_path, database_url):
+    """Ten frozen dataclasses (some 6 ms) that a worker first needs after its first round."""
+    loaded = _loaded_by(STARTUP, tmp_path, database_url)
+
+    assert "sqla_queue.worker.worker" in loaded and "sqla_queue.hookspecs" in loaded
+    assert "sqla_queue.events" not in loaded

@@ -13,20 +13,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ...hookspecs import hookimpl
-from ...types import (
-    EmptyClaim,
-    JobCancelled,
-    JobClaimed,
-    JobCompleted,
-    JobEnqueued,
-    JobFailed,
-    JobRecovered,
-    JobRetried,
-    JobSnoozed,
-    LostClaim,
-)
+
+if TYPE_CHECKING:
+    from ...events import (
+        EmptyClaim,
+        JobCancelled,
+        JobClaimed,
+        JobCompleted,
+        JobEnqueued,
+        JobFailed,
+        JobRecovered,
+        JobRetried,
+        JobSnoozed,
+        LostClaim,
+    )
 
 logger = logging.getLogger("sqla_queue")
 
