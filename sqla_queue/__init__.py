@@ -5,7 +5,9 @@ The public surface is what ``__all__`` lists; everything in underscored modules 
 ``sq.Job`` and ``sq.JobMixin`` (`sqla_queue.models`, SQLAlchemy's ORM with them), the test
 helpers (``sq.testing``) and ``sq.__version__`` (the installed distribution's metadata) are
 imported on first use (PEP 562): a worker, the command line and an application that enqueues on
-a URL use the Core job table (`sqla_queue.tables`) and never load the ORM.
+a URL use the Core job table (`sqla_queue.tables`) and never load the ORM. So are the types the
+operator reads return (``sq.JobView``, ``sq.QueueStats``, ...: `sqla_queue.reports`), which a
+worker never builds.
 """
 
 from __future__ import annotations
@@ -41,33 +43,20 @@ from ._validate import json_value
 from .hookspecs import hookimpl
 from .queue import Queue
 from .tables import metadata
-from .types import (
-    DEFAULT_LEASE,
-    BulkResult,
-    ClaimedJob,
-    HistoryPoint,
-    JobContext,
-    JobStatus,
-    JobView,
-    Outcome,
-    QueueHealth,
-    QueueLimits,
-    QueueState,
-    QueueStats,
-    Rate,
-    WorkerInfo,
-    WorkerSeen,
-)
+from .types import DEFAULT_LEASE, ClaimedJob, JobContext, JobStatus, Outcome, QueueLimits, QueueState, Rate
 from .workflow import BatchStatus, Earlier
 
 if TYPE_CHECKING:
     from . import testing
     from .models import Job, JobMixin
+    from .reports import BulkResult, HistoryPoint, JobView, QueueHealth, QueueStats, WorkerInfo, WorkerSeen
 
     __version__: str
 
 # Where each name that is imported on first use lives (relative to this package).
-_LAZY = {"Job": ".models", "JobMixin": ".models"}
+_LAZY = {"Job": ".models", "JobMixin": ".models",
+         **dict.fromkeys(["BulkResult", "HistoryPoint", "JobView", "QueueHealth", "QueueStats", "WorkerInfo",
+                          "WorkerSeen"], ".reports")}
 
 
 def __getattr__(name: str) -> Any:

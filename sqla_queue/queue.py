@@ -27,14 +27,14 @@ from .plugins.calls import configure
 from .plugins.manager import build_plugin_manager
 from .services import pruning
 from .sql.claim import DEFAULT_ORDER, ClaimOrder
-from .types import (DEFAULT_LEASE, DEFAULT_STATS_WINDOW, BulkResult, ClaimedJob, HistoryPoint, JobContext, JobPage,
-                    JobStatus, JobView, LimitOptions, Outcome, QueueLimits, QueueState, QueueStats, WorkerInfo,
-                    WorkerSeen)
+from .types import (DEFAULT_LEASE, DEFAULT_STATS_WINDOW, ClaimedJob, JobContext, JobStatus, LimitOptions, Outcome,
+                    QueueLimits, QueueState)
 
-if TYPE_CHECKING:  # never imported at run time: a worker has no use for the ORM (`db.kinds`)
+if TYPE_CHECKING:  # never imported at run time: a worker has no use for the ORM (`db.kinds`), nor the reads' types
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
     from sqlalchemy.orm import Session
 
+    from .reports import BulkResult, HistoryPoint, JobPage, JobView, QueueStats, WorkerInfo, WorkerSeen
     from .worker import Worker
 
 DEFAULT_QUEUE = "default"

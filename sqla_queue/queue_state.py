@@ -16,6 +16,9 @@ from .errors import InvalidInputError
 
 RATE_PERIODS = {"s": timedelta(seconds=1), "m": timedelta(minutes=1), "h": timedelta(hours=1)}
 """The periods a rate may name: second, minute, hour."""
+DEFAULT_STATS_WINDOW = timedelta(minutes=15)
+"""How far back `Queue.stats` looks for finished jobs, durations and counted events."""
+
 MAX_LIMIT = 2**31 - 1
 """Limits are PostgreSQL ``integer`` columns."""
 

@@ -48,11 +48,13 @@ def test_a_jobs_context_has_every_field_the_constructor_would_give_it():
         ctx.attempt = 3  # type: ignore[misc]
 
 
-def test_the_event_payloads_are_sqla_queue_types_names_too():
-    from sqla_queue import events, types
-    from sqla_queue.types import JobCompleted
+def test_the_event_payloads_and_report_types_are_sqla_queue_types_names_too():
+    import sqla_queue as sq
+    from sqla_queue import events, reports, types
+    from sqla_queue.types import JobCompleted, JobView
 
-    assert JobCompleted is events.JobCompleted
+    assert JobCompleted is events.JobCompleted and JobView is reports.JobView is sq.JobView
     assert all(getattr(types, name) is getattr(events, name) for name in types._EVENTS)
+    assert all(getattr(types, name) is getattr(reports, name) for name in types._REPORTS)
     with pytest.raises(AttributeError, match="NoSuchEvent"):
         types.NoSuchEvent  # noqa: B018

@@ -14,7 +14,8 @@ import click
 from rich.table import Table
 
 from ..errors import JobStateError
-from ..types import BulkResult, JobPage, JobStatus, JobView
+from ..reports import BulkResult, JobPage, JobView
+from ..types import JobStatus
 from ._params import console, payload_fields, payload_text, timestamp
 from .root import EXIT_PROBLEM, CliContext, main
 

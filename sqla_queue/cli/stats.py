@@ -14,7 +14,8 @@ from rich.live import Live
 from rich.table import Table
 
 from ..ops.formatting import format_duration
-from ..types import QueueHealth, QueueLimits, QueueStats
+from ..reports import QueueHealth, QueueStats
+from ..types import QueueLimits
 from ._params import DURATION, DURATION_HELP, console, timestamp
 from .root import CliContext, main
 

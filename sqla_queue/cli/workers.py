@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..ops.formatting import format_duration
-from ..types import WorkerInfo
+from ..reports import WorkerInfo
 from ._params import console, timestamp
 from .root import CliContext, main
 

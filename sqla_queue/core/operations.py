@@ -13,34 +13,23 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 from sqlalchemy import Connection
 
-# The event payloads (`types.JobClaimed`, ...) load with the first event built.
+# The event payloads and the reads' types (`types.JobView`, ...) load when first built.
 from .. import _validate, types
 from ..db.executor import Executor, Statements
 from ..errors import DatabaseError, InvalidInputError, JobStateError
 from ..plugins.calls import emit
 from ..queue_state import QueueLimits
 from ..sql import counters as counter_sql
-from ..types import (
-    ACTIVE_STATUSES,
-    DEFAULT_STATS_WINDOW,
-    FINISHED_STATUSES,
-    BulkResult,
-    HistoryPoint,
-    JobPage,
-    JobStatus,
-    JobView,
-    QueueHealth,
-    QueueState,
-    QueueStats,
-    WorkerInfo,
-    WorkerSeen,
-)
+from ..types import ACTIVE_STATUSES, DEFAULT_STATS_WINDOW, FINISHED_STATUSES, JobStatus, QueueState
 from .counters import EMPTY_CLAIM_CLASSIFY_INTERVAL  # noqa: F401  (documented as operations.…)
+
+if TYPE_CHECKING:
+    from ..reports import BulkResult, HistoryPoint, JobPage, JobView, QueueStats, WorkerInfo, WorkerSeen
 
 MAX_PAGE = 1000
 """The most jobs one `list_jobs` page returns."""
@@ -66,14 +55,14 @@ _VIEW_COLUMNS = {"queue": "queue_name"}
 
 def _job_page(rows: list[Any], limit: int) -> JobPage:
     jobs = [job_view(row) for row in rows[:limit]]
-    return JobPage(jobs=jobs, next_before=jobs[-1].id if len(rows) > limit else None)
+    return types.JobPage(jobs=jobs, next_before=jobs[-1].id if len(rows) > limit else None)
 
 
 def job_view(row: Any) -> JobView:
     """A job row (every column `JobView` names; the queue as ``queue_name``) as a `JobView`."""
-    values = {f.name: getattr(row, _VIEW_COLUMNS.get(f.name, f.name)) for f in fields(JobView)}
+    values = {f.name: getattr(row, _VIEW_COLUMNS.get(f.name, f.name)) for f in fields(types.JobView)}
     values["status"] = JobStatus(values["status"])
-    return JobView(**values)
+    return types.JobView(**values)
 
 
 class Operations:
@@ -119,8 +108,8 @@ class Operations:
                 signals[row.queue_name][_KIND_FIELDS[row.kind]] = row.events
         for row in conn.execute(s.all_limits).all():
             signals[row.queue_name]["limits"] = QueueLimits.from_row(row)
-        healths = {name: QueueHealth(queue=name, **values) for name, values in sorted(signals.items())}
-        return QueueStats(
+        healths = {name: types.QueueHealth(queue=name, **values) for name, values in sorted(signals.items())}
+        return types.QueueStats(
             queues={name: h for name, h in healths.items() if name in with_jobs},
             idle={name: h for name, h in healths.items() if name not in with_jobs},
             window=window,
@@ -271,8 +260,8 @@ class Operations:
             if view.status is JobStatus.CANCELLED:
                 self._emit_cancelled(view)
         requested = tuple(v.id for v in views if action == "cancel" and v.status is JobStatus.RUNNING)
-        return BulkResult(action=action, changed=tuple(v.id for v in views),
-                          skipped=max(0, matching - len(views)), cancel_requested=requested)
+        return types.BulkResult(action=action, changed=tuple(v.id for v in views),
+                                skipped=max(0, matching - len(views)), cancel_requested=requested)
 
     # -- history and workers ------------------------------------------------------------
 
@@ -300,8 +289,8 @@ class Operations:
         params = {"within": _validate.duration(within, "within", positive=True)}
         with self.executor.connection() as conn:
             rows = conn.execute(self.statements.workers_seen, params).all()
-        return [WorkerSeen(worker_id=row.worker_id, last_seen=row.last_seen, queues=tuple(row.queues),
-                           running_job_ids=tuple(row.running_job_ids), finished_recently=row.finished_recently)
+        return [types.WorkerSeen(worker_id=row.worker_id, last_seen=row.last_seen, queues=tuple(row.queues),
+                                 running_job_ids=tuple(row.running_job_ids), finished_recently=row.finished_recently)
                 for row in rows]
 
     def workers(self, include_dead: bool = True) -> list[WorkerInfo]:
@@ -344,7 +333,7 @@ class Operations:
 
 def worker_info(row: Any) -> WorkerInfo:
     """A row of `sql.workers.list_workers` as a `WorkerInfo`."""
-    return WorkerInfo(
+    return types.WorkerInfo(
         worker_id=row.id, host=row.host, pid=row.pid, version=row.version, queues=tuple(row.queues),
         tasks=tuple(row.tasks), concurrency=row.concurrency, state=row.state, started_at=row.started_at,
         heartbeat_at=row.heartbeat_at, expires_at=row.expires_at, alive=bool(row.alive),
@@ -397,8 +386,8 @@ def _bulk_filter(queue_name: Any, task: Any, job_ids: Any, limit: Any) -> tuple[
 
 
 def _history_point(row: Any) -> HistoryPoint:
-    values = {f.name: getattr(row, _HISTORY_COLUMNS.get(f.name, f.name)) for f in fields(HistoryPoint)}
-    return HistoryPoint(**values)
+    values = {f.name: getattr(row, _HISTORY_COLUMNS.get(f.name, f.name)) for f in fields(types.HistoryPoint)}
+    return types.HistoryPoint(**values)
 
 
 _HISTORY_COLUMNS = {"at": "bucket", "queue": "queue_name"}

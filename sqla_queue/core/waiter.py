@@ -37,11 +37,11 @@ from sqlalchemy import Connection
 from .. import _validate
 from ..errors import ConfigurationError, InvalidInputError, SqlaQueueError, WaitTimeoutError
 from ..states import FINISHED_STATUSES
-from ..types import JobView
 from .operations import job_view
 
 if TYPE_CHECKING:
     from ..db.executor import Executor, Statements
+    from ..reports import JobView
 
 logger = logging.getLogger("sqla_queue.wait")
 

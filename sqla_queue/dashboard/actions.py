@@ -18,7 +18,8 @@ from starlette.routing import Route
 
 from .. import _validate
 from ..errors import InvalidInputError, JobStateError
-from ..types import BulkResult, JobStatus
+from ..reports import BulkResult
+from ..types import JobStatus
 from .rendering import url
 from .security import CSRF_COOKIE, CSRF_FIELD, csrf_valid
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..types import HistoryPoint
+from ..reports import HistoryPoint
 from .formatting import seconds_text
 from .plots import Chart, Series
 

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.operations import job_view
 from ..errors import ConfigurationError, InvalidInputError, SqlaQueueError
-from ..types import ClaimedJob, JobView
+from ..reports import JobView
+from ..types import ClaimedJob
 from ..worker.job_run import Ran, run_claimed_job
 
 if TYPE_CHECKING:
