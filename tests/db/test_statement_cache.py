@@ -143,7 +143,11 @@ def test_an_edit_to_the_statement_code_starts_new_entries(tmp_path):
     (package / "dashboard" / "pages.py").write_text("TITLE = 'yy'\n")
     assert package_fingerprint.__wrapped__(package) == before  # not statement code
     (package / "sql" / "claim.py").write_text("LIMIT = 22\n")
-    assert package_fingerprint.__wrapped__(package) != before
+    edited = package_fingerprint.__wrapped__(package)
+    assert edited != before
+    (package / "sql" / "claim").mkdir()  # a subpackage's modules count too
+    (package / "sql" / "claim" / "order.py").write_text("ORDER = 1\n")
+    assert package_fingerprint.__wrapped__(package) != edited
 
 
 def test_a_damaged_entry_is_compiled_again_and_written_whole(warm_engine, tmp_path):
