@@ -345,13 +345,23 @@ class HandlerThreads:
         return len(self._threads) < self._limit and not self.work.empty()
 
     def grow(self) -> None:
-        """Start one more thread, unless the pool is full or the run has ended."""
+        """Start one more thread, unless the pool is full or the run has ended. If the system
+        refuses a thread (its limit on threads or memory), the run goes on with the threads it
+        has; only a run with none at all fails, as it did when every thread started at once."""
         with self._lock:  # held while it starts: `started` never lists a thread not yet started
             if self._ended or len(self._threads) >= self._limit:
                 return
             thread = threading.Thread(target=self._target, args=(self,),
                                       name=f"sqla-queue-handler-{len(self._threads)}", daemon=True)
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError as exc:
+                if not self._threads:
+                    raise
+                self._limit = len(self._threads)
+                logger.warning("worker: could not start another handler thread (%s); running jobs on the %d "
+                               "it has", exc, self._limit)
+                return
             self._threads.append(thread)
 
     def end(self) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
+
 from sqla_queue.worker.runs import HandlerThreads
 
 FAST = {"poll_interval": 0.05, "lease": timedelta(seconds=6)}
@@ -79,3 +81,44 @@ def test_the_pool_never_grows_past_its_limit_nor_after_its_end():
     handlers.work.put("late")
     handlers.grow()
     assert len(handlers.started()) == 3
+
+
+def test_a_refused_thread_stops_the_growth_and_loses_no_job(monkeypatch, caplog):
+    started = 0
+    original = threading.Thread.start
+
+    def at_most_two(self):
+        nonlocal started
+        if self.name.startswith("sqla-queue-handler") and started >= 2:
+            raise RuntimeError("can't start new thread")
+        started += 1
+        original(self)
+
+    monkeypatch.setattr(threading.Thread, "start", at_most_two)
+    taken: list[object] = []
+    release = threading.Event()
+    release.set()  # each job returns at once
+    handlers = HandlerThreads(5, lambda h: run_until_told(h, taken, release))
+    for job in range(6):
+        handlers.work.put(job)
+    handlers.grow()
+    while len(taken) < 6:
+        threading.Event().wait(0.01)
+
+    assert len(handlers.started()) == 2
+    assert "could not start another handler thread" in caplog.text
+    handlers.end()
+    for thread in handlers.started():
+        thread.join(10)
+    assert sorted(taken) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_run_that_can_start_no_thread_at_all_fails(monkeypatch):
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    handlers = HandlerThreads(5, lambda h: None)
+    handlers.work.put(1)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        handlers.grow()
