@@ -77,7 +77,7 @@ START_UP_SETTLE = 2.0
 # A backend going idle less than a second after its last report keeps its new counts until an
 # idle timeout of 10 s (PGSTAT_IDLE_INTERVAL, PostgreSQL 15 and later): start-up work done in a
 # burst on a pooled connection that then rests is reported that much later.
-STATS_HOLD_BACK = 11.0
+STATS_HOLD_BACK = 11
 # A resting second: one empty claim, a listener probe and a heartbeat, with a second's late
 # report on top. Start-up passes each open a connection and cost more.
 QUIET_COMMITS = 2 * COMMITS_PER_EMPTY_CLAIM + 1 + COMMITS_PER_BEAT
@@ -115,14 +115,15 @@ class IdleApp:
         """Up and listening (its listener and a pooled connection are open: two backends), and
         past its start-up: the first claim, then the first recovery, pruning and sampling passes,
         which may open another connection (`START_UP_SETTLE`). A backend that goes idle holds
-        its counts back for up to `STATS_HOLD_BACK`, so the window opens only after that, and
-        (start-up passes come later on a loaded machine) after two quiet seconds in a row."""
+        its counts back for up to `STATS_HOLD_BACK`, so the window opens only after that many
+        quiet seconds in a row: start-up passes come later on a loaded machine, and the burst
+        they report late breaks the run of quiet seconds instead of landing in the window."""
         wait_until(lambda: self._alive() and self.scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = :db AND application_name = :app",
             db=self.database, app=APP_NAME) >= 2, "the worker to connect", timeout=60)
-        time.sleep(START_UP_SETTLE + STATS_HOLD_BACK)
-        quiet, deadline = 0, time.monotonic() + QUIET_TIMEOUT
-        while quiet < 2 and time.monotonic() < deadline:
+        time.sleep(START_UP_SETTLE)
+        quiet, deadline = 0, time.monotonic() + STATS_HOLD_BACK + QUIET_TIMEOUT
+        while quiet < STATS_HOLD_BACK and time.monotonic() < deadline:
             quiet = quiet + 1 if sum(self.commits_per_second(1)) <= QUIET_COMMITS else 0
 
     def commits_per_second(self, seconds: int) -> list[int]:
