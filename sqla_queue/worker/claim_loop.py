@@ -44,10 +44,10 @@ logger = logging.getLogger("sqla_queue.worker")
 ERROR_BACKOFF_MAX = 5.0
 WARM_UP = 1.0
 """Seconds after its first claim a worker puts off its first periodic passes (recovery,
-pruning, sampling), unless a claim finds nothing first. They cost some 50 ms of the interpreter
-(their statements compiled on first use), which would stall the rounds of a worker that has just
-started under a backlog; none of them is urgent to the second: a lease that recovery looks for
-runs tens of seconds."""
+pruning, sampling), unless a claim finds nothing first with nothing held. They cost some 50 ms
+of the interpreter (their statements compiled on first use), which would stall the rounds of a
+worker that has just started under a backlog, and the completions of the last jobs of a drain;
+none of them is urgent to the second: a lease that recovery looks for runs tens of seconds."""
 FLUSH_DELAY = 0.005
 """Seconds a finished job's completion may wait for others to share its statement, at most."""
 HEAD_ROUNDS = 2
@@ -98,8 +98,8 @@ class ClaimLoop:
         """Rounds until stopped, or with `until_empty` until nothing is due and nothing held."""
         failures = 0
         # Start-up: the first rounds come before the first periodic passes (recovery, pruning,
-        # sampling), which wait `WARM_UP` after the first claim; a claim of nothing runs them at
-        # once, before any rest and before `until_empty` may end the run.
+        # sampling), which wait `WARM_UP` after the first claim; a claim of nothing, once nothing
+        # is held, runs them at once, before any rest and before `until_empty` may end the run.
         warming, warm_until = True, float("inf")
         self.slots.nudge()  # the first round claims
         while not self.stopping.is_set():
@@ -120,7 +120,8 @@ class ClaimLoop:
                     if until_empty and self.empty and not from_start:
                         self.restart_at.clear()  # the last look starts at the head: nothing left behind
                     if warming:
-                        warming = claimed > 0
+                        # Held jobs keep it warm: their completions go before the passes.
+                        warming = claimed > 0 or self.slots.held_count() > 0
                         warm_until = min(warm_until, time.monotonic() + WARM_UP)
                         if not warming:
                             continue  # the passes now, before any rest or the end of the run

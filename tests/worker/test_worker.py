@@ -388,6 +388,34 @@ def test_a_worker_under_a_backlog_puts_off_its_first_periodic_passes_until_its_w
     assert any(kind == "round" for kind, _ in events[first_passes:]), "the passes waited for the backlog to end"
 
 
+def test_the_last_jobs_of_a_drain_complete_before_the_first_periodic_passes(queue, monkeypatch):
+    """A claim that finds nothing more while jobs are still held does not end the warm-up:
+    the passes (some 50 ms of the interpreter, their statements compiled on first use) would
+    hold back the completions of the last jobs of a drain."""
+
+    @queue.task(name="brief")
+    def brief(payload, ctx):
+        time.sleep(0.03)
+
+    # Two handlers and four prefetched: the first round claims all six, the next finds none
+    # while five are still held.
+    queue.enqueue_many([{"task": "brief", "payload": {}} for _ in range(6)])
+    worker = queue.worker(concurrency=2, prefetch=4, **FAST)
+    periodic, slots = worker.claim_loop.periodic, worker.slots
+    held_at_passes: list[int] = []
+    real_passes = periodic.run_due
+
+    def run_due():
+        held_at_passes.append(slots.held_count())
+        real_passes()
+
+    monkeypatch.setattr(periodic, "run_due", run_due)
+    assert worker.run(until_empty=True).completed == 6
+
+    assert held_at_passes, "the passes never ran"
+    assert held_at_passes[0] == 0, f"the first passes ran with {held_at_passes[0]} job(s) still held"
+
+
 def test_until_empty_stops_only_after_a_claim_from_the_start_finds_nothing(queue, engine):
     """A claim that starts from a position can come back empty while jobs wait behind it."""
     job_id = queue.enqueue("send_email", {})
