@@ -218,7 +218,7 @@ class Outcomes:
             return {}
         started = _BatchClock()
         with self.executor.single_statement() as conn:
-            rows = conn.execute(self.statements.complete_many, _held_params(jobs, results)).all()
+            rows = self.executor.complete_many(conn, _held_params(jobs, results))
         self._settle_again(rows)
         self._emit_finished(rows)
         self._emit_batch("complete", None, sorted({job.queue for job in jobs}), (), rows, started)

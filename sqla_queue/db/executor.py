@@ -347,6 +347,15 @@ class Executor:
         statement = self.statements.complete_and_claim_from if from_position else self.statements.complete_and_claim
         return conn.execute(statement, params).all()
 
+    def complete_many(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
+        """The rows of `Statements.complete_many` (a worker's flush, `Queue.complete_many`), on
+        the driver fast path where there is one: SQLAlchemy's per-row result processing costs
+        more than the statement for a batch of hundreds."""
+        fast = self._driver_statements
+        if fast is not None:
+            return fast.complete_many.rows(conn, params)
+        return conn.execute(self.statements.complete_many, params).all()
+
     def one_round_trip(self, steps: Callable[[DriverStatements], Sequence[tuple[Any, dict[str, Any]]]]
                        ) -> list[list[Any]] | None:
         """The rows of each of `steps` (built from the compiled statements), run as one

@@ -268,6 +268,10 @@ class DriverStatements:
         })
 
     @cached_property
+    def complete_many(self) -> DriverStatement:
+        return self._compiled("complete_many", {"job_ids": [], "tokens": [], "results": []})
+
+    @cached_property
     def insert_one(self) -> DriverStatement:
         return self._compiled("insert_one", {**dict.fromkeys(INPUT_COLUMNS), "channel": "", "notify": True})
 
