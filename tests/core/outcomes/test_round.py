@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 
 import sqla_queue as sq
 
@@ -83,6 +83,38 @@ def test_limit_zero_only_completes_and_an_empty_round_is_an_empty_claim(round_qu
     empty_before = len(recorder.of("empty_claim"))
     assert round_queue.complete_and_claim([], queue="images", worker_id="w", limit=3) == ({}, [])
     assert len(recorder.of("empty_claim")) == empty_before + 1
+
+
+def test_complete_many_completes_each_under_its_token_and_reports_the_lost_one(
+    round_queue, recorder, job_row, expire_lease
+):
+    """The worker's flush (completions without a claim) and `Queue.complete_many`: on a
+    worker's engine it runs the compiled statement on the driver connection, SQLAlchemy's
+    execution never sees it."""
+    ids = round_queue.enqueue_many([{"task": "send_email", "payload": {"n": n}} for n in range(3)])
+    jobs = round_queue.claim(worker_id="w", limit=3)
+    expire_lease(ids[2])
+    round_queue.recover_expired(lease=sq.DEFAULT_LEASE)  # the third job's claim is gone
+    executed: list[str] = []
+
+    def record(conn, cursor, sql, *rest):
+        executed.append(sql)
+
+    engine = round_queue.engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        results = round_queue.complete_many(jobs, results={ids[0]: {"ok": 1}})
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+    assert results == {ids[0]: True, ids[1]: True, ids[2]: False}
+    assert [job_row(i)["status"] for i in ids] == ["completed", "completed", "pending"]
+    assert job_row(ids[0])["result"] == {"ok": 1}
+    assert sorted(e.job_id for e in recorder.of("completed")) == ids[:2]
+    assert [e.job_id for e in recorder.of("lost_claim")] == [ids[2]]
+    batch = [sql for sql in executed if "job_ids" in sql]  # not the lost job's own `complete`
+    on_driver = round_queue.core.executor.capabilities.driver_fast_path
+    assert len(batch) == (0 if on_driver else 1), executed
 
 
 @pytest.mark.parametrize("limit", [-1, True, 1.5, "2"])
