@@ -80,13 +80,17 @@ def test_a_repeatable_read_block_fails_once_a_renewal_updated_the_job_row(app_en
     job_id = queue.enqueue(write_effect, {})
     drain(queue, lease=timedelta(seconds=1))  # a renewal every third of a second
 
-    [error] = errors
-    assert isinstance(error, sa_exc.OperationalError), error
-    assert "could not serialize access" in str(error)
+    # The first attempt fails; a later one may too, on a loaded machine, if a renewal lands
+    # inside its short block (one every third of a second). Only the attempt that completed
+    # left its effect.
+    assert errors, "the renewal did not make the block fail"
+    for error in errors:
+        assert isinstance(error, sa_exc.OperationalError), error
+        assert "could not serialize access" in str(error)
     job = queue.get_job(job_id)
-    assert (job.status, job.attempts) == (sq.JobStatus.COMPLETED, 2)
+    assert (job.status, job.attempts) == (sq.JobStatus.COMPLETED, len(errors) + 1)
     with app_engine.connect() as conn:
-        assert conn.execute(text("SELECT job_id, attempt FROM effects")).all() == [(job_id, 2)]
+        assert conn.execute(text("SELECT job_id, attempt FROM effects")).all() == [(job_id, len(errors) + 1)]
 
 
 def locked_at(engine, job_id: int):
