@@ -12,6 +12,8 @@ import pytest
 
 from sqla_queue.worker.runs import HandlerThreads
 
+from waiting import wait_until
+
 FAST = {"poll_interval": 0.05, "lease": timedelta(seconds=6)}
 
 
@@ -58,15 +60,22 @@ def run_until_told(handlers: HandlerThreads, taken: list[object], release: threa
         release.wait(10)
 
 
-def test_the_pool_never_grows_past_its_limit_nor_after_its_end():
+def pool_taking(limit: int, jobs: int, release: threading.Event, *, until_taken: int
+                ) -> tuple[HandlerThreads, list[object]]:
+    """A pool of at most `limit` threads given `jobs` jobs (0, 1, ...), grown from one thread
+    as a worker's dispatch does, once `until_taken` of them are taken."""
     taken: list[object] = []
-    release = threading.Event()
-    handlers = HandlerThreads(3, lambda h: run_until_told(h, taken, release))
-    for job in range(5):
+    handlers = HandlerThreads(limit, lambda h: run_until_told(h, taken, release))
+    for job in range(jobs):
         handlers.work.put(job)
     handlers.grow()
-    while len(taken) < 3:
-        threading.Event().wait(0.01)
+    wait_until(lambda: len(taken) >= until_taken, f"{until_taken} jobs taken", timeout=10, interval=0.01)
+    return handlers, taken
+
+
+def test_the_pool_never_grows_past_its_limit_nor_after_its_end():
+    release = threading.Event()
+    handlers, taken = pool_taking(3, 5, release, until_taken=3)
 
     assert len(handlers.started()) == 3 and not handlers.more_wanted()  # full, though two jobs wait
     handlers.grow()
@@ -95,15 +104,9 @@ def test_a_refused_thread_stops_the_growth_and_loses_no_job(monkeypatch, caplog)
         original(self)
 
     monkeypatch.setattr(threading.Thread, "start", at_most_two)
-    taken: list[object] = []
     release = threading.Event()
     release.set()  # each job returns at once
-    handlers = HandlerThreads(5, lambda h: run_until_told(h, taken, release))
-    for job in range(6):
-        handlers.work.put(job)
-    handlers.grow()
-    while len(taken) < 6:
-        threading.Event().wait(0.01)
+    handlers, taken = pool_taking(5, 6, release, until_taken=6)
 
     assert len(handlers.started()) == 2
     assert "could not start another handler thread" in caplog.text
