@@ -32,7 +32,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Handler threads (most jobs held at once).")
 @click.option("--batch-size", type=click.IntRange(min=1),
-              help="Most jobs per claim (default: concurrency plus the prefetch).")
+              help="Most jobs per claim (default: half of concurrency plus the prefetch, or 200 if that is more).")
 @click.option("--prefetch", type=click.IntRange(min=0), envvar=PREFETCH_ENV, show_default="adaptive",
               help="Claimed jobs held beyond --concurrency, waiting for a free handler (leased, their timeout "
                    "not started), so claims overlap handlers; 0: none (default: "

@@ -26,8 +26,9 @@ class WorkerConfig:
         Default None: every queue a registered task or a schedule of the queue puts jobs on
         (`Core.declared_queues`), as they stand when the worker starts.
     :param concurrency: handler threads, and the most jobs held at once.
-    :param batch_size: most jobs per claim statement (default: ``concurrency`` plus the
-        prefetch); a claim never asks for more than the free slots.
+    :param batch_size: most jobs per claim statement (default: half of ``concurrency`` plus
+        the prefetch, or 200 if that is more: docs/explanation/prefetch.md); a claim never asks
+        for more than the free slots.
     :param prefetch: claimed jobs held beyond ``concurrency``, waiting in the worker for a free
         handler, so claims stay large while handlers run (docs/explanation/prefetch.md). They
         are ``running`` and leased like the others; a task's timeout starts when a handler

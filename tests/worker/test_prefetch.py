@@ -171,6 +171,26 @@ def test_a_task_timeout_counts_from_when_a_handler_takes_the_job(queue, engine, 
     assert ended[overrun_id].last_error == f"TimeoutError: handler exceeded its timeout of {timeout:g}s"
 
 
+@pytest.mark.parametrize(("batch_size", "held"), [(None, 500), (1000, 1000)])
+def test_a_claim_takes_half_of_many_slots_unless_a_batch_size_is_given(queue, engine, running_worker,
+                                                                       batch_size, held):
+    """1,000 slots (one handler, 999 buffered): the first claim takes 500, so the round that
+    carries it is half as long and the rest of a backlog is left to the next round or another
+    worker; with ``batch_size`` the claim takes what it allows. The handler is held, so the
+    buffer never runs low and no second claim comes."""
+    gated = Gated(queue)
+    queue.enqueue_many([{"task": "gated", "payload": {}}] * 1200)
+    worker = queue.worker(concurrency=1, prefetch=999, batch_size=batch_size, poll_interval=0.1)
+    running_worker(worker)
+    try:
+        wait_until(lambda: gated.started, "the handler to start")
+        time.sleep(0.3)  # a second claim, if one came, would have committed by now
+        assert statuses(engine).count("running") == held
+    finally:
+        gated.gate.set()
+        worker.stop()
+
+
 def test_the_adaptive_prefetch_holds_about_a_second_of_work():
     size = PrefetchSize(concurrency=10, fixed=None)
     assert size.size() == 0  # nothing known yet: nothing prefetched
