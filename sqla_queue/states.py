@@ -87,5 +87,11 @@ def check_constraint_sql(states: tuple[State, ...] = STATES) -> str:
 
 
 def active_predicate_sql(states: tuple[State, ...] = STATES) -> str:
-    """The partial index predicate of the active (dedupe) states, as the job table declares it."""
+    """``status IN (...)`` of the active (dedupe) states."""
     return "status IN ({})".format(", ".join(f"'{state.value}'" for state in states if state.active))
+
+
+def active_key_predicate_sql(states: tuple[State, ...] = STATES) -> str:
+    """The active-key index's predicate, as the job table declares it: a key, in an active state
+    (a NULL never conflicts, so keyless jobs stay out of the index)."""
+    return f"idempotency_key IS NOT NULL AND {active_predicate_sql(states)}"

@@ -35,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from .errors import ConfigurationError
-from .states import FINISHED, active_predicate_sql, check_constraint_sql
+from .states import FINISHED, active_key_predicate_sql, check_constraint_sql
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -155,11 +155,20 @@ def job_table_args(name: str) -> tuple[Any, ...]:
             postgresql_where="status = 'pending'",
         ),
         # The dedupe window: one active job per key. Completed and failed jobs release it.
+        # Only rows with a key enter it (revision sqlaq_0015): a job without one, most jobs,
+        # costs no entry when it is enqueued, claimed or has its lease renewed.
         Index(
             f"{name}_active_key_idx",
             "idempotency_key",
             unique=True,
-            postgresql_where=active_predicate_sql(),
+            postgresql_where=active_key_predicate_sql(),
+        ),
+        # The jobs waiting for their dependencies, which no other index holds: with the pending
+        # and running indexes, the active-jobs aggregate reads every active row (`sql.stats`).
+        Index(
+            f"{name}_waiting_idx",
+            "queue_name",
+            postgresql_where="status = 'waiting'",
         ),
         # Lease recovery scans running jobs by the end of their holder's lease, and rows
         # claimed before revision sqlaq_0008 (no lease end) by its start: those alone, so a

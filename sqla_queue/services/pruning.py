@@ -6,7 +6,7 @@ when it is built; `Pruner.run_once()`, one bounded batch of each kind, returning
 prune``); and `Pruner.run_if_due()`, the periodic pass a worker's claim loop makes.
 
 Why prune at all: a queue table is update-heavy and mostly finished jobs. Finished rows keep
-the table, its primary key and every index over all rows (the active-key index included) big,
+the table, its primary key and the finished-at indexes big,
 so vacuum has more to scan and more pages compete for cache. Deleting them in small batches
 leaves dead tuples that autovacuum turns into reusable space; the table stops growing instead
 of shrinking (only ``VACUUM FULL`` or pg_repack return space to the OS). See

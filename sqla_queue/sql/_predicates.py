@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, ColumnElement, Table, Text, and_, bindparam, column, false, func, literal, true
+from sqlalchemy import BigInteger, ColumnElement, Table, Text, and_, bindparam, column, false, func, literal, or_, true
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from ..types import JobStatus
@@ -16,6 +16,14 @@ def status_is(table: Table, *statuses: JobStatus) -> ColumnElement[bool]:
     """
     values = [literal(s.value, literal_execute=True) for s in statuses]
     return table.c.status == values[0] if len(values) == 1 else table.c.status.in_(values)
+
+
+def status_is_one_of(table: Table, *statuses: JobStatus) -> ColumnElement[bool]:
+    """``status = 'x' OR status = 'y' ...``: for a statement that reads the rows of several
+    states, each through its state's partial index (the active ones: waiting, pending claim,
+    running expiry). `status_is`'s ``IN`` list matches only an index over all of them, and the
+    active-key index holds keyed jobs alone."""
+    return or_(*(status_is(table, status) for status in statuses))
 
 
 def live(table: Table) -> ColumnElement[bool]:

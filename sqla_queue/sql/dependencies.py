@@ -43,7 +43,7 @@ from sqlalchemy.sql import Executable
 
 from ..tables import dependencies_table
 from ..types import ACTIVE_STATUSES, FINISHED_STATUSES, JobStatus
-from ._predicates import status_is
+from ._predicates import status_is, status_is_one_of
 from .notify import announce_finished, announced, channel_name
 
 DEPENDENCY_FAILED = "a dependency failed or was cancelled"
@@ -418,4 +418,4 @@ def has_live_dependents(table: Table) -> Any:
     deps = dependencies_table(table)
     live = table.alias("live_dependent")
     return (table.c.dependents > 0) & exists().where(
-        deps.c.depends_on == table.c.id, live.c.id == deps.c.job_id, status_is(live, *ACTIVE_STATUSES))
+        deps.c.depends_on == table.c.id, live.c.id == deps.c.job_id, status_is_one_of(live, *ACTIVE_STATUSES))

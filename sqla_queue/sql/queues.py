@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql import Executable
 
 from ..types import JobStatus
-from ._predicates import status_is
+from ._predicates import status_is, status_is_one_of
 
 
 def pause_queue(queues: Table) -> Executable:
@@ -43,9 +43,9 @@ def queue_states(table: Table, queues: Table, *, one: bool = False) -> Executabl
     """Every queue with active jobs or a row of its own (only queue ``:queue`` with `one`):
     pause state, pending and running counts.
 
-    The counts read only active rows (``status IN ('pending', 'running')`` is the active-key
-    index's predicate, as in `stats.queue_health`), never the finished jobs a busy table is
-    mostly made of; the queues table is small. A full join keeps a paused queue without jobs
+    The counts read only active rows (``status = 'pending' OR status = 'running'``, each state
+    through its partial index, as in `stats.queue_health`), never the finished jobs a busy table
+    is mostly made of; the queues table is small. A full join keeps a paused queue without jobs
     and a queue with jobs that was never paused.
     """
     active = (
@@ -54,7 +54,7 @@ def queue_states(table: Table, queues: Table, *, one: bool = False) -> Executabl
             cast(func.count().filter(status_is(table, JobStatus.PENDING)), Integer).label("pending"),
             cast(func.count().filter(status_is(table, JobStatus.RUNNING)), Integer).label("running"),
         )
-        .where(status_is(table, JobStatus.PENDING, JobStatus.RUNNING),
+        .where(status_is_one_of(table, JobStatus.PENDING, JobStatus.RUNNING),
                *([table.c.queue_name == bindparam("queue")] if one else []))
         .group_by(table.c.queue_name)
         .subquery("active")

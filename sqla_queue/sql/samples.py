@@ -51,7 +51,7 @@ def record_sample(table: Table, counters: Table, samples: Table) -> Executable:
     ``:retention``. Returns ``written`` and ``deleted``.
 
     Each source is the statement `stats` runs, bounded to the minute: the active aggregate (the
-    active-key index), completions and failures in the minute (ranges on the completed- and
+    partial indexes of the active states), completions and failures in the minute (ranges on the completed- and
     failed-at indexes), the minute's counters (a range on their primary key). The NOT EXISTS
     test on the samples' primary key is a one-time filter: when another worker wrote the minute,
     nothing else is read. ``ON CONFLICT DO NOTHING`` settles two workers that sample at once.

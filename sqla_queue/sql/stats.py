@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.sql import Executable, Select
 
 from ..types import JobStatus
-from ._predicates import status_is
+from ._predicates import status_is, status_is_one_of
 
 
 def _count_where(condition: ColumnElement[bool]) -> ColumnElement[int]:
@@ -41,9 +41,10 @@ def queue_health(table: Table) -> Select:
     """Active jobs per queue: counts, eligible vs scheduled, oldest eligible age, near the limit,
     and jobs waiting for their dependencies.
 
-    ``status IN ('waiting', 'pending', 'running')`` is the active-key index's own predicate, so the planner
-    reads that partial index (every active row, none finished) instead of the table. "Eligible"
-    repeats the claim's predicate: due now (database time) with attempts left.
+    The active states are asked for one by one (``status = 'waiting' OR status = 'pending' OR
+    status = 'running'``), each the predicate of a partial index (waiting, pending claim, running
+    expiry), so the planner reads those (every active row, none finished) instead of the table.
+    "Eligible" repeats the claim's predicate: due now (database time) with attempts left.
     """
     now = func.clock_timestamp()
     pending = status_is(table, JobStatus.PENDING)
@@ -61,7 +62,7 @@ def queue_health(table: Table) -> Select:
             .label("near_max_attempts"),
             _count_where(status_is(table, JobStatus.WAITING)).label("waiting"),
         )
-        .where(status_is(table, JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING))
+        .where(status_is_one_of(table, JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING))
         .group_by(table.c.queue_name)
         .order_by(table.c.queue_name)
     )

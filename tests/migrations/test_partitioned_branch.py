@@ -80,18 +80,18 @@ def test_the_revision_converts_a_populated_table_and_back_while_a_worker_drains_
     time.sleep(0.3)
     with engine.connect() as conn:
         migrations.upgrade(conn, migrations.PARTITIONED_HEAD)
-        assert (migrations.current(conn), migrations.partitioned_revision(conn)) == ("sqlaq_0014", PART)
+        assert (migrations.current(conn), migrations.partitioned_revision(conn)) == ("sqlaq_0015", PART)
     assert relkind(engine) == "p"
     time.sleep(0.5)
     archived = History(traffic.queue.core.executor.table).archive(engine.begin)
     assert archived > 0
     with engine.connect() as conn:
         migrations.downgrade(conn, migrations.PARTITIONED_BASE)
-        assert (migrations.current(conn), migrations.partitioned_revision(conn)) == ("sqlaq_0014", None)
+        assert (migrations.current(conn), migrations.partitioned_revision(conn)) == ("sqlaq_0015", None)
     time.sleep(0.3)
     traffic.stop()
 
-    assert relkind(engine) == "r" and stamped(engine) == {"sqlaq_0014"}
+    assert relkind(engine) == "r" and stamped(engine) == {"sqlaq_0015"}
     found = rows(engine)
     assert [r.id for r in found] == sorted(traffic.enqueued)
     assert traffic.enqueued == sorted(traffic.enqueued) and len(set(traffic.enqueued)) == len(traffic.enqueued)
@@ -112,6 +112,32 @@ def test_a_table_converted_by_the_command_is_only_recorded_and_downgrading_the_m
         migrations.downgrade(conn, "sqlaq_0013")  # Alembic undoes the dependent branch first
         assert (migrations.current(conn), migrations.partitioned_revision(conn)) == ("sqlaq_0013", None)
     assert relkind(engine) == "r"
+
+
+def live_indexes(engine: Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        return dict(conn.execute(text("SELECT indexname, indexdef FROM pg_indexes "
+                                      "WHERE tablename = 'sqla_queue_jobs_live'")).all())
+
+
+def test_a_revision_that_builds_indexes_builds_them_on_the_live_partition_both_ways(engine):
+    """sqlaq_0015 on a table partitioned at sqlaq_0014: an index cannot be built CONCURRENTLY
+    on the partitioned parent, so the revision builds it on the live partition that holds the
+    others, and its downgrade restores the earlier one there, the layout untouched."""
+    with engine.connect() as conn:
+        migrations.downgrade(conn, "sqlaq_0014")
+        migrations.upgrade(conn, migrations.PARTITIONED_HEAD)
+        migrations.upgrade(conn)
+    assert relkind(engine) == "p"
+    indexes = live_indexes(engine)
+    assert "(idempotency_key IS NOT NULL)" in indexes["sqla_queue_jobs_active_key_idx"]
+    assert "sqla_queue_jobs_waiting_idx" in indexes
+    with engine.connect() as conn:
+        migrations.downgrade(conn, "sqlaq_0014")
+        assert (migrations.current(conn), migrations.partitioned_revision(conn)) == ("sqlaq_0014", PART)
+    indexes = live_indexes(engine)
+    assert "IS NOT NULL" not in indexes["sqla_queue_jobs_active_key_idx"]
+    assert "sqla_queue_jobs_waiting_idx" not in indexes and relkind(engine) == "p"
 
 
 def test_a_worker_that_has_not_noticed_the_way_back_cannot_archive_into_the_plain_table(engine):
@@ -155,24 +181,24 @@ def test_a_step_that_cannot_get_its_lock_gives_up_and_running_it_again_finishes(
     try:
         with engine.connect() as conn, pytest.raises(Exception, match="lock timeout"):
             migrations.upgrade(conn, migrations.PARTITIONED_HEAD, lock_timeout=timedelta(milliseconds=200))
-        assert relkind(engine) == "r" and stamped(engine) == {"sqlaq_0014"}
+        assert relkind(engine) == "r" and stamped(engine) == {"sqlaq_0015"}
     finally:
         blocker.rollback()
         blocker.close()
     with engine.connect() as conn:
         migrations.upgrade(conn, migrations.PARTITIONED_HEAD)
-    assert relkind(engine) == "p" and stamped(engine) == {PART}
+    assert relkind(engine) == "p" and stamped(engine) == {"sqlaq_0015", PART}
 
 
 def test_the_command_line_records_the_layout_and_turns_it_back(shell: Shell):
-    assert shell.run("sqla-queue db upgrade").stdout == "sqla_queue schema at sqlaq_0014 (head)\n"
+    assert shell.run("sqla-queue db upgrade").stdout == "sqla_queue schema at sqlaq_0015 (head)\n"
     assert shell.run("sqla-queue db partition-history").stdout.startswith("job table partitioned")
-    assert shell.run("sqla-queue db current").stdout == f"sqlaq_0014 (head), partitioned layout {PART}\n"
+    assert shell.run("sqla-queue db current").stdout == f"sqlaq_0015 (head), partitioned layout {PART}\n"
     assert shell.run("sqla-queue db partition-history").stdout == "job table already partitioned: nothing to do\n"
     assert shell.run("sqla-queue db downgrade sqla_queue_partitioned@base").stdout == \
-        "sqla_queue schema at sqlaq_0014 (head)\n"
+        "sqla_queue schema at sqlaq_0015 (head)\n"
     assert shell.run("sqla-queue db upgrade sqla_queue_partitioned@head").stdout == \
-        f"sqla_queue schema at sqlaq_0014 (head), partitioned layout {PART}\n"
+        f"sqla_queue schema at sqlaq_0015 (head), partitioned layout {PART}\n"
 
 
 def test_a_host_that_lists_the_branch_gets_the_layout_with_alembic_upgrade_heads(host_app, empty_engine):

@@ -336,14 +336,15 @@ def test_revision_12_adds_waiting_jobs_beside_live_ones_and_its_downgrade_cancel
     schema has no such state) and drops the columns and the dependencies table."""
     upgrade(empty_engine, "sqlaq_0011")
     old = enqueued_at_this_revision(empty_engine)
+    upgrade(empty_engine, "sqlaq_0012")
+    assert _index_definitions(empty_engine)["sqla_queue_jobs_active_key_idx"].endswith(
+        "WHERE (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text]))")
 
     upgrade(empty_engine)  # today's code writes today's columns
     queue = sq.Queue(empty_engine, load_entrypoints=False)
     queue.task(lambda payload, ctx: None, name="send_email")
     waiting = queue.enqueue("send_email", {}, depends_on=[old])
     assert (queue.get_job(old).status.value, queue.get_job(waiting).status.value) == ("pending", "waiting")
-    assert _index_definitions(empty_engine)["sqla_queue_jobs_active_key_idx"].endswith(
-        "WHERE (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text]))")
 
     downgrade(empty_engine, "sqlaq_0011")
     rows = {r["id"]: r for r in all_rows(empty_engine, reflected_jobs(empty_engine))}
@@ -399,5 +400,42 @@ def test_revision_14_adds_archived_false_on_every_job_and_its_downgrade_drops_it
     assert {queue.get_job(job_id).status.value for job_id in before} == {"pending"}
     downgrade(empty_engine, "sqlaq_0013")
     assert "archived" not in all_rows(empty_engine, reflected_jobs(empty_engine))[0]
+    upgrade(empty_engine)
+    assert stamped(empty_engine) == {HEAD_ID}
+
+
+def _index_entries(engine: Engine, name: str) -> float:
+    """The entries an index holds, as its build (or the last VACUUM) counted them."""
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT reltuples FROM pg_class WHERE relname = :name"), {"name": name}).scalar()
+
+
+def test_revision_15_leaves_keyless_jobs_out_of_the_active_key_index_and_its_downgrade_puts_them_back(empty_engine):
+    """sqlaq_0015: the active-key index holds the keyed active jobs only, and still refuses a
+    second active job with a key; the waiting jobs get their own index. Downgrade restores the
+    index of every active job and drops the waiting one."""
+    upgrade(empty_engine, "sqlaq_0014")
+    for _ in range(3):
+        enqueued_at_this_revision(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(insert(reflected_jobs(empty_engine)).values(
+            queue_name="default", task="send_email", payload={}, idempotency_key="k1"))
+    key_index, waiting_index = "sqla_queue_jobs_active_key_idx", "sqla_queue_jobs_waiting_idx"
+
+    upgrade(empty_engine, "sqlaq_0015")
+    indexes = _index_definitions(empty_engine)
+    assert indexes[key_index].endswith("WHERE ((idempotency_key IS NOT NULL) AND "
+                                       "(status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text])))")
+    assert indexes[waiting_index].endswith("(queue_name) WHERE (status = 'waiting'::text)")
+    assert _index_entries(empty_engine, key_index) == 1
+    with pytest.raises(IntegrityError), empty_engine.begin() as conn:
+        conn.execute(insert(reflected_jobs(empty_engine)).values(
+            queue_name="default", task="send_email", payload={}, idempotency_key="k1"))
+
+    downgrade(empty_engine, "sqlaq_0014")
+    indexes = _index_definitions(empty_engine)
+    assert indexes[key_index].endswith("WHERE (status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text]))")
+    assert waiting_index not in indexes
+    assert _index_entries(empty_engine, key_index) == 4
     upgrade(empty_engine)
     assert stamped(empty_engine) == {HEAD_ID}

@@ -72,9 +72,16 @@ def assert_served_by(plan, index: str) -> None:
     assert not seq_scanned(plan) & {"sqla_queue_jobs", "sqla_queue_jobs_counters", "sqla_queue_jobs_samples"}, plan
 
 
-def test_the_active_aggregate_reads_the_active_key_index_not_the_finished_jobs(big):
+ACTIVE_STATE_INDEXES = ("sqla_queue_jobs_waiting_idx", "sqla_queue_jobs_pending_claim_idx",
+                        "sqla_queue_jobs_running_expiry_idx")
+
+
+def test_the_active_aggregate_reads_each_active_states_index_not_the_finished_jobs(big):
+    """Waiting, pending and running rows through their partial indexes: the active-key index
+    holds keyed jobs only (revision sqlaq_0015)."""
     plan = plan_of(big, stats.queue_health(JOBS))
-    assert_served_by(plan, "sqla_queue_jobs_active_key_idx")
+    for index in ACTIVE_STATE_INDEXES:
+        assert_served_by(plan, index)
 
 
 def test_completions_in_the_window_are_a_range_on_the_completed_at_index(big):
@@ -123,7 +130,7 @@ def test_pruning_walks_the_finished_at_index_from_the_oldest(big, status, index)
 
 def test_a_sample_reads_what_stats_reads_bounded_to_one_minute(big):
     plan = plan_of(big, samples.record_sample(JOBS, COUNTERS, SAMPLES), {"retention": timedelta(days=7)})
-    for index in ("sqla_queue_jobs_active_key_idx", "sqla_queue_jobs_completed_at_idx",
+    for index in (*ACTIVE_STATE_INDEXES, "sqla_queue_jobs_completed_at_idx",
                   "sqla_queue_jobs_failed_at_idx", "pk_sqla_queue_jobs_counters", "pk_sqla_queue_jobs_samples"):
         assert_served_by(plan, index)
 
