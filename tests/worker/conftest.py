@@ -421,6 +421,7 @@ class FaultApp:
             APP_DATABASE_URL=queue_url or self.queue_url(self.direct_url),
             APP_SIDE_DATABASE_URL=side_url or self.direct_url,
             PYTHONUNBUFFERED="1",
+            PYTHONFAULTHANDLER="1",  # a fatal signal writes every thread's stack to the log
             SQLA_QUEUE_DISABLE_PLUGIN_AUTOLOAD="1",
         )
         command = [sys.executable, "-c", "from sqla_queue.cli import run; run()",

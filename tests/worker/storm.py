@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from sqla_queue.worker.slots import PREFETCH_PER_HANDLER
 
@@ -45,7 +48,15 @@ def stop_gracefully(app: FaultApp, running: list[WorkerProcess]) -> None:
     for worker in running:
         worker.signal(signal.SIGTERM)
     for worker in running:
-        assert worker.process.wait(timeout=30) == 0, app.logs()
+        try:
+            code = worker.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            # The workers run with PYTHONFAULTHANDLER: SIGABRT writes every thread's stack to
+            # the worker's log, which says where it hung.
+            worker.signal(signal.SIGABRT)
+            worker.process.wait(timeout=10)
+            pytest.fail(f"{worker.name} did not exit within 30 s of SIGTERM:\n{app.logs(chars=20_000)}")
+        assert code == 0, app.logs()
 
 
 def storm(app: FaultApp, *, jobs: int, workers: int, concurrency: int, kills: int,
