@@ -275,9 +275,10 @@ class ClaimLoop:
         claimed 1,600 jobs while its first 199 completions waited. Halved, one half runs
         through the handlers while the round claims the next, and the last jobs of a backlog
         go to the workers in halves, not all to whichever claims first (docs/explanation/
-        prefetch.md: 1.05x from process start on PostgreSQL 15, within the noise on 18). Below
-        twice the floor a round's own cost (a statement, a commit) weighs more than what
-        splitting saves: two processes at concurrency 10 drained 8 % slower with 90 slots halved."""
+        prefetch.md: 1.05x from process start on PostgreSQL 15, within the noise on 18). The
+        floor keeps small rounds whole: there a round's own cost (a statement, a commit) weighs
+        more than what splitting saves (two processes at concurrency 10 drained 8 % slower with
+        their 90 slots halved)."""
         return max(SPLIT_FLOOR, self.slots.capacity // 2)
 
     def _claim_limited(self, queues: list[str], room: int) -> int:
