@@ -35,6 +35,7 @@ from ..services.scheduler import Scheduler
 from ..sql.claim import reads_around_position
 from ..sql.lease import RETURNED_UNTAKEN
 from .config import WorkerConfig
+from .handler_threads import STALL_CHECK
 from .held_job import HeldJob
 from .runs import WorkerRuns
 from .slots import Slots
@@ -112,6 +113,7 @@ class ClaimLoop:
                     warming = False
                 if not warming:
                     self.periodic.run_due()
+                self.runs.grow_stalled_threads()
                 self._return_stale()
                 if self._claim_due(until_empty):
                     # Sampled before the claim: a job that finishes during it may retry at once, so
@@ -208,6 +210,8 @@ class ClaimLoop:
             due.append(buffered + self.config.prefetch_ttl)
         if self.empty:
             due.append(self.claim_at)
+        if self.runs.threads_stalled():
+            due.append(now + STALL_CHECK)
         return max(0.0, min(due) - now)
 
     def _idle_wait(self) -> float:

@@ -22,6 +22,7 @@ from ..core import Core
 from ..core.handler_transaction import HandlerSessions, HandlerTransaction
 from ..errors import DatabaseError, JobCancelledError, PermissionDeniedError
 from ..types import ClaimedJob
+from .handler_threads import HandlerThreads
 from .held_job import HeldJob
 from .job_run import JobRuns, calls_handlers, ending_of, settled_by_transaction
 from .slots import Slots
@@ -112,7 +113,7 @@ class WorkerRuns(JobRuns):
         self._handlers = HandlerThreads(self.concurrency, self._handler_thread)
         return self._handlers
 
-    def _handler_thread(self, handlers: HandlerThreads) -> None:
+    def _handler_thread(self, handlers: HandlerThreads, index: int) -> None:
         work = handlers.work
         get = work.get
         mine = self._mine
@@ -123,8 +124,6 @@ class WorkerRuns(JobRuns):
                 held = get()
                 if held is None:  # the run ended (`wake_threads`)
                     return
-                if handlers.more_wanted():  # jobs wait behind this one: another thread takes them
-                    handlers.grow()
             else:
                 mine.next = None
             wait = held.start_at - time.monotonic()
@@ -134,9 +133,11 @@ class WorkerRuns(JobRuns):
                 continue  # shutting down: not started, so it is released, not run
             held.started = True
             completing = False
+            handlers.enter(index)  # jobs wait behind this one and no thread is free: one more takes them
             try:
                 completing = self._run_here(held)
             finally:
+                handlers.leave(index)
                 if not completing:
                     self.slots.forget(held)
 
@@ -317,65 +318,16 @@ class WorkerRuns(JobRuns):
     def threads(self) -> list[threading.Thread]:
         return [] if self._handlers is None else self._handlers.started()
 
+    def threads_stalled(self) -> bool:
+        """Jobs wait while every handler thread is inside a handler (`HandlerThreads`)."""
+        return self._handlers is not None and self._handlers.stalled()
+
+    def grow_stalled_threads(self) -> None:
+        if self._handlers is not None:
+            self._handlers.grow_stalled()
+
     def forget_threads(self) -> None:
         self._handlers = None
-
-
-class HandlerThreads:
-    """One run's handler threads, started as its jobs arrive, at most `concurrency`.
-
-    Starting a thread waits for it to run (some 0.1 ms). All of them at once, before the first
-    job, kept a worker's first batch waiting for the whole pool (23 ms at concurrency 200). So
-    the first job starts one thread, and each thread that takes a job while more wait starts
-    the next: the pool grows as fast as before, its starts spread over the threads already
-    running jobs, and a worker whose jobs never overlap keeps only the threads it needed."""
-
-    def __init__(self, concurrency: int, target: Callable[[HandlerThreads], None]) -> None:
-        # A C-level queue: handing a job over and waking a thread costs no Python-level lock
-        # juggling. ``None`` tells one thread to end.
-        self.work: queue_module.SimpleQueue[HeldJob | None] = queue_module.SimpleQueue()
-        self._limit = concurrency
-        self._target = target
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._ended = False
-
-    def more_wanted(self) -> bool:
-        """Jobs are waiting and the pool may grow (no lock: `grow` checks again)."""
-        return len(self._threads) < self._limit and not self.work.empty()
-
-    def grow(self) -> None:
-        """Start one more thread, unless the pool is full or the run has ended. If the system
-        refuses a thread (its limit on threads or memory), the run goes on with the threads it
-        has; only a run with none at all fails, as it did when every thread started at once."""
-        with self._lock:  # held while it starts: `started` never lists a thread not yet started
-            if self._ended or len(self._threads) >= self._limit:
-                return
-            thread = threading.Thread(target=self._target, args=(self,),
-                                      name=f"sqla-queue-handler-{len(self._threads)}", daemon=True)
-            try:
-                thread.start()
-            except RuntimeError as exc:
-                if not self._threads:
-                    raise
-                self._limit = len(self._threads)
-                logger.warning("worker: could not start another handler thread (%s); running jobs on the %d "
-                               "it has", exc, self._limit)
-                return
-            self._threads.append(thread)
-
-    def end(self) -> None:
-        """No more threads; each one ends after the jobs handed over before (a stop signal
-        apiece, behind them in the queue)."""
-        with self._lock:
-            self._ended = True
-            count = len(self._threads)
-        for _ in range(count):
-            self.work.put(None)
-
-    def started(self) -> list[threading.Thread]:
-        with self._lock:
-            return list(self._threads)
 
 
 def cancelled_before_start() -> JobCancelledError:

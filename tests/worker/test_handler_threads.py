@@ -1,7 +1,9 @@
-"""Handler threads start as jobs arrive (`HandlerThreads`): the first job starts one, each thread
-that takes a job while more wait starts the next, up to ``concurrency``. A worker's first batch
-never waits for the whole pool to start, jobs that must overlap still do, and a worker whose
-jobs never overlap keeps only the threads it needed."""
+"""Handler threads start as jobs arrive (`HandlerThreads`): the first job starts one, a thread about
+to run a job starts the next when jobs wait and every other thread is inside a handler, and the
+claim loop starts one per waiting job when all of them stay inside; never more than
+``concurrency``. A worker's first batch never waits for the whole pool to start, jobs that must
+overlap still do, and jobs that never overlap (one after another, or too short to) keep only the
+threads they needed."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from sqla_queue.worker.runs import HandlerThreads
+from sqla_queue.worker.handler_threads import HandlerThreads
 
 from waiting import wait_until
 
@@ -32,7 +34,8 @@ def test_jobs_that_must_overlap_get_a_thread_each_and_no_more(queue):
 
     assert summary.completed == 6 and summary.retried == 0
     assert len(set(ran_on)) == 6
-    # One claim handed over all six: one thread for the first, one per job that found more waiting.
+    # One claim handed over all six; the threads that took the first ones waited inside their
+    # handlers, so the rest each got a thread, and no thread was started for a job not there.
     assert len(worker.runs.threads) == 6
 
 
@@ -51,13 +54,29 @@ def test_jobs_one_after_another_keep_one_thread(queue):
     assert len(ran_on) == 3
 
 
-def run_until_told(handlers: HandlerThreads, taken: list[object], release: threading.Event) -> None:
-    """A handler thread's part of the protocol: take a job, start the next thread if more wait."""
+def test_jobs_too_short_to_overlap_keep_a_few_threads(queue):
+    """Two thousand no-op jobs on 50 slots: jobs wait all the time (the claim hands over 50 at a
+    time), but a handler that returns at once is almost never running when the next job is
+    taken, so the pool stays far below its limit (before, every slot got its thread)."""
+
+    @queue.task(name="quick")
+    def quick(payload, ctx):
+        return None
+
+    queue.enqueue_many([{"task": "quick", "payload": {"n": n}} for n in range(2000)])
+    worker = queue.worker(concurrency=50, **FAST)
+    assert worker.run(until_empty=True).completed == 2000
+    assert 1 <= len(worker.runs.threads) <= 12
+
+
+def run_until_told(handlers: HandlerThreads, index: int, taken: list[object], release: threading.Event) -> None:
+    """A handler thread's part of the protocol: take a job, enter (which starts the next thread
+    if jobs wait and every other thread is inside), run it until released, leave."""
     while (job := handlers.work.get()) is not None:
-        if handlers.more_wanted():
-            handlers.grow()
+        handlers.enter(index)
         taken.append(job)
         release.wait(10)
+        handlers.leave(index)
 
 
 def pool_taking(limit: int, jobs: int, release: threading.Event, *, until_taken: int
@@ -65,12 +84,31 @@ def pool_taking(limit: int, jobs: int, release: threading.Event, *, until_taken:
     """A pool of at most `limit` threads given `jobs` jobs (0, 1, ...), grown from one thread
     as a worker's dispatch does, once `until_taken` of them are taken."""
     taken: list[object] = []
-    handlers = HandlerThreads(limit, lambda h: run_until_told(h, taken, release))
+    handlers = HandlerThreads(limit, lambda h, index: run_until_told(h, index, taken, release))
     for job in range(jobs):
         handlers.work.put(job)
     handlers.grow()
-    wait_until(lambda: len(taken) >= until_taken, f"{until_taken} jobs taken", timeout=10, interval=0.01)
+
+    def taken_enough() -> bool:
+        handlers.grow_stalled()  # the claim loop's check between its rests
+        return len(taken) >= until_taken
+
+    wait_until(taken_enough, f"{until_taken} jobs taken", timeout=10, interval=0.01)
     return handlers, taken
+
+
+def test_a_thread_about_to_run_a_job_starts_another_only_when_no_thread_is_free():
+    release = threading.Event()
+    handlers = HandlerThreads(4, lambda h, index: run_until_told(h, index, [], release))
+    handlers.inside.extend([True, False])  # as if two threads ran: one inside a handler, one free
+    handlers._threads.extend([threading.current_thread()] * 2)
+    handlers.work.put("waiting")
+    assert not handlers.more_wanted() and not handlers.stalled()
+    handlers.enter(1)  # the free one takes a job: the other is busy, and one more job waits
+    assert len(handlers.started()) == 3 and handlers.inside[:2] == [True, True]
+    release.set()
+    handlers.end()
+    handlers.started()[2].join(10)
 
 
 def test_the_pool_never_grows_past_its_limit_nor_after_its_end():
@@ -104,12 +142,14 @@ def test_a_refused_thread_stops_the_growth_and_loses_no_job(monkeypatch, caplog)
         original(self)
 
     monkeypatch.setattr(threading.Thread, "start", at_most_two)
-    release = threading.Event()
-    release.set()  # each job returns at once
-    handlers, taken = pool_taking(5, 6, release, until_taken=6)
+    release = threading.Event()  # the jobs wait inside their handlers: the pool wants to grow
+    handlers, taken = pool_taking(5, 6, release, until_taken=2)
+    wait_until(lambda: (handlers.grow_stalled(), "could not start another handler thread" in caplog.text)[1],
+               "the refusal logged", timeout=10, interval=0.01)
+    release.set()
+    wait_until(lambda: len(taken) == 6, "every job taken by the two threads", timeout=10, interval=0.01)
 
     assert len(handlers.started()) == 2
-    assert "could not start another handler thread" in caplog.text
     handlers.end()
     for thread in handlers.started():
         thread.join(10)
@@ -121,7 +161,7 @@ def test_a_run_that_can_start_no_thread_at_all_fails(monkeypatch):
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(threading.Thread, "start", refuse)
-    handlers = HandlerThreads(5, lambda h: None)
+    handlers = HandlerThreads(5, lambda h, index: None)
     handlers.work.put(1)
     with pytest.raises(RuntimeError, match="can't start new thread"):
         handlers.grow()
