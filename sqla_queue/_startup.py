@@ -5,9 +5,11 @@ Importing SQLAlchemy, psycopg and sqla_queue makes some 65,000 objects that live
 process, and the collector walks them again and again while they arrive: on a 2-core machine
 the imports end some 40 ms sooner without it (docs/how-to/run-workers.md, "Use every core"). The console
 script (and ``python -m sqla_queue.cli``) pauses it from the first line of ``sqla_queue``
-(`pause_for_the_command_line`) until `cli.root.run` starts (`resume`), which freezes what is
-there (`gc.freeze`: the import's leftovers, a few hundred objects, are never collected) and turns
-the collector back on. Any other process that imports sqla_queue (an application, a test run, a
+(`pause_for_the_command_line`) until the command's own module is imported
+(`cli.root.CommandsOnDemand`, then `resume`): ``worker`` brings psycopg and the worker's modules
+with it. `resume` freezes what is there (`gc.freeze`: the import's leftovers, a few hundred
+objects, are never collected) and turns the collector back on, before the application's module
+is imported: the application's own code runs with the collector as it always has. Any other process that imports sqla_queue (an application, a test run, a
 shell) keeps its collector untouched: only the command's own entry points pause it.
 """
 

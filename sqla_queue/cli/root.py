@@ -154,6 +154,7 @@ class CommandsOnDemand(click.Group):
         module = COMMAND_MODULES.get(cmd_name)
         if module is not None and cmd_name not in self.commands:
             importlib.import_module(f"{__package__}.{module}")
+        _startup.resume()  # the command's own imports are done too (`sqla_queue._startup`)
         return self.commands.get(cmd_name)
 
 
@@ -182,7 +183,6 @@ def main(ctx: click.Context, app: str | None, database_url: str | None) -> None:
 
 def run() -> None:
     """Entry point: errors become one-line messages, not tracebacks (exit codes above)."""
-    _startup.resume()  # the imports are done (`sqla_queue._startup`)
     try:
         main.main(standalone_mode=False)
     except (click.exceptions.Abort, click.ClickException, SqlaQueueError, click.exceptions.Exit) as exc:

@@ -1,6 +1,8 @@
-"""The ``sqla-queue`` command pauses Python's cyclic garbage collector while it imports and
-freezes what the imports made (`sqla_queue._startup`): the imports end some 40 ms sooner.
-Any other process that imports sqla_queue keeps its collector as it was."""
+"""The ``sqla-queue`` command pauses Python's cyclic garbage collector while it imports (the
+package, then the command's own module: psycopg and the worker's modules with ``worker``) and
+freezes what the imports made (`sqla_queue._startup`): the imports end some 40 ms sooner. The
+application's module is imported with the collector on. Any other process that imports
+sqla_queue keeps its collector as it was."""
 
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ from sqla_queue._startup import started_as_the_command_line
 # The app records the collector's state when the command imports it: after the package's
 # imports, before the worker's own freeze (`cli.worker._settle_collector`).
 APP = """
-import gc, json, os
+import gc, json, os, sys
 import sqla_queue as sq
 
 with open(os.environ["GC_STATE_OUT"], "w") as out:
-    json.dump({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}, out)
+    json.dump({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count(), "psycopg": "psycopg" in sys.modules,
+               "worker": "sqla_queue.worker.worker" in sys.modules}, out)
 
 queue = sq.Queue(os.environ["APP_URL"], load_entrypoints=False)
 
@@ -60,8 +63,11 @@ def test_the_command_imports_with_the_collector_paused_and_freezes_what_it_impor
 
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads(out.read_text())
-    assert state["enabled"], "the collector was left off"
+    assert state["enabled"], "the collector was left off while the application's module was imported"
     assert state["frozen"] > FROZEN_BY_THE_IMPORTS, state
+    # The worker command brought psycopg and the worker's modules in with the collector paused,
+    # before the app's module (whose engine would otherwise have imported psycopg).
+    assert state["psycopg"] and state["worker"], state
 
 
 def test_an_application_that_imports_sqla_queue_keeps_its_collector(tmp_path):
