@@ -1,5 +1,6 @@
-"""A worker's row in the worker registry (`tables.workers_table`): written at start, on every
-beat of the lease keeper, and deleted on a clean exit.
+"""A worker's row in the worker registry (`tables.workers_table`): written once the worker's
+first rounds are done (at most a second after its first claim), on every beat of the lease
+keeper, and deleted on a clean exit.
 
 One statement each time, in autocommit (`Executor.single_statement`): the beat adds one round
 trip per ``lease / 3`` to a worker, whatever its queues and jobs. The registry is for operators
@@ -74,9 +75,8 @@ class WorkerRegistration:
 
     def register(self) -> bool:
         """Insert the row (sweeping workers dead for a day in the same statement), on the
-        connection the claim loop's rounds keep (`Executor.round_connection`): the listener,
-        which starts next, would otherwise take it from the pool and leave the first round to
-        open another before it could claim."""
+        connection the claim loop's rounds keep (`Executor.round_connection`): the worker
+        registers from its claim loop once the start-up's first rounds are done."""
         return self._write("register", self.statements.register_worker,
                            {**self.description.params(), "state": self.state, "retention": self._retention},
                            on=self.executor.round_connection)

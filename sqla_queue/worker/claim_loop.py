@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..core import Core
@@ -92,6 +93,9 @@ class ClaimLoop:
         self.turn = 0  # rounds that claimed: which queue comes first in the next one
         # A limit held due jobs back in the last round: claim again then, not at the poll interval.
         self.throttled_until: float | None = None
+        self.after_warm_up: Callable[[], None] | None = None
+        """Called once, on this loop's thread, when its start-up's warm-up ends (before the first
+        periodic passes): what no claim waits for (the worker's registration and LISTEN)."""
 
     def serve(self, queues: tuple[str, ...], tasks: list[str] | None) -> None:
         """Claim from `queues`, only jobs of `tasks` (None: any task)."""
@@ -101,9 +105,10 @@ class ClaimLoop:
     def run(self, until_empty: bool) -> None:
         """Rounds until stopped, or with `until_empty` until nothing is due and nothing held."""
         failures = 0
-        # Start-up: the first rounds come before the first periodic passes (recovery, pruning,
-        # sampling), which wait `WARM_UP` after the first claim; a claim of nothing, once nothing
-        # is held, runs them at once, before any rest and before `until_empty` may end the run.
+        # Start-up: the first rounds come before `after_warm_up` and the first periodic passes
+        # (recovery, pruning, sampling), which wait `WARM_UP` after the first claim; a claim of
+        # nothing, once nothing is held, runs them at once, before any rest and before
+        # `until_empty` may end the run.
         warming, warm_until = True, float("inf")
         self.slots.nudge()  # the first round claims
         while not self.stopping.is_set():
@@ -112,6 +117,7 @@ class ClaimLoop:
                 if warming and time.monotonic() >= warm_until:
                     warming = False
                 if not warming:
+                    self._warmed_up()
                     self.periodic.run_due()
                 self.runs.grow_stalled_threads()
                 self._return_stale()
@@ -149,6 +155,11 @@ class ClaimLoop:
                 rest = min(rest, max(0.0, warm_until - time.monotonic()))
             if rest > 0:
                 self.wake.wait(rest)
+
+    def _warmed_up(self) -> None:
+        call, self.after_warm_up = self.after_warm_up, None
+        if call is not None:
+            call()
 
     # -- when to run a round ----------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -105,8 +106,8 @@ class Worker:
         self.claim_loop = ClaimLoop(self.core, self.config, self.worker_id, self.slots, self.runs,
                                     self._periodic_services(), self._scheduler,
                                     wake=self._wake, stopping=self._stopping)
-        # Its row in the worker registry: inserted at start, refreshed on the lease keeper's beat,
-        # deleted on a clean exit.
+        # Its row in the worker registry: inserted once the first rounds are done, refreshed on
+        # the lease keeper's beat, deleted on a clean exit.
         self.registration = WorkerRegistration(self.core, WorkerDescription.of_this_process(
             self.worker_id, self.config.queues or (), core.tasks.names(), self.config.concurrency, self.config.lease,
         ), stopping=self._stopping)
@@ -180,7 +181,6 @@ class Worker:
         self._denied = None
         self.runs.handler_loop = handler_loop
         self._serve()
-        self.registration.register()
         with self._signal_handlers(), self._threads():
             logger.info("worker %s serving %s%s with concurrency %s", self.worker_id, ",".join(self.queues),
                         " (every queue with a registered task)" if self.config.queues is None else "",
@@ -322,17 +322,17 @@ class Worker:
             ListenerConfig(queues=self.queues, call_timeout=self.config.effective_call_timeout),
             Nudger(self.slots), self._done,  # type: ignore[arg-type]  # an Event's ``set`` is all it uses
         ) if self.config.listen else None
-        if self._listener is not None:
-            threads.append(threading.Thread(target=Looper([self._listener], halt=self._halt).run, args=(self._done,),
-                                            name="sqla-queue-listen", daemon=True))
+        listening: list[threading.Thread] = []
         # No halt: a role without DELETE keeps working, unarchived (the looper logs the refusal once).
         threads.append(threading.Thread(target=Looper([self._archiver]).run, args=(self._done,),
                                         name="sqla-queue-archive", daemon=True))
         for thread in threads:
             thread.start()
+        self.claim_loop.after_warm_up = functools.partial(self._after_warm_up, listening)
         try:
             yield
         finally:
+            self.claim_loop.after_warm_up = None
             self._done.set()
             if self._listener is not None:
                 self._listener.interrupt()
@@ -341,11 +341,25 @@ class Worker:
             # is abandoned (daemon threads die with the process): every second spent waiting
             # for it is a second in which that job may also run on another worker.
             join_until = time.monotonic() + (0 if self._signals >= 2 else 1)
-            for thread in threads + self.runs.threads:
+            for thread in threads + listening + self.runs.threads:
                 thread.join(timeout=max(0.0, join_until - time.monotonic()))
             self.runs.handler_loop.close(timeout=max(0.0, join_until - time.monotonic()))
-            if self._listener is not None and not threads[-1].is_alive():
+            if self._listener is not None and listening and not listening[0].is_alive():
                 self._listener.close()
+
+    def _after_warm_up(self, listening: list[threading.Thread]) -> None:
+        """What no claim waits for, once the start-up's first rounds are done (`ClaimLoop`'s
+        warm-up: the first claim that finds nothing, or `claim_loop.WARM_UP` after the first
+        claim): the registry row, and LISTEN on a connection of its own. Before the first claim
+        they took a statement built and compiled, a round trip and a second connection's set-up
+        from a worker's start-up; a notification sent before LISTEN is not lost, as the listener
+        wakes the claim loop once it listens."""
+        self.registration.register()
+        if self._listener is not None:
+            thread = threading.Thread(target=Looper([self._listener], halt=self._halt).run, args=(self._done,),
+                                      name="sqla-queue-listen", daemon=True)
+            listening.append(thread)
+            thread.start()
 
     def _listener_connected(self) -> bool:
         """True while LISTEN is active (tests wait on it before measuring wake-ups)."""
