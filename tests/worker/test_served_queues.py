@@ -15,6 +15,8 @@ from sqlalchemy import text
 import sqla_queue as sq
 from sqla_queue.errors import ConfigurationError
 
+from waiting import wait_until
+
 FAST = {"poll_interval": 0.05, "lease": timedelta(seconds=6)}
 
 
@@ -165,12 +167,15 @@ def test_the_cli_refuses_an_app_with_no_task_when_told_no_queues(make_queue, mon
 
 def test_the_registry_row_names_the_queues_a_worker_told_no_queues_settled_on(queue):
     """The worker registry (doctor's unserved-queue and deploy-skew checks read it) gets the
-    queues and tasks the worker found when it started, not the None it was given."""
+    queues and tasks the worker found when it started, not the None it was given. The row comes
+    once the first rounds are done (a second after the first claim while this job runs)."""
     seen = []
 
     @queue.task(queue="emails")
     def look(payload, ctx):
-        seen.extend((w.queues, w.tasks) for w in queue.workers() if w.worker_id == worker.worker_id)
+        rows = wait_until(lambda: [w for w in queue.workers() if w.worker_id == worker.worker_id],
+                          "the worker's registry row", timeout=30, interval=0.05)
+        seen.extend((w.queues, w.tasks) for w in rows)
 
     queue.enqueue(look, {})
     worker = queue.worker(**FAST)
