@@ -12,8 +12,8 @@ from click.core import ParameterSource
 from sqlalchemy.dialects.postgresql import psycopg as _psycopg_dialect  # noqa: F401
 
 from ..logformat import LOG_FORMATS, logging_config
-from ..worker import worker as _worker_module  # noqa: F401
 from ..types import DEFAULT_LEASE
+from ..worker import worker as _worker_module  # noqa: F401
 from ._params import DURATION, DURATION_HELP, format_seconds
 from .root import CliContext, main, report_error
 

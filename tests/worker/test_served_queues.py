@@ -11,11 +11,10 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
+from waiting import wait_until
 
 import sqla_queue as sq
 from sqla_queue.errors import ConfigurationError
-
-from waiting import wait_until
 
 FAST = {"poll_interval": 0.05, "lease": timedelta(seconds=6)}
 
