@@ -594,7 +594,8 @@ def _raw_startup_text(ours: float | None, raw: dict | None, limit: float, name: 
             f"connection, the reference claim and completion of its first 10 jobs, no handler) first completed a job "
             f"{median * 1000:,.0f} ms after its start, {reach}. sqla_queue's own part on top of that was "
             f"{(ours - median) * 1000:,.0f} ms: its imports and the application's module, the worker's set-up (two "
-            "engines, registration, LISTEN), its claim statement (from the statement cache the run's first worker "
+            "engines, a connection, the queue limits read; its registration and LISTEN wait until its first rounds are "
+            "done), its claim statement (from the statement cache the run's first worker "
             "filled), and a first batch run through its "
             "handler threads before the round that completes it.")
 
