@@ -7,10 +7,12 @@ it costs); from then on the workers keep it (`sqla_queue.services.archiving`).
 from __future__ import annotations
 
 import logging
+import time
 from datetime import date, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, text
+from sqlalchemy.exc import OperationalError
 
 from ..errors import ConfigurationError
 from ..services.archiving import DEFAULT_LOCK_TIMEOUT, History
@@ -33,8 +35,10 @@ def partition_history(engine: Engine, model: Any = None, *, lock_timeout: timede
     run; (3) the swap, under ACCESS EXCLUSIVE for catalog changes only: the table is renamed to
     ``<table>_live``, a partitioned parent takes its name and identity (continuing its ids), the
     old table is attached as the live partition (the validated CHECK spares the scan) and the
-    history tree is created; (4) the day partitions. A step that cannot get its lock within
-    `lock_timeout` fails with nothing of it done, and the conversion can be run again.
+    history tree is created; (4) the day partitions, tried again (up to `DAY_ATTEMPTS` times)
+    when a worker's statement and this step deadlock on the histories' locks. A step that cannot
+    get its lock within `lock_timeout` fails with nothing of it done, and the conversion can be
+    run again.
 
     The workers then archive the jobs that finish from the day before the conversion on; those
     that finished earlier stay in the live partition and are pruned by DELETE, as before.
@@ -59,10 +63,31 @@ def partition_history(engine: Engine, model: Any = None, *, lock_timeout: timede
     with engine.begin() as conn:
         conn.execute(text("SELECT set_config('lock_timeout', :timeout, true)"), timeout)
         _swap(conn, table)
-    with engine.begin() as conn:
-        History(table).ensure_days(conn)
+    _ensure_days(engine, History(table))
     logger.info("job table %s converted to the partitioned layout", table.fullname)
     return True
+
+
+DEADLOCK_DETECTED = "40P01"
+DAY_ATTEMPTS = 5
+
+
+def _ensure_days(engine: Engine, history: History) -> None:
+    """The day partitions of every state's history, in one transaction, tried again when
+    PostgreSQL picks it as a deadlock's victim: creating a partition locks its state's history
+    exclusively, one state after another, while a worker's statement that reads the job table,
+    now partitioned, takes its shared locks on those histories in an order of its own."""
+    for attempt in range(1, DAY_ATTEMPTS + 1):
+        try:
+            with engine.begin() as conn:
+                history.ensure_days(conn)
+            return
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) != DEADLOCK_DETECTED or attempt == DAY_ATTEMPTS:
+                raise
+            logger.info("creating the history's day partitions met a deadlock with a worker's statement; "
+                        "trying again (%d of %d)", attempt + 1, DAY_ATTEMPTS)
+            time.sleep(0.1 * attempt)
 
 
 def _swap(conn: Connection, table: Table) -> None:

@@ -62,6 +62,49 @@ def archive(queue: sq.Queue) -> int:
     return history.archive(queue.engine.begin)
 
 
+def test_the_day_partitions_are_created_again_when_a_readers_locks_make_them_a_deadlocks_victim(db, monkeypatch):
+    """The conversion's last step creates each state's day partitions, locking each state's
+    history in turn, while a worker's statement on the now partitioned table takes shared locks
+    on those histories in an order of its own. A real deadlock of that shape (a reader holding
+    the cancelled history and then asking for the completed one, which the step holds) makes
+    PostgreSQL abort the step: it is tried again and the conversion ends with every partition."""
+    make_queue(db)
+    original = History.ensure_days
+    attempts: list[str] = []
+    reader = db.connect()
+
+    def ensure_days_against_a_reader(self, conn, today=None):
+        if not attempts:
+            reader.execute(text("LOCK TABLE sqla_queue_jobs_history_cancelled IN ACCESS SHARE MODE"))
+
+            def then_the_completed_history():
+                time.sleep(0.3)  # the step holds the completed history by now and waits for ours
+                reader.execute(text("LOCK TABLE sqla_queue_jobs_history_completed IN ACCESS SHARE MODE"))
+                reader.commit()
+
+            threading.Thread(target=then_the_completed_history, daemon=True).start()
+        try:
+            created = original(self, conn, today)
+        except Exception as exc:
+            attempts.append(getattr(getattr(exc, "orig", None), "sqlstate", None) or type(exc).__name__)
+            raise
+        attempts.append("created")
+        return created
+
+    monkeypatch.setattr(History, "ensure_days", ensure_days_against_a_reader)
+    try:
+        assert partition_history(db) is True
+    finally:
+        reader.close()
+
+    assert attempts == ["40P01", "created"]
+    with db.connect() as conn:
+        names = set(History(sq.Job.__table__).partitions(conn))
+    today = datetime.now(UTC).date()
+    assert {history_sql.day_partition_name(sq.Job.__table__, state_of(status), today)
+            for status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)} <= names
+
+
 def test_a_populated_table_is_converted_while_workers_drain_and_enqueues_go_on(db):
     """Every job enqueued before, during and after the conversion runs exactly once, ids keep
     ascending, and afterwards the finished ones are archived where readers still find them."""
