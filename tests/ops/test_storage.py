@@ -122,16 +122,22 @@ def test_a_populated_table_is_converted_while_workers_drain_and_enqueues_go_on(d
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
-    time.sleep(0.3)
-    assert partition_history(db) is True
-    time.sleep(0.5)
-    stop.set()
-    feeder.join()
-    deadline = time.monotonic() + 30
-    while queue.stats().queues["default"].pending + queue.stats().queues["default"].running and time.monotonic() < deadline:
-        time.sleep(0.1)
-    worker.stop()
-    runner.join(timeout=30)
+    try:
+        time.sleep(0.3)
+        assert partition_history(db) is True
+        time.sleep(0.5)
+        stop.set()
+        feeder.join()
+        deadline = time.monotonic() + 30
+        while (queue.stats().queues["default"].pending + queue.stats().queues["default"].running
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+    finally:
+        # Also when something above failed: a worker left running in this test process would
+        # go on logging into the next tests' captured logs.
+        stop.set()
+        worker.stop()
+        runner.join(timeout=30)
 
     assert relkind(db) == "p"
     assert len(set(enqueued)) == len(enqueued) and enqueued == sorted(enqueued)
