@@ -126,20 +126,24 @@ class WorkerRuns(JobRuns):
                     return
             else:
                 mine.next = None
-            wait = held.start_at - time.monotonic()
-            if wait > 0:  # its rate's token is not due yet (`ClaimedJob.start_after`)
-                self.stopping.wait(wait)
-            if self.stopping.is_set() or not held.running:
-                continue  # shutting down: not started, so it is released, not run
-            held.started = True
-            completing = False
-            handlers.enter(index)  # jobs wait behind this one and no thread is free: one more takes them
+            # Busy from here: waiting for its rate's token holds this thread as a handler does, so
+            # jobs waiting behind it and no thread free start one more (`HandlerThreads.enter`).
+            handlers.enter(index)
             try:
-                completing = self._run_here(held)
+                wait = held.start_at - time.monotonic()
+                if wait > 0:  # its rate's token is not due yet (`ClaimedJob.start_after`)
+                    self.stopping.wait(wait)
+                if self.stopping.is_set() or not held.running:
+                    continue  # shutting down: not started, so it is released, not run
+                held.started = True
+                completing = False
+                try:
+                    completing = self._run_here(held)
+                finally:
+                    if not completing:
+                        self.slots.forget(held)
             finally:
                 handlers.leave(index)
-                if not completing:
-                    self.slots.forget(held)
 
     def _run_here(self, held: HeldJob) -> bool:
         """Run the handler and settle the job; True when its completion was handed to the
